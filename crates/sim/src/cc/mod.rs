@@ -1,0 +1,154 @@
+//! Congestion controls, one file each, behind one small trait.
+//!
+//! The trait mirrors the hooks of Linux's `tcp_congestion_ops`, so each algorithm reads
+//! like its paper or RFC and like the kernel module the seeds measured:
+//!
+//! | hook                 | Linux                 | when                                            |
+//! |----------------------|-----------------------|-------------------------------------------------|
+//! | `on_packets_acked`   | `.pkts_acked`         | every ACK that delivers data, with an RTT sample |
+//! | `on_ack`             | `.cong_avoid`         | every ACK that delivers data outside recovery   |
+//! | `ssthresh_on_loss`   | `.ssthresh`           | a loss is detected (fast retransmit or RTO)     |
+//! | `on_rto`             | `CA_EVENT_LOSS`       | the retransmission timer expired                |
+//! | `on_recovery_exit`   | `.set_state(Open)`    | fast recovery ends                              |
+//!
+//! Windows are counted in segments, as Linux counts `snd_cwnd`.
+
+use crate::time::Time;
+
+pub mod reno;
+
+/// Congestion window state owned by the TCP sender and updated by the congestion control.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Window {
+    /// Congestion window, in segments (`snd_cwnd`).
+    pub cwnd: u32,
+    /// Slow-start threshold, in segments (`snd_ssthresh`); `u32::MAX` until the first loss.
+    pub ssthresh: u32,
+    /// Segments acknowledged since the window last grew in congestion avoidance
+    /// (`snd_cwnd_cnt`): RFC 3465 byte counting, in segments.
+    pub cwnd_cnt: u32,
+}
+
+impl Window {
+    pub fn new(initial_cwnd: u32) -> Self {
+        Self {
+            cwnd: initial_cwnd,
+            ssthresh: u32::MAX,
+            cwnd_cnt: 0,
+        }
+    }
+
+    pub fn in_slow_start(&self) -> bool {
+        self.cwnd < self.ssthresh
+    }
+
+    /// Slow start (RFC 5681 §3.1 with RFC 3465 byte counting, as Linux `tcp_slow_start`):
+    /// the window grows by the number of segments acknowledged, up to `ssthresh`.
+    /// Returns the acknowledged segments left over once `ssthresh` is reached.
+    pub fn slow_start(&mut self, acked: u32) -> u32 {
+        let cwnd = self.cwnd.saturating_add(acked).min(self.ssthresh);
+        let left = acked - (cwnd - self.cwnd).min(acked);
+        self.cwnd = cwnd;
+        left
+    }
+
+    /// Additive increase of one segment per `w` segments acknowledged (Linux
+    /// `tcp_cong_avoid_ai`): counting acknowledged segments rather than ACKs keeps the
+    /// growth at one segment per window even with delayed ACKs.
+    pub fn cong_avoid_ai(&mut self, w: u32, acked: u32) {
+        let w = w.max(1);
+        if self.cwnd_cnt >= w {
+            self.cwnd_cnt = 0;
+            self.cwnd += 1;
+        }
+        self.cwnd_cnt += acked;
+        if self.cwnd_cnt >= w {
+            let delta = self.cwnd_cnt / w;
+            self.cwnd_cnt -= delta * w;
+            self.cwnd += delta;
+        }
+    }
+}
+
+/// What an ACK tells the congestion control.
+#[derive(Clone, Copy, Debug)]
+pub struct Ack {
+    pub now: Time,
+    /// Segments newly delivered by this ACK (cumulatively acknowledged or SACKed, each once).
+    pub acked: u32,
+    /// RTT measured from the echoed timestamp, if this ACK delivered data.
+    pub rtt: Option<Time>,
+    /// Smallest RTT seen on the connection so far.
+    pub min_rtt: Time,
+    /// Segments in flight after this ACK was processed.
+    pub in_flight: u32,
+    /// The sender used its whole window in the last round (Linux `tcp_is_cwnd_limited`):
+    /// a window that is not used must not grow.
+    pub cwnd_limited: bool,
+}
+
+/// A congestion control algorithm: per-flow state plus the Linux-shaped hooks.
+pub trait CongestionControl: Send {
+    /// The name as Linux spells it (`net.ipv4.tcp_congestion_control`).
+    fn name(&self) -> &'static str;
+
+    /// Every ACK that delivers data, in any state, with its RTT sample (Linux `.pkts_acked`).
+    fn on_packets_acked(&mut self, _w: &Window, _ack: &Ack) {}
+
+    /// Window growth on an ACK outside loss recovery (Linux `.cong_avoid`).
+    fn on_ack(&mut self, w: &mut Window, ack: &Ack);
+
+    /// A congestion event: return the new slow-start threshold (Linux `.ssthresh`).
+    fn ssthresh_on_loss(&mut self, w: &Window, now: Time) -> u32;
+
+    /// The retransmission timer expired; the sender restarts from one segment.
+    fn on_rto(&mut self, _w: &Window, _now: Time) {}
+
+    /// Fast recovery ended; the sender has set `cwnd` to `ssthresh`.
+    fn on_recovery_exit(&mut self, _w: &mut Window, _now: Time) {}
+}
+
+/// Variant names as Linux spells them, in the order the seeds list them.
+pub const NAMES: &[&str] = &["reno"];
+
+/// Builds the congestion control called `name`, or `None` if it is not implemented.
+pub fn by_name(name: &str) -> Option<Box<dyn CongestionControl>> {
+    match name {
+        "reno" => Some(Box::new(reno::Reno::default())),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slow_start_stops_at_ssthresh_and_returns_the_rest() {
+        let mut w = Window {
+            cwnd: 10,
+            ssthresh: 14,
+            cwnd_cnt: 0,
+        };
+        assert_eq!(w.slow_start(3), 0);
+        assert_eq!(w.cwnd, 13);
+        assert_eq!(w.slow_start(5), 4);
+        assert_eq!(w.cwnd, 14);
+    }
+
+    #[test]
+    fn additive_increase_counts_segments_not_acks() {
+        // 100 segments acknowledged by 50 delayed ACKs grow a 100-segment window by one.
+        let mut w = Window {
+            cwnd: 100,
+            ssthresh: 50,
+            cwnd_cnt: 0,
+        };
+        for _ in 0..50 {
+            let cwnd = w.cwnd;
+            w.cong_avoid_ai(cwnd, 2);
+        }
+        assert_eq!(w.cwnd, 101);
+        assert_eq!(w.cwnd_cnt, 0);
+    }
+}

@@ -1,0 +1,289 @@
+//! The resolved run description the simulator consumes.
+//!
+//! Units are already resolved (bits per second, nanoseconds, bytes, packets): the Python
+//! scenario model does the parsing and validation, and hands this over as JSON. Every field
+//! has a default that matches Linux behaviour where one exists, so the JSON can stay short.
+
+use serde::{Deserialize, Serialize};
+
+use crate::time::{Time, NS_PER_MS, NS_PER_S};
+
+/// One simulated run: a dumbbell of `pairs` sender→receiver hosts sharing one bottleneck.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SimConfig {
+    /// Seed of every random choice in the run (start jitter, random loss).
+    #[serde(default = "default_seed")]
+    pub seed: u64,
+    /// Maximum segment size in bytes (MTU − IP/TCP headers − TCP options).
+    #[serde(default = "default_mss")]
+    pub mss: u32,
+    /// IP + TCP header bytes carried by every segment, options included (40 + 12 timestamps).
+    #[serde(default = "default_header_bytes")]
+    pub header_bytes: u32,
+    /// Bytes a frame occupies on the wire beyond the IP packet: Ethernet header 14, FCS 4,
+    /// preamble 8, inter-frame gap 12 (seed 001 §3.3).
+    #[serde(default = "default_frame_overhead")]
+    pub frame_overhead: u32,
+    /// The shared link, in the data direction (left router → right router).
+    pub bottleneck: LinkConfig,
+    /// The same link in the ACK direction. `None`: ACKs only see propagation delay.
+    #[serde(default)]
+    pub reverse_bottleneck: Option<LinkConfig>,
+    /// The sender→receiver host pairs (index = pair number).
+    pub pairs: Vec<PairConfig>,
+    /// The TCP connections; several per pair for parallel streams.
+    pub flows: Vec<FlowConfig>,
+    #[serde(default)]
+    pub tcp: TcpConfig,
+    #[serde(default)]
+    pub measure: MeasureConfig,
+    /// Hard end of the run (ns). `None`: the end of the last duration-bound flow, or the
+    /// completion of every volume-bound flow.
+    #[serde(default)]
+    pub end_ns: Option<Time>,
+}
+
+/// A drop-tail FIFO link.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LinkConfig {
+    /// Capacity in bits per second of wire time (frames + preamble + IFG).
+    pub rate_bps: f64,
+    /// Packets that may wait in the queue (a Linux `pfifo limit B`); the packet being
+    /// serialised is not counted.
+    pub buffer_pkts: u32,
+    /// Probability that a packet offered to the link is lost at random (Bernoulli).
+    #[serde(default)]
+    pub loss_rate: f64,
+}
+
+/// One sender host and its receiver.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PairConfig {
+    /// Sender access link capacity (bits/s of wire time); serialisation happens at this rate.
+    pub access_rate_bps: f64,
+    /// Base round-trip propagation delay of this pair (ns), without queueing or serialisation.
+    pub rtt_ns: Time,
+}
+
+/// One TCP connection.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FlowConfig {
+    pub pair: u32,
+    /// Index of this stream among the pair's parallel streams.
+    #[serde(default)]
+    pub stream: u32,
+    /// Congestion control, named as Linux names it (`reno`, ...).
+    #[serde(default = "default_variant")]
+    pub variant: String,
+    /// When the connection starts sending (ns).
+    #[serde(default)]
+    pub start_ns: Time,
+    /// Send for this long, then stop (duration-bound flow).
+    #[serde(default)]
+    pub duration_ns: Option<Time>,
+    /// Send this many bytes, then stop (volume-bound flow). Exactly one of the two is set.
+    #[serde(default)]
+    pub volume_bytes: Option<u64>,
+    /// Window cap in segments (receive window / socket buffer). `None`: not limiting.
+    #[serde(default)]
+    pub max_window_pkts: Option<u32>,
+}
+
+/// TCP behaviour shared by every flow. Defaults follow Linux.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TcpConfig {
+    /// Initial congestion window in segments (RFC 6928, Linux default 10).
+    #[serde(default = "default_initial_cwnd")]
+    pub initial_cwnd: u32,
+    /// Minimum retransmission timeout (Linux `TCP_RTO_MIN`, 200 ms).
+    #[serde(default = "default_rto_min")]
+    pub rto_min_ns: Time,
+    /// RTO before the first RTT sample (RFC 6298 §2.1: 1 s).
+    #[serde(default = "default_rto_initial")]
+    pub rto_initial_ns: Time,
+    /// Delayed ACKs at the receiver (RFC 1122/5681: ACK at least every second full segment).
+    #[serde(default = "default_true")]
+    pub delayed_ack: bool,
+    /// Delayed-ACK timer (Linux `TCP_DELACK_MIN`, 40 ms).
+    #[serde(default = "default_delack")]
+    pub delayed_ack_timeout_ns: Time,
+    /// Segments SACKed above a hole before it is deemed lost (RFC 6675 DupThresh).
+    #[serde(default = "default_dupthresh")]
+    pub dupthresh: u32,
+}
+
+/// Sampling intervals of the trace tables.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MeasureConfig {
+    /// Receiver-side goodput interval (iperf-like).
+    #[serde(default = "default_goodput_interval")]
+    pub goodput_interval_ns: Time,
+    /// Bottleneck sampling interval (GtrcNET-like).
+    #[serde(default = "default_link_interval")]
+    pub link_interval_ns: Time,
+    /// Sender-state sampling interval (Web100 / TCP_INFO-like).
+    #[serde(default = "default_tcp_interval")]
+    pub tcp_interval_ns: Time,
+}
+
+impl Default for TcpConfig {
+    fn default() -> Self {
+        Self {
+            initial_cwnd: default_initial_cwnd(),
+            rto_min_ns: default_rto_min(),
+            rto_initial_ns: default_rto_initial(),
+            delayed_ack: true,
+            delayed_ack_timeout_ns: default_delack(),
+            dupthresh: default_dupthresh(),
+        }
+    }
+}
+
+impl Default for MeasureConfig {
+    fn default() -> Self {
+        Self {
+            goodput_interval_ns: default_goodput_interval(),
+            link_interval_ns: default_link_interval(),
+            tcp_interval_ns: default_tcp_interval(),
+        }
+    }
+}
+
+fn default_seed() -> u64 {
+    1
+}
+fn default_mss() -> u32 {
+    1448
+}
+fn default_header_bytes() -> u32 {
+    52
+}
+fn default_frame_overhead() -> u32 {
+    38
+}
+fn default_variant() -> String {
+    "reno".into()
+}
+fn default_initial_cwnd() -> u32 {
+    10
+}
+fn default_rto_min() -> Time {
+    200 * NS_PER_MS
+}
+fn default_rto_initial() -> Time {
+    NS_PER_S
+}
+fn default_true() -> bool {
+    true
+}
+fn default_delack() -> Time {
+    40 * NS_PER_MS
+}
+fn default_dupthresh() -> u32 {
+    3
+}
+fn default_goodput_interval() -> Time {
+    500 * NS_PER_MS
+}
+fn default_link_interval() -> Time {
+    20 * NS_PER_MS
+}
+fn default_tcp_interval() -> Time {
+    100 * NS_PER_MS
+}
+
+/// Why a configuration cannot be simulated.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConfigError(pub String);
+
+impl std::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+impl SimConfig {
+    pub fn from_json(text: &str) -> Result<Self, ConfigError> {
+        let cfg: SimConfig = serde_json::from_str(text)
+            .map_err(|e| ConfigError(format!("simulator config: {e}")))?;
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    /// Checks what the simulator relies on; the scenario model gives friendlier messages
+    /// first, this is the last line of defence for direct Rust users.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let err = |m: String| Err(ConfigError(m));
+        if self.mss == 0 {
+            return err("mss must be positive".into());
+        }
+        for (name, l) in [
+            ("bottleneck", Some(&self.bottleneck)),
+            ("reverse_bottleneck", self.reverse_bottleneck.as_ref()),
+        ] {
+            if let Some(l) = l {
+                if !(l.rate_bps > 0.0 && l.rate_bps.is_finite()) {
+                    return err(format!("{name}.rate_bps must be positive"));
+                }
+                if l.buffer_pkts == 0 {
+                    return err(format!("{name}.buffer_pkts must be at least 1"));
+                }
+                if !(0.0..1.0).contains(&l.loss_rate) {
+                    return err(format!("{name}.loss_rate must be in [0, 1)"));
+                }
+            }
+        }
+        if self.pairs.is_empty() {
+            return err("at least one pair is needed".into());
+        }
+        for (i, p) in self.pairs.iter().enumerate() {
+            if !(p.access_rate_bps > 0.0 && p.access_rate_bps.is_finite()) {
+                return err(format!("pairs[{i}].access_rate_bps must be positive"));
+            }
+        }
+        if self.flows.is_empty() {
+            return err("at least one flow is needed".into());
+        }
+        for (i, f) in self.flows.iter().enumerate() {
+            if f.pair as usize >= self.pairs.len() {
+                return err(format!("flows[{i}].pair {} does not exist", f.pair));
+            }
+            match (f.duration_ns, f.volume_bytes) {
+                (Some(0), _) => return err(format!("flows[{i}].duration_ns must be positive")),
+                (_, Some(0)) => return err(format!("flows[{i}].volume_bytes must be positive")),
+                (Some(_), None) | (None, Some(_)) => {}
+                _ => {
+                    return err(format!(
+                        "flows[{i}]: exactly one of duration_ns and volume_bytes"
+                    ))
+                }
+            }
+            if crate::cc::by_name(&f.variant).is_none() {
+                return err(format!(
+                    "flows[{i}].variant '{}' is not known (known: {})",
+                    f.variant,
+                    crate::cc::NAMES.join(", ")
+                ));
+            }
+            if f.max_window_pkts == Some(0) {
+                return err(format!("flows[{i}].max_window_pkts must be positive"));
+            }
+        }
+        let m = &self.measure;
+        if m.goodput_interval_ns == 0 || m.link_interval_ns == 0 || m.tcp_interval_ns == 0 {
+            return err("measure intervals must be positive".into());
+        }
+        if self.tcp.initial_cwnd == 0 || self.tcp.dupthresh == 0 {
+            return err("tcp.initial_cwnd and tcp.dupthresh must be positive".into());
+        }
+        Ok(())
+    }
+}

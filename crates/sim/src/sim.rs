@@ -1,0 +1,589 @@
+//! The event loop: one dumbbell, its flows, and the trace recorders.
+//!
+//! Route of a data segment: sender host interface (serialisation at the access rate,
+//! never drops — the host holds its own packets) → bottleneck (drop-tail, rate C) →
+//! one-way propagation → receiver. ACKs go back through the reverse bottleneck when one is
+//! configured, else through pure propagation delay. Each hop is a per-flow FIFO pipe
+//! whose head is the only thing in the event list, so the event list holds a few entries
+//! per flow whatever the bandwidth-delay product.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
+
+use rand_core::{Rng, SeedableRng};
+use rand_pcg::Pcg64Mcg;
+
+use crate::cc;
+use crate::config::{ConfigError, FlowConfig, SimConfig};
+use crate::link::{Link, Offer};
+use crate::tcp::{AckSegment, CaState, Receiver, Segment, Sender};
+use crate::time::{secs, Time};
+use crate::trace::{TcpTable, Trace};
+
+const START: u64 = 0;
+const STOP: u64 = 1;
+const AT_BOTTLENECK: u64 = 2;
+const AT_RECEIVER: u64 = 3;
+const AT_SENDER: u64 = 4;
+const RTO: u64 = 5;
+const DELACK: u64 = 6;
+const END_SOFT: u64 = 7;
+const END_HARD: u64 = 8;
+
+/// An entry of the event list: ordered by time, then by insertion (FIFO among equals).
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct Event {
+    time: Time,
+    seq: u64,
+    /// kind in the low 8 bits, flow index above.
+    what: u64,
+}
+
+/// A fixed-delay FIFO: packets arrive at the far end in the order they entered.
+struct Pipe<T> {
+    q: VecDeque<(Time, T)>,
+}
+
+impl<T: Copy> Pipe<T> {
+    fn new() -> Self {
+        Self { q: VecDeque::new() }
+    }
+}
+
+struct Flow {
+    cfg: FlowConfig,
+    /// Payload bytes of the last segment of a volume-bound flow.
+    last_seg_len: u32,
+    total_segs: Option<u64>,
+    sender: Sender,
+    receiver: Receiver,
+    to_bottleneck: Pipe<Segment>,
+    to_receiver: Pipe<Segment>,
+    to_sender: Pipe<AckSegment>,
+    nic: usize,
+    one_way_fwd: Time,
+    one_way_rev: Time,
+    start: Time,
+    end: Option<Time>,
+    completed_at: Option<Time>,
+    rto_event_at: Option<Time>,
+    delack_event_at: Option<Time>,
+    goodput_bins: Vec<u64>,
+    delivered_bytes: u64,
+    next_tcp_sample: Time,
+}
+
+pub struct Simulation {
+    cfg: SimConfig,
+    now: Time,
+    heap: BinaryHeap<Reverse<Event>>,
+    seq: u64,
+    events: u64,
+    acks: u64,
+    received_segments: u64,
+    /// 0: bottleneck; 1: reverse bottleneck if any; then one interface per sender host.
+    links: Vec<Link>,
+    rev_link: Option<usize>,
+    flows: Vec<Flow>,
+    rng: Pcg64Mcg,
+    volume_left: usize,
+    duration_end: Time,
+    end: Option<Time>,
+    tcp_rows: TcpTable,
+}
+
+/// A uniform draw in [0, 1) with 53 random bits.
+fn uniform(rng: &mut Pcg64Mcg) -> f64 {
+    (rng.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
+}
+
+impl Simulation {
+    pub fn new(cfg: SimConfig) -> Result<Self, ConfigError> {
+        cfg.validate()?;
+        let rng = Pcg64Mcg::seed_from_u64(cfg.seed);
+        let fo = cfg.frame_overhead;
+        let b = &cfg.bottleneck;
+        let mut links = vec![Link::new(b.rate_bps, fo, Some(b.buffer_pkts), b.loss_rate)
+            .measure(cfg.measure.link_interval_ns)];
+        let rev_link = cfg.reverse_bottleneck.as_ref().map(|r| {
+            links.push(
+                Link::new(r.rate_bps, fo, Some(r.buffer_pkts), r.loss_rate)
+                    .measure(cfg.measure.link_interval_ns),
+            );
+            links.len() - 1
+        });
+        let nic0 = links.len();
+        for p in &cfg.pairs {
+            links.push(Link::new(p.access_rate_bps, fo, None, 0.0));
+        }
+        let mss = cfg.mss as u64;
+        let mut flows = Vec::with_capacity(cfg.flows.len());
+        for fc in &cfg.flows {
+            let pair = &cfg.pairs[fc.pair as usize];
+            let total_segs = fc.volume_bytes.map(|v| v.div_ceil(mss));
+            let last_seg_len = fc
+                .volume_bytes
+                .map_or(cfg.mss, |v| (v - (v.div_ceil(mss) - 1) * mss) as u32);
+            let cc = cc::by_name(&fc.variant).expect("validated");
+            let tcp_iv = cfg.measure.tcp_interval_ns;
+            flows.push(Flow {
+                cfg: fc.clone(),
+                last_seg_len,
+                total_segs,
+                sender: Sender::new(cc, &cfg.tcp, total_segs, fc.max_window_pkts),
+                receiver: Receiver::new(&cfg.tcp),
+                to_bottleneck: Pipe::new(),
+                to_receiver: Pipe::new(),
+                to_sender: Pipe::new(),
+                nic: nic0 + fc.pair as usize,
+                one_way_fwd: pair.rtt_ns / 2,
+                one_way_rev: pair.rtt_ns - pair.rtt_ns / 2,
+                start: fc.start_ns,
+                end: None,
+                completed_at: None,
+                rto_event_at: None,
+                delack_event_at: None,
+                goodput_bins: Vec::new(),
+                delivered_bytes: 0,
+                next_tcp_sample: fc.start_ns.div_ceil(tcp_iv) * tcp_iv,
+            });
+        }
+        let volume_left = flows.iter().filter(|f| f.total_segs.is_some()).count();
+        let duration_end = flows
+            .iter()
+            .filter_map(|f| f.cfg.duration_ns.map(|d| f.start + d))
+            .max()
+            .unwrap_or(0);
+        let mut sim = Self {
+            cfg,
+            now: 0,
+            heap: BinaryHeap::new(),
+            seq: 0,
+            events: 0,
+            acks: 0,
+            received_segments: 0,
+            links,
+            rev_link,
+            flows,
+            rng,
+            volume_left,
+            duration_end,
+            end: None,
+            tcp_rows: TcpTable::default(),
+        };
+        for i in 0..sim.flows.len() {
+            let f = &sim.flows[i];
+            let (start, stop) = (f.start, f.cfg.duration_ns.map(|d| f.start + d));
+            sim.schedule(start, START, i);
+            if let Some(s) = stop {
+                sim.schedule(s, STOP, i);
+            }
+        }
+        if volume_left < sim.flows.len() {
+            sim.schedule(duration_end, END_SOFT, 0);
+        }
+        if let Some(e) = sim.cfg.end_ns {
+            sim.schedule(e, END_HARD, 0);
+        }
+        Ok(sim)
+    }
+
+    #[inline]
+    fn schedule(&mut self, time: Time, kind: u64, flow: usize) {
+        self.seq += 1;
+        self.heap.push(Reverse(Event {
+            time,
+            seq: self.seq,
+            what: kind | ((flow as u64) << 8),
+        }));
+    }
+
+    /// Simulated time reached so far.
+    pub fn now(&self) -> Time {
+        self.now
+    }
+
+    /// Events processed so far.
+    pub fn events(&self) -> u64 {
+        self.events
+    }
+
+    pub fn is_finished(&self) -> bool {
+        self.end.is_some()
+    }
+
+    /// Processes every event up to `limit` (inclusive); returns true once the run is over.
+    pub fn run_until(&mut self, limit: Time) -> bool {
+        while self.end.is_none() {
+            let Some(&Reverse(ev)) = self.heap.peek() else {
+                // Nothing left to happen (e.g. every flow stalled past a hard end).
+                self.end = Some(self.now);
+                break;
+            };
+            if ev.time > limit {
+                self.now = self.now.max(limit);
+                return false;
+            }
+            self.heap.pop();
+            self.now = ev.time;
+            self.events += 1;
+            self.dispatch(ev.what & 0xff, (ev.what >> 8) as usize);
+        }
+        true
+    }
+
+    /// Runs to the end and returns the trace.
+    pub fn run(mut self) -> Trace {
+        self.run_until(Time::MAX);
+        self.finish()
+    }
+
+    fn dispatch(&mut self, kind: u64, i: usize) {
+        let now = self.now;
+        match kind {
+            AT_BOTTLENECK => {
+                let (_, seg) = self.flows[i]
+                    .to_bottleneck
+                    .q
+                    .pop_front()
+                    .expect("scheduled head");
+                self.reschedule_head(i, AT_BOTTLENECK);
+                let bytes = self.seg_len(i, seg.seq) + self.cfg.header_bytes;
+                let draw = if self.cfg.bottleneck.loss_rate > 0.0 {
+                    uniform(&mut self.rng)
+                } else {
+                    1.0
+                };
+                if let Offer::Departs(d) = self.links[0].offer(now, bytes, draw) {
+                    let f = &mut self.flows[i];
+                    let t = d + f.one_way_fwd;
+                    if push(&mut f.to_receiver, t, seg) {
+                        self.schedule(t, AT_RECEIVER, i);
+                    }
+                }
+            }
+            AT_RECEIVER => {
+                let (_, seg) = self.flows[i]
+                    .to_receiver
+                    .q
+                    .pop_front()
+                    .expect("scheduled head");
+                self.reschedule_head(i, AT_RECEIVER);
+                self.received_segments += 1;
+                let got = self.flows[i].receiver.on_segment(now, &seg);
+                if got.delivered.1 > got.delivered.0 {
+                    self.deliver(i, got.delivered.0, got.delivered.1);
+                }
+                if let Some(ack) = got.ack {
+                    self.send_ack(i, ack);
+                }
+                self.arm_delack(i);
+            }
+            AT_SENDER => {
+                let (_, ack) = self.flows[i]
+                    .to_sender
+                    .q
+                    .pop_front()
+                    .expect("scheduled head");
+                self.reschedule_head(i, AT_SENDER);
+                self.sample_tcp(i);
+                self.flows[i].sender.on_ack(now, &ack);
+                self.transmit(i);
+            }
+            RTO => {
+                self.sample_tcp(i);
+                let f = &mut self.flows[i];
+                if f.rto_event_at == Some(now) {
+                    f.rto_event_at = None;
+                }
+                if f.sender.rto_deadline().is_some_and(|d| d <= now) {
+                    f.sender.on_rto(now);
+                    self.transmit(i);
+                } else {
+                    self.arm_rto(i);
+                }
+            }
+            DELACK => {
+                let f = &mut self.flows[i];
+                if f.delack_event_at == Some(now) {
+                    f.delack_event_at = None;
+                }
+                if let Some(ack) = f.receiver.on_delack_timer(now) {
+                    self.send_ack(i, ack);
+                }
+                self.arm_delack(i);
+            }
+            START => {
+                let f = &mut self.flows[i];
+                let stop = f.cfg.duration_ns.map(|d| f.start + d);
+                f.sender.start(stop);
+                self.sample_tcp(i);
+                self.transmit(i);
+            }
+            STOP => {
+                self.sample_tcp(i);
+                let f = &mut self.flows[i];
+                f.sender.stop_new_data(now);
+                f.end = Some(now);
+            }
+            END_SOFT => {
+                if self.volume_left == 0 {
+                    self.end = Some(now);
+                }
+            }
+            END_HARD => self.end = Some(now),
+            _ => unreachable!("unknown event kind {kind}"),
+        }
+    }
+
+    fn seg_len(&self, i: usize, seq: u64) -> u32 {
+        let f = &self.flows[i];
+        match f.total_segs {
+            Some(t) if seq + 1 == t => f.last_seg_len,
+            _ => self.cfg.mss,
+        }
+    }
+
+    /// After popping a pipe head, schedule the next one.
+    fn reschedule_head(&mut self, i: usize, kind: u64) {
+        let f = &self.flows[i];
+        let next = match kind {
+            AT_BOTTLENECK => f.to_bottleneck.q.front().map(|h| h.0),
+            AT_RECEIVER => f.to_receiver.q.front().map(|h| h.0),
+            _ => f.to_sender.q.front().map(|h| h.0),
+        };
+        if let Some(t) = next {
+            self.schedule(t, kind, i);
+        }
+    }
+
+    /// Segments `[from, to)` became in-order at the receiver.
+    fn deliver(&mut self, i: usize, from: u64, to: u64) {
+        let mss = self.cfg.mss as u64;
+        let mut bytes = (to - from) * mss;
+        let f = &mut self.flows[i];
+        if let Some(t) = f.total_segs {
+            if to >= t {
+                bytes -= mss - f.last_seg_len as u64;
+            }
+        }
+        f.delivered_bytes += bytes;
+        let bin = (self.now / self.cfg.measure.goodput_interval_ns) as usize;
+        if f.goodput_bins.len() <= bin {
+            f.goodput_bins.resize(bin + 1, 0);
+        }
+        f.goodput_bins[bin] += bytes;
+        if f.total_segs.is_some_and(|t| to >= t) && f.completed_at.is_none() {
+            f.completed_at = Some(self.now);
+            f.end = Some(self.now);
+            self.volume_left -= 1;
+            if self.volume_left == 0 && self.now >= self.duration_end {
+                self.end = Some(self.now);
+            }
+        }
+    }
+
+    fn send_ack(&mut self, i: usize, ack: AckSegment) {
+        self.acks += 1;
+        let now = self.now;
+        let depart = match self.rev_link {
+            Some(l) => {
+                let ack_bytes = self.cfg.header_bytes;
+                let lossy = self
+                    .cfg
+                    .reverse_bottleneck
+                    .as_ref()
+                    .is_some_and(|r| r.loss_rate > 0.0);
+                let draw = if lossy { uniform(&mut self.rng) } else { 1.0 };
+                match self.links[l].offer(now, ack_bytes, draw) {
+                    Offer::Departs(d) => d,
+                    _ => return,
+                }
+            }
+            None => now,
+        };
+        let f = &mut self.flows[i];
+        let t = depart + f.one_way_rev;
+        if push(&mut f.to_sender, t, ack) {
+            self.schedule(t, AT_SENDER, i);
+        }
+    }
+
+    /// Puts on the wire every segment the sender may send now.
+    fn transmit(&mut self, i: usize) {
+        let now = self.now;
+        let header = self.cfg.header_bytes;
+        while let Some(seg) = self.flows[i].sender.poll_transmit(now) {
+            let bytes = self.seg_len(i, seg.seq) + header;
+            let nic = self.flows[i].nic;
+            let Offer::Departs(d) = self.links[nic].offer(now, bytes, 1.0) else {
+                unreachable!("host interfaces never drop")
+            };
+            if push(&mut self.flows[i].to_bottleneck, d, seg) {
+                self.schedule(d, AT_BOTTLENECK, i);
+            }
+        }
+        self.arm_rto(i);
+    }
+
+    fn arm_rto(&mut self, i: usize) {
+        let f = &mut self.flows[i];
+        if let Some(d) = f.sender.rto_deadline() {
+            if f.rto_event_at.is_none_or(|e| d < e) {
+                f.rto_event_at = Some(d);
+                self.schedule(d, RTO, i);
+            }
+        }
+    }
+
+    fn arm_delack(&mut self, i: usize) {
+        let f = &mut self.flows[i];
+        if let Some(d) = f.receiver.delack_deadline() {
+            if f.delack_event_at.is_none_or(|e| d < e) {
+                f.delack_event_at = Some(d);
+                self.schedule(d, DELACK, i);
+            }
+        }
+    }
+
+    /// Records the sender state at every sampling instant up to `now` (the state held since
+    /// the previous event of this flow).
+    fn sample_tcp(&mut self, i: usize) {
+        let iv = self.cfg.measure.tcp_interval_ns;
+        let f = &mut self.flows[i];
+        let until = f.end.unwrap_or(Time::MAX).min(self.now);
+        while f.next_tcp_sample <= until {
+            let s = &f.sender;
+            let rows = &mut self.tcp_rows;
+            rows.t_s.push(secs(f.next_tcp_sample));
+            rows.flow_id.push(i as u32);
+            rows.cwnd.push(s.win.cwnd);
+            rows.ssthresh
+                .push((s.win.ssthresh != u32::MAX).then_some(s.win.ssthresh));
+            rows.srtt_ms.push(s.srtt().map(|r| r as f64 / 1e6));
+            rows.rto_ms.push(s.rto() as f64 / 1e6);
+            rows.in_flight.push(s.in_flight());
+            rows.retransmissions.push(s.stats.retransmissions);
+            rows.ca_state.push(match s.state {
+                CaState::Open => 0,
+                CaState::Recovery => 1,
+                CaState::Loss => 2,
+            });
+            f.next_tcp_sample += iv;
+        }
+    }
+
+    /// Closes the recorders and returns the trace.
+    pub fn finish(mut self) -> Trace {
+        let end = self.end.unwrap_or(self.now);
+        self.now = end;
+        for i in 0..self.flows.len() {
+            if self.flows[i].start <= end {
+                self.sample_tcp(i);
+            }
+        }
+        for l in self.links.iter_mut() {
+            l.finish(end);
+        }
+        let mut tr = Trace::default();
+        let giv = self.cfg.measure.goodput_interval_ns;
+        for (i, f) in self.flows.iter().enumerate() {
+            let fl = &mut tr.flows;
+            let stop = f.end.unwrap_or(end).min(end);
+            fl.flow_id.push(i as u32);
+            fl.pair.push(f.cfg.pair);
+            fl.stream.push(f.cfg.stream);
+            fl.source.push(format!("s{}", f.cfg.pair));
+            fl.sink.push(format!("r{}", f.cfg.pair));
+            fl.variant.push(f.sender.variant().to_string());
+            fl.start_s.push(secs(f.start.min(end)));
+            fl.end_s.push(secs(stop));
+            fl.bytes.push(f.delivered_bytes);
+            fl.volume_bytes.push(f.cfg.volume_bytes);
+            fl.completion_time_s
+                .push(f.completed_at.map(|c| secs(c - f.start)));
+            fl.segments_sent.push(f.sender.stats.segments_sent);
+            fl.retransmissions.push(f.sender.stats.retransmissions);
+            fl.fast_recoveries.push(f.sender.stats.fast_recoveries);
+            fl.timeouts.push(f.sender.stats.timeouts);
+            if f.start >= end {
+                continue;
+            }
+            // Goodput rows for the intervals the flow lived in.
+            let first = (f.start / giv) as usize;
+            let last = stop.div_ceil(giv).max(first as u64 + 1) as usize;
+            for b in first..last {
+                let bytes = f.goodput_bins.get(b).copied().unwrap_or(0);
+                tr.goodput.t_s.push(secs(b as u64 * giv));
+                tr.goodput.flow_id.push(i as u32);
+                tr.goodput.bytes.push(bytes);
+                tr.goodput
+                    .goodput_mbps
+                    .push(bytes as f64 * 8.0 / secs(giv) / 1e6);
+            }
+        }
+        let liv = self.cfg.measure.link_interval_ns;
+        let nbins = end.div_ceil(liv).max(1) as usize;
+        let mut measured = vec![(0usize, "bottleneck")];
+        if let Some(r) = self.rev_link {
+            measured.push((r, "reverse"));
+        }
+        for (li, name) in measured {
+            let s = self.links[li].samples.as_ref().expect("measured link");
+            let at = |v: &Vec<u64>, b: usize| v.get(b).copied().unwrap_or(0);
+            for b in 0..nbins {
+                let l = &mut tr.link;
+                l.t_s.push(secs(b as u64 * liv));
+                l.link.push(name.to_string());
+                l.bytes.push(at(&s.bytes, b));
+                l.packets.push(at(&s.packets, b));
+                l.throughput_mbps
+                    .push(at(&s.bytes, b) as f64 * 8.0 / secs(liv) / 1e6);
+                l.drops.push(at(&s.drops, b));
+                l.losses.push(at(&s.losses, b));
+                l.queue_pkts
+                    .push(s.queue_at_start.get(b).copied().unwrap_or(0));
+                l.queue_max_pkts
+                    .push(s.queue_max.get(b).copied().unwrap_or(0));
+            }
+        }
+        tr.tcp = std::mem::take(&mut self.tcp_rows);
+        tr.stats.events = self.events;
+        tr.stats.packets = self
+            .flows
+            .iter()
+            .map(|f| f.sender.stats.segments_sent + f.sender.stats.retransmissions)
+            .sum();
+        tr.stats.acks = self.acks;
+        tr.stats.end_s = secs(end);
+        tr.stats.bottleneck_drops = self.links[0].total_drops;
+        tr.stats.bottleneck_losses = self.links[0].total_losses;
+        tr.stats.bottleneck_max_queue = self.links[0].max_backlog;
+        tr
+    }
+
+    /// Segment accounting, for conservation checks: (put on the wire, arrived at the
+    /// receivers, dropped or lost at the bottleneck, still in the network).
+    pub fn packet_accounting(&self) -> (u64, u64, u64, u64) {
+        let sent: u64 = self
+            .flows
+            .iter()
+            .map(|f| f.sender.stats.segments_sent + f.sender.stats.retransmissions)
+            .sum();
+        let dropped = self.links[0].total_drops + self.links[0].total_losses;
+        let in_flight: u64 = self
+            .flows
+            .iter()
+            .map(|f| (f.to_bottleneck.q.len() + f.to_receiver.q.len()) as u64)
+            .sum();
+        (sent, self.received_segments, dropped, in_flight)
+    }
+}
+
+/// Pushes onto a pipe; true if it was empty (its head must be scheduled).
+#[inline]
+fn push<T: Copy>(p: &mut Pipe<T>, t: Time, item: T) -> bool {
+    debug_assert!(p.q.back().is_none_or(|b| b.0 <= t), "pipes are FIFO");
+    p.q.push_back((t, item));
+    p.q.len() == 1
+}

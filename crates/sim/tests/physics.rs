@@ -1,0 +1,176 @@
+//! Physics of the simulator: what a user would check first.
+
+use xferlab_sim::config::{
+    FlowConfig, LinkConfig, MeasureConfig, PairConfig, SimConfig, TcpConfig,
+};
+use xferlab_sim::time::{NS_PER_MS, NS_PER_S};
+use xferlab_sim::{Simulation, Trace};
+
+fn dumbbell(
+    pairs: u32,
+    access: f64,
+    bottleneck: f64,
+    rtt_ms: u64,
+    buffer: u32,
+    secs: u64,
+) -> SimConfig {
+    SimConfig {
+        seed: 1,
+        mss: 1448,
+        header_bytes: 52,
+        frame_overhead: 38,
+        bottleneck: LinkConfig {
+            rate_bps: bottleneck,
+            buffer_pkts: buffer,
+            loss_rate: 0.0,
+        },
+        reverse_bottleneck: None,
+        pairs: (0..pairs)
+            .map(|_| PairConfig {
+                access_rate_bps: access,
+                rtt_ns: rtt_ms * NS_PER_MS,
+            })
+            .collect(),
+        flows: (0..pairs)
+            .map(|p| FlowConfig {
+                pair: p,
+                stream: 0,
+                variant: "reno".into(),
+                // A few ms apart, as flows started by hand on a testbed would be.
+                start_ns: p as u64 * 3 * NS_PER_MS,
+                duration_ns: Some(secs * NS_PER_S),
+                volume_bytes: None,
+                max_window_pkts: None,
+            })
+            .collect(),
+        tcp: TcpConfig::default(),
+        measure: MeasureConfig::default(),
+        end_ns: None,
+    }
+}
+
+/// Ideal transport goodput through a link (seed 001 §3.3): payload share of the wire.
+fn ideal_mbps(rate_bps: f64) -> f64 {
+    rate_bps * 1448.0 / 1538.0 / 1e6
+}
+
+/// Mean goodput of a flow over the goodput intervals starting at or after `from_s`.
+fn mean_goodput(tr: &Trace, flow: u32, from_s: f64, to_s: f64) -> f64 {
+    let g = &tr.goodput;
+    let v: Vec<f64> = (0..g.t_s.len())
+        .filter(|&i| g.flow_id[i] == flow && g.t_s[i] >= from_s && g.t_s[i] + 0.5 <= to_s)
+        .map(|i| g.goodput_mbps[i])
+        .collect();
+    v.iter().sum::<f64>() / v.len() as f64
+}
+
+fn jain(x: &[f64]) -> f64 {
+    let s: f64 = x.iter().sum();
+    let s2: f64 = x.iter().map(|v| v * v).sum();
+    s * s / (x.len() as f64 * s2)
+}
+
+#[test]
+fn one_reno_flow_fills_a_1gbps_path_with_a_bdp_buffer() {
+    // 1 Gbit/s, 20 ms: BDP = 1e9 × 0.02 / (1500 × 8) ≈ 1667 packets. With a 10 Gbit/s
+    // access link the queue builds at the bottleneck, and Reno's sawtooth, halving from
+    // BDP + B = 2 BDP to BDP, keeps the link busy while losing a packet per cycle.
+    let ideal = ideal_mbps(1e9);
+    for access in [1e9, 10e9] {
+        let cfg = dumbbell(1, access, 1e9, 20, 1667, 60);
+        let tr = Simulation::new(cfg).unwrap().run();
+        let g = mean_goodput(&tr, 0, 5.0, 60.0);
+        assert!(
+            g >= 0.97 * ideal,
+            "access {access}: goodput {g:.1} Mbit/s < 97 % of ideal {ideal:.2}"
+        );
+        assert!(
+            g <= ideal * 1.0001,
+            "goodput {g:.3} above the ideal {ideal:.3}: accounting error"
+        );
+        // With equal access and bottleneck rates the host interface is the only queue (as
+        // with Linux TSQ): nothing is dropped.
+        assert_eq!(tr.stats.bottleneck_drops > 0, access > 1e9);
+    }
+}
+
+#[test]
+fn flows_share_the_bottleneck_fairly_over_a_long_run() {
+    // 4 × 1 Gbit/s into 2 Gbit/s, 10 ms, one BDP of buffer.
+    let cfg = dumbbell(4, 1e9, 2e9, 10, 1667, 120);
+    let tr = Simulation::new(cfg).unwrap().run();
+    let means: Vec<f64> = (0..4).map(|f| mean_goodput(&tr, f, 10.0, 120.0)).collect();
+    let j = jain(&means);
+    assert!(j >= 0.9, "Jain {j:.3} over {means:?}");
+    let total: f64 = means.iter().sum();
+    assert!(total > 0.9 * ideal_mbps(2e9), "aggregate {total:.0}");
+}
+
+#[test]
+fn queue_never_exceeds_the_buffer_and_packets_are_conserved() {
+    for buffer in [5, 50, 400] {
+        let cfg = dumbbell(6, 1e9, 2e9, 30, buffer, 10);
+        let mut sim = Simulation::new(cfg).unwrap();
+        // Stop mid-run, with packets in every pipe and queue.
+        sim.run_until(7 * NS_PER_S + 123_456);
+        let (sent, received, dropped, in_flight) = sim.packet_accounting();
+        assert_eq!(sent, received + dropped + in_flight, "buffer {buffer}");
+        assert!(dropped > 0 && in_flight > 0);
+        let tr = sim.finish();
+        assert!(
+            tr.stats.bottleneck_max_queue <= buffer,
+            "buffer {buffer}: {}",
+            tr.stats.bottleneck_max_queue
+        );
+        assert!(tr.link.queue_max_pkts.iter().all(|&q| q <= buffer));
+        assert_eq!(tr.link.drops.iter().sum::<u64>(), tr.stats.bottleneck_drops);
+    }
+}
+
+#[test]
+fn bytes_delivered_match_goodput_rows_and_volumes_complete() {
+    let mut cfg = dumbbell(3, 1e9, 1e9, 10, 200, 1);
+    for (i, f) in cfg.flows.iter_mut().enumerate() {
+        f.duration_ns = None;
+        f.volume_bytes = Some(10_000_000 + i as u64 * 1_234_567);
+    }
+    let tr = Simulation::new(cfg).unwrap().run();
+    for i in 0..3 {
+        let vol = tr.flows.volume_bytes[i].unwrap();
+        assert_eq!(tr.flows.bytes[i], vol);
+        let rows: u64 = (0..tr.goodput.t_s.len())
+            .filter(|&k| tr.goodput.flow_id[k] == i as u32)
+            .map(|k| tr.goodput.bytes[k])
+            .sum();
+        assert_eq!(rows, vol);
+        let ct = tr.flows.completion_time_s[i].unwrap();
+        // Cannot beat a third of the bottleneck's ideal rate by much, nor take forever.
+        assert!(
+            ct > vol as f64 * 8.0 / ideal_mbps(1e9) / 1e6 && ct < 10.0,
+            "flow {i}: {ct}"
+        );
+    }
+    assert!((tr.stats.end_s - tr.flows.end_s.iter().cloned().fold(0.0, f64::max)).abs() < 1e-9);
+}
+
+#[test]
+fn same_seed_same_trace() {
+    let run = || {
+        let mut cfg = dumbbell(5, 1e9, 2e9, 20, 100, 8);
+        cfg.bottleneck.loss_rate = 1e-4;
+        Simulation::new(cfg).unwrap().run()
+    };
+    let (a, b) = (run(), run());
+    assert_eq!(a.goodput.bytes, b.goodput.bytes);
+    assert_eq!(a.tcp.cwnd, b.tcp.cwnd);
+    assert_eq!(a.link.bytes, b.link.bytes);
+    assert_eq!(a.stats.events, b.stats.events);
+    let mut cfg = dumbbell(5, 1e9, 2e9, 20, 100, 8);
+    cfg.bottleneck.loss_rate = 1e-4;
+    cfg.seed = 2;
+    let c = Simulation::new(cfg).unwrap().run();
+    assert_ne!(
+        a.goodput.bytes, c.goodput.bytes,
+        "another seed draws other losses"
+    );
+}

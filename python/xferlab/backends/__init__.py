@@ -1,0 +1,37 @@
+"""Backends run a resolved scenario and return the Trace tables.
+
+One module per backend; each exposes ``run(scenario, resolved, progress) -> BackendRun``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import pyarrow as pa
+
+
+class BackendError(Exception):
+    """The backend cannot run this scenario (a user-facing reason)."""
+
+
+@dataclass
+class BackendRun:
+    tables: dict[str, pa.RecordBatch | pa.Table]
+    stats: dict = field(default_factory=dict)
+    versions: dict = field(default_factory=dict)
+    environment: dict = field(default_factory=dict)
+
+
+#: progress(simulated_or_elapsed_seconds, total_seconds_or_None)
+Progress = Callable[[float, float | None], None]
+
+NAMES = ("sim",)
+
+
+def get(name: str):
+    if name == "sim":
+        from . import sim
+
+        return sim
+    raise BackendError(f"unknown backend {name!r} (available: {', '.join(NAMES)})")

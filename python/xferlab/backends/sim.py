@@ -1,0 +1,95 @@
+"""The built-in packet-level simulator (Rust, ``crates/sim``), the embedded default."""
+
+from __future__ import annotations
+
+import json
+
+from . import BackendError, BackendRun, Progress
+
+NAME = "sim"
+
+
+def _module():
+    try:
+        from .. import _sim
+    except ImportError as e:  # pragma: no cover - a broken install
+        raise BackendError(f"the simulator extension is not built ({e}); run `make install`") from None
+    return _sim
+
+
+def variants() -> list[str]:
+    return list(_module().variants())
+
+
+def sim_config(resolved: dict) -> dict:
+    """The simulator's configuration (crates/sim/src/config.rs) from a resolved scenario."""
+    ns = lambda s: int(round(s * 1e9))  # noqa: E731
+    flows = []
+    for f in resolved["flows"]:
+        flows.append(
+            {
+                "pair": f["pair"],
+                "stream": f["stream"],
+                "variant": f["variant"],
+                "start_ns": ns(f["start_s"]),
+                "duration_ns": ns(f["duration_s"]) if f["duration_s"] is not None else None,
+                "volume_bytes": f["volume_bytes"],
+                "max_window_pkts": resolved["window_cap_packets"],
+            }
+        )
+    pair = {"access_rate_bps": resolved["access_rate_bps"], "rtt_ns": ns(resolved["rtt_s"])}
+    return {
+        "seed": resolved["seed"],
+        "mss": resolved["mss"],
+        "header_bytes": resolved["header_bytes"],
+        "frame_overhead": resolved["frame_overhead"],
+        "bottleneck": {
+            "rate_bps": resolved["bottleneck_rate_bps"],
+            "buffer_pkts": resolved["buffer_packets"],
+            "loss_rate": resolved["loss_rate"],
+        },
+        "pairs": [pair] * resolved["pairs"],
+        "flows": flows,
+        "tcp": {
+            "initial_cwnd": resolved["initial_cwnd"],
+            "delayed_ack": resolved["delayed_ack"],
+            "rto_min_ns": ns(resolved["rto_min_s"]),
+        },
+        "measure": {
+            "goodput_interval_ns": ns(resolved["goodput_interval_s"]),
+            "link_interval_ns": ns(resolved["link_interval_s"]),
+            "tcp_interval_ns": ns(resolved["tcp_interval_s"]),
+        },
+        "end_ns": ns(resolved["end_s"]) if resolved["end_s"] is not None else None,
+    }
+
+
+def expected_end_s(resolved: dict) -> float | None:
+    if resolved["duration_s"] is not None:
+        return max(f["start_s"] + f["duration_s"] for f in resolved["flows"])
+    return None
+
+
+def run(scenario, resolved: dict, progress: Progress | None = None) -> BackendRun:
+    sim = _module()
+    implemented = set(sim.variants())
+    missing = sorted({f["variant"] for f in resolved["flows"]} - implemented)
+    if missing:
+        raise BackendError(
+            f"variant {', '.join(missing)} is not implemented by the simulator yet "
+            f"(implemented: {', '.join(sorted(implemented))})"
+        )
+    total = expected_end_s(resolved)
+    callback = None
+    if progress is not None:
+        callback = lambda now_s, _events: progress(now_s, total)  # noqa: E731
+    chunk = max(0.05, (total or 10.0) / 200)
+    try:
+        out = sim.run(json.dumps(sim_config(resolved)), callback, chunk)
+    except ValueError as e:
+        raise BackendError(f"simulator: {e}") from None
+    return BackendRun(
+        tables=dict(out["tables"]),
+        stats=dict(out["stats"]),
+        versions={"xferlab-sim": sim.__version__},
+    )

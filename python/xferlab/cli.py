@@ -1,0 +1,176 @@
+"""The ``xferlab`` command line."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from . import __version__
+from .backends import BackendError
+from .metrics import MetricsError
+from .runfolder import RunFolderError
+from .scenario import ScenarioError
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="xferlab: experiments on bulk data transfers over high bandwidth-delay-product networks.",
+)
+console = Console()
+err = Console(stderr=True)
+
+#: Exit status for a user mistake (bad scenario, bad folder), as argparse/click use.
+USAGE = 2
+
+
+def _fail(message: str, status: int = USAGE):
+    err.print(f"[bold red]error:[/] {message}", highlight=False, markup=True, soft_wrap=True)
+    raise typer.Exit(status)
+
+
+def _summary(m: dict, out: Path) -> None:
+    t = Table(title=None, show_header=True, header_style="bold")
+    t.add_column("metric")
+    t.add_column("value", justify="right")
+
+    def f(v, fmt="{:.1f}"):
+        return "—" if v is None else fmt.format(v)
+
+    rows = [
+        ("aggregate goodput", f(m["aggregate_goodput_mbps"]) + " Mbit/s"),
+        ("ideal goodput r_TP", f(m["ideal_goodput_mbps"]) + " Mbit/s"),
+        ("efficiency G/C", f(m["efficiency"], "{:.3f}")),
+        ("mean flow goodput", f(m["mean_flow_goodput_mbps"]) + " Mbit/s"),
+        ("Jain index (stream / transfer)", f"{f(m['jain_index'], '{:.4f}')} / {f(m['jain_index_per_transfer'], '{:.4f}')}"),
+        ("mean flow CoV", f(m["mean_flow_cov"], "{:.3f}")),
+        ("retransmissions", str(m["retransmissions"])),
+        ("bottleneck drops", str(m["bottleneck_drops"])),
+    ]
+    c = m.get("completion")
+    if c and c.get("count"):
+        rows.append(("completion mean ± std", f"{c['mean_s']:.2f} ± {c['std_s']:.2f} s"))
+        if c.get("makespan_deficiency") is not None:
+            rows.append(("makespan deficiency", f"{100 * c['makespan_deficiency']:.1f} %"))
+    if c and c.get("incomplete"):
+        rows.append(("[yellow]incomplete transfers[/]", str(c["incomplete"])))
+    w = m["window"]
+    rows.append(("window", f"{w['kind']} {w['start_s']:.2f}–{w['end_s']:.2f} s"))
+    for k, v in rows:
+        t.add_row(k, v)
+    console.print(t)
+    console.print(f"report: [bold]{out / 'report.html'}[/]")
+
+
+@app.command()
+def run(
+    scenario: Path = typer.Argument(..., help="scenario YAML file"),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="run folder to create (default: results/NAME/TIMESTAMP)"),
+    set_: Optional[List[str]] = typer.Option(None, "--set", "-s", help="override a field: section.field=value (repeatable)"),
+    backend: str = typer.Option("sim", "--backend", "-b", help="sim (built-in simulator)"),
+    force: bool = typer.Option(False, "--force", help="replace --out if it exists"),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar"),
+):
+    """Run one scenario and write its run folder (trace, metrics, report)."""
+    from . import engine, scenario as sc
+
+    try:
+        s, given = sc.load(scenario, set_)
+        target = out if out is not None else engine.default_out(s)
+        if quiet or not console.is_terminal:
+            m = engine.run(s, given, target, backend=backend, force=force)
+        else:
+            with Progress(
+                TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.fields[label]}"),
+                TimeElapsedColumn(), console=console, transient=True,
+            ) as bar:
+                task = bar.add_task(f"{s.name} ({backend})", total=None, label="")
+
+                def progress(now_s: float, total_s: float | None):
+                    label = f"{now_s:.1f} / {total_s:.1f} s simulated" if total_s else f"{now_s:.1f} s simulated"
+                    bar.update(task, completed=now_s, total=total_s, label=label)
+
+                m = engine.run(s, given, target, backend=backend, progress=progress, force=force)
+    except (ScenarioError, BackendError, RunFolderError, MetricsError) as e:
+        _fail(str(e))
+    except KeyboardInterrupt:
+        _fail("interrupted; no run folder was written", 130)
+    _summary(m, target)
+
+
+@app.command()
+def report(folder: Path = typer.Argument(..., help="a run folder")):
+    """Re-render the metrics and the report of a run folder from its stored trace."""
+    from . import engine
+
+    try:
+        m = engine.rerender(folder)
+    except (RunFolderError, MetricsError, KeyError) as e:
+        _fail(str(e) if not isinstance(e, KeyError) else f"{folder}: run.json lacks {e}")
+    _summary(m, folder)
+
+
+@app.command()
+def schema():
+    """Print the JSON Schema of scenario files."""
+    from .scenario import json_schema
+
+    sys.stdout.write(json.dumps(json_schema(), indent=2) + "\n")
+
+
+@app.command()
+def check(
+    scenario: Path = typer.Argument(..., help="scenario YAML file"),
+    set_: Optional[List[str]] = typer.Option(None, "--set", "-s", help="override a field: section.field=value"),
+):
+    """Validate a scenario and print it resolved (rates in bit/s, times in s, packets)."""
+    from . import scenario as sc
+
+    try:
+        s, _ = sc.load(scenario, set_)
+        r = sc.resolve(s)
+    except ScenarioError as e:
+        _fail(str(e))
+    short = {k: v for k, v in r.items() if k not in ("flows", "transfers")}
+    short["flows"] = len(r["flows"])
+    sys.stdout.write(json.dumps(short, indent=2) + "\n")
+
+
+@app.command()
+def ideal(
+    rate: str = typer.Argument("1Gbps", help="link rate, e.g. 10Gbps"),
+    mtu: int = typer.Option(1500, help="IP MTU, bytes"),
+    headers: int = typer.Option(40, help="IP + TCP header bytes (52 with timestamps)"),
+):
+    """Ideal rates r_Eth, r_IP, r_TP of a link (seed 001 §3.3)."""
+    from .models import ideal_rates
+    from .units import parse_rate
+
+    try:
+        bps = parse_rate(rate)
+    except ValueError as e:
+        _fail(str(e))
+    r = ideal_rates(bps, mtu=mtu, header_bytes=headers)
+    console.print(f"r_Eth = {r.r_eth_mbps:.2f} Mbit/s   r_IP = {r.r_ip_mbps:.2f} Mbit/s   r_TP = {r.r_tp_mbps:.2f} Mbit/s")
+
+
+@app.command()
+def version():
+    """Print the versions of xferlab and its simulator."""
+    from .backends import sim
+
+    console.print(f"xferlab {__version__}, simulator {sim._module().__version__} (variants: {', '.join(sim.variants())})")
+
+
+def main():  # pragma: no cover
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,76 @@
+"""Run folders: ``DIR/run.json``, ``DIR/trace/*.parquet``, ``DIR/metrics.json``,
+``DIR/report.html`` (+ ``DIR/figures/``).
+
+A run folder is written whole into a hidden sibling and renamed into place, so a reader
+never sees a half-written result: either the complete folder is there or nothing is.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Iterator
+
+RUN_FILE = "run.json"
+METRICS_FILE = "metrics.json"
+REPORT_FILE = "report.html"
+
+
+class RunFolderError(Exception):
+    pass
+
+
+def is_run_folder(path: Path) -> bool:
+    return (path / RUN_FILE).is_file() and (path / "trace").is_dir()
+
+
+def write_json(path: Path, data) -> None:
+    """Writes JSON atomically (temporary file + rename)."""
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=False, allow_nan=False) + "\n")
+    os.replace(tmp, path)
+
+
+def read_json(path: Path):
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise RunFolderError(f"{path}: missing") from None
+    except json.JSONDecodeError as e:
+        raise RunFolderError(f"{path}: not valid JSON ({e})") from None
+
+
+def check_destination(out: Path, force: bool) -> None:
+    if out.exists() and not force:
+        if out.is_dir() and not any(out.iterdir()):
+            return
+        raise RunFolderError(f"{out} already exists; choose another --out or pass --force to replace it")
+    if out.exists() and not out.is_dir():
+        raise RunFolderError(f"{out} exists and is not a folder")
+
+
+@contextlib.contextmanager
+def staged(out: Path, force: bool = False) -> Iterator[Path]:
+    """Yields a temporary folder; on success it replaces ``out`` in one rename."""
+    out = out.resolve()
+    check_destination(out, force)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir()
+    try:
+        yield tmp
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    old = None
+    if out.exists():
+        old = out.parent / f".{out.name}.old-{os.getpid()}"
+        os.replace(out, old)
+    os.replace(tmp, out)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)

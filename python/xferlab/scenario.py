@@ -1,0 +1,404 @@
+"""The scenario: one dumbbell experiment, described in YAML and validated here.
+
+The shape is the project's contract (issue 2)::
+
+    name: quick
+    topology: {pairs: 4, access_rate: 1Gbps, bottleneck_rate: 2Gbps, rtt: 10ms,
+               buffer: 1.0bdp, mtu: 1500}
+    workload: {streams: 1, duration: 20s, stagger: 0s}   # or volume: 1GB per transfer
+    protocol: {variant: reno}
+    measure: {goodput_interval: 0.5s, link_interval: 20ms}
+    seed: 1
+
+Quantities are strings with units (see :mod:`xferlab.units`). :func:`load` reads a file,
+applies ``--set section.field=value`` overrides and validates; :func:`resolve` turns a
+scenario into plain numbers (bit/s, seconds, packets) and the list of flows, which is what
+backends consume and what ``run.json`` records as ``resolved``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
+
+from . import models
+from .units import parse_duration, parse_rate, parse_size
+
+#: Congestion controls a scenario may name, spelled as Linux spells them. Which of them a
+#: backend can run is the backend's business (it says so clearly when it cannot).
+VARIANTS = ("reno", "bic", "cubic", "highspeed", "htcp", "scalable", "bbr")
+
+#: Ethernet bytes per frame beyond the IP packet: header 14, FCS 4, preamble 8, IFG 12
+#: (seed 001 §3.3, figure 7).
+FRAME_OVERHEAD = 38
+
+
+class ScenarioError(Exception):
+    """A scenario that cannot be run; the message names the file and the field."""
+
+
+def _positive(parse):
+    def check(v: Any) -> float:
+        x = parse(v)
+        if not (math.isfinite(x) and x > 0):
+            raise ValueError(f"must be positive, got {v!r}")
+        return x
+
+    return check
+
+
+def _non_negative(parse):
+    def check(v: Any) -> float:
+        x = parse(v)
+        if not (math.isfinite(x) and x >= 0):
+            raise ValueError(f"must not be negative, got {v!r}")
+        return x
+
+    return check
+
+
+def _schema(kind: str, example: str) -> WithJsonSchema:
+    return WithJsonSchema({"anyOf": [{"type": "string"}, {"type": "number"}], "description": kind, "examples": [example]})
+
+
+Rate = Annotated[float, BeforeValidator(_positive(parse_rate)), _schema("rate in bits/s, e.g. 10Gbps", "10Gbps")]
+Duration = Annotated[float, BeforeValidator(_positive(parse_duration)), _schema("duration, e.g. 11.5ms", "11.5ms")]
+Offset = Annotated[float, BeforeValidator(_non_negative(parse_duration)), _schema("duration, e.g. 200s", "0s")]
+Size = Annotated[int, BeforeValidator(lambda v: int(_positive(parse_size)(v))), _schema("size in bytes, e.g. 15GB", "1GB")]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_default=True)
+
+
+class Topology(_Model):
+    """The dumbbell: `pairs` senders, each with an access link, into one bottleneck."""
+
+    pairs: int = Field(1, ge=1, le=100_000, description="sender→receiver host pairs")
+    access_rate: Rate = Field("1Gbps", description="sender access link capacity")
+    bottleneck_rate: Rate = Field("1Gbps", description="shared link capacity")
+    rtt: Duration = Field("10ms", description="round-trip propagation delay")
+    buffer: int | str = Field(
+        "1.0bdp",
+        description="bottleneck drop-tail queue: packets (int), '<x>bdp' (bottleneck rate × RTT in "
+        "MTU-size packets) or a size in bytes ('256KB')",
+    )
+    mtu: int = Field(1500, ge=128, le=65535, description="IP MTU in bytes")
+    timestamps: bool = Field(True, description="TCP timestamps option (12 bytes per segment)")
+    loss_rate: float = Field(0.0, ge=0.0, lt=1.0, description="random (Bernoulli) loss on the bottleneck")
+
+    @field_validator("buffer")
+    @classmethod
+    def _buffer(cls, v: int | str) -> int | str:
+        if isinstance(v, bool):
+            raise ValueError("buffer must be a number of packets, '<x>bdp' or a size")
+        if isinstance(v, int):
+            if v < 1:
+                raise ValueError(f"buffer must be at least 1 packet, got {v}")
+            return v
+        text = str(v).strip()
+        if text.lower().endswith("bdp"):
+            try:
+                x = float(text[:-3])
+            except ValueError:
+                raise ValueError(f"buffer {v!r}: expected '<x>bdp', e.g. '1.0bdp'") from None
+            if not (math.isfinite(x) and x > 0):
+                raise ValueError(f"buffer {v!r} must be a positive multiple of the BDP")
+            return text
+        try:
+            if parse_size(text) <= 0:
+                raise ValueError
+        except ValueError:
+            raise ValueError(f"buffer {v!r}: expected packets (int), '<x>bdp' or a size such as '256KB'") from None
+        return text
+
+
+class Workload(_Model):
+    """What each pair transfers: for a duration, or a volume (per transfer), with N streams."""
+
+    streams: int = Field(1, ge=1, le=10_000, description="parallel TCP streams per pair")
+    duration: Duration | None = Field(None, description="each pair sends for this long")
+    volume: Size | None = Field(None, description="bytes each pair transfers (split over its streams)")
+    stagger: Offset = Field("0s", description="pair k starts at k × stagger")
+    align_end: bool = Field(False, description="staggered pairs all stop together (seed 002 Table II procedure)")
+    start_jitter: Offset = Field(
+        "1ms", description="each stream starts up to this much later, at random (start skew of real hosts)"
+    )
+    max_duration: Duration | None = Field(
+        None, description="volume runs: give up after this long (default: 10 × the ideal makespan + 60 s)"
+    )
+
+    @model_validator(mode="after")
+    def _one_of(self) -> "Workload":
+        if (self.duration is None) == (self.volume is None):
+            raise ValueError("give exactly one of workload.duration and workload.volume")
+        return self
+
+
+class Protocol(_Model):
+    variant: str = Field("reno", description="congestion control, as Linux names it: " + ", ".join(VARIANTS))
+    initial_cwnd: int = Field(10, ge=1, le=1000, description="initial window, segments (RFC 6928)")
+    delayed_ack: bool = True
+    rto_min: Duration = Field("200ms", description="minimum retransmission timeout (Linux TCP_RTO_MIN)")
+    window_cap: Size | None = Field(None, description="per-stream window cap in bytes (socket buffer); none: not limiting")
+
+    @field_validator("variant")
+    @classmethod
+    def _variant(cls, v: str) -> str:
+        name = str(v).strip().lower()
+        aliases = {"hstcp": "highspeed", "hs-tcp": "highspeed", "h-tcp": "htcp", "newreno": "reno"}
+        name = aliases.get(name, name)
+        if name not in VARIANTS:
+            raise ValueError(f"unknown variant {v!r} (known: {', '.join(VARIANTS)})")
+        return name
+
+
+class Measure(_Model):
+    goodput_interval: Duration = Field("0.5s", description="receiver-side goodput sampling (iperf-like)")
+    link_interval: Duration = Field("20ms", description="bottleneck sampling (GtrcNET-like)")
+    tcp_interval: Duration = Field("100ms", description="sender state sampling (Web100-like)")
+    window: Literal["all", "all-active"] | list[Offset] = Field(
+        "all",
+        description="time window of the metrics: 'all', 'all-active' (while every flow is active, "
+        "as seed 002 Table II) or [start, end]",
+    )
+
+    @field_validator("window")
+    @classmethod
+    def _window(cls, v):
+        if isinstance(v, list):
+            if len(v) != 2 or not v[0] < v[1]:
+                raise ValueError("window must be 'all', 'all-active' or [start, end] with start < end")
+        return v
+
+
+class Scenario(_Model):
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$", description="used in folder names")
+    description: str = ""
+    topology: Topology = Topology()
+    workload: Workload
+    protocol: Protocol = Protocol()
+    measure: Measure = Measure()
+    seed: int = Field(1, ge=0, lt=2**63)
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def _format_errors(source: str, err: ValidationError) -> str:
+    lines = []
+    for e in err.errors():
+        loc = ".".join(str(p) for p in e["loc"]) or "(top level)"
+        msg = e["msg"].removeprefix("Value error, ")
+        if e["type"] == "extra_forbidden":
+            msg = "unknown field"
+        elif e["type"] == "missing":
+            msg = "required field is missing"
+        lines.append(f"{source}: {loc}: {msg}")
+    return "\n".join(lines)
+
+
+def _set_path(data: dict, dotted: str, value: Any, source: str) -> None:
+    keys = dotted.split(".")
+    if not all(keys):
+        raise ScenarioError(f"--set {dotted}: expected section.field=value")
+    node = data
+    for k in keys[:-1]:
+        child = node.get(k)
+        if child is None:
+            child = node[k] = {}
+        if not isinstance(child, dict):
+            raise ScenarioError(f"{source}: --set {dotted}: {k} is not a section")
+        node = child
+    node[keys[-1]] = value
+
+
+def parse_overrides(items: list[str] | None) -> list[tuple[str, Any]]:
+    """``["topology.rtt=100ms", "workload.streams=4"]`` → ``[(path, value), ...]``."""
+    out = []
+    for item in items or []:
+        if "=" not in item:
+            raise ScenarioError(f"--set {item!r}: expected section.field=value, e.g. topology.rtt=100ms")
+        key, text = item.split("=", 1)
+        try:
+            value = yaml.safe_load(text) if text.strip() else ""
+        except yaml.YAMLError:
+            value = text
+        out.append((key.strip(), value))
+    return out
+
+
+def from_dict(data: Any, source: str = "<scenario>", overrides: list[tuple[str, Any]] | None = None) -> "Scenario":
+    if not isinstance(data, dict):
+        raise ScenarioError(f"{source}: expected a mapping of sections (name, topology, workload, ...)")
+    data = json.loads(json.dumps(data))  # a private deep copy
+    for key, value in overrides or []:
+        _set_path(data, key, value, source)
+    try:
+        return Scenario.model_validate(data)
+    except ValidationError as e:
+        raise ScenarioError(_format_errors(source, e)) from None
+
+
+def load_raw(path: str | Path) -> dict:
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except FileNotFoundError:
+        raise ScenarioError(f"{p}: no such file") from None
+    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as e:
+        raise ScenarioError(f"{p}: cannot read: {e}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise ScenarioError(f"{p}: not valid YAML: {e}") from None
+    if not isinstance(data, dict):
+        raise ScenarioError(f"{p}: expected a mapping of sections (name, topology, workload, ...)")
+    return data
+
+
+def load(path: str | Path, overrides: list[str] | None = None) -> tuple["Scenario", dict]:
+    """Reads, overrides and validates a scenario file; returns it with the data as given."""
+    raw = load_raw(path)
+    parsed = parse_overrides(overrides)
+    scenario = from_dict(raw, str(path), parsed)
+    given = json.loads(json.dumps(raw))
+    for key, value in parsed:
+        _set_path(given, key, value, str(path))
+    return scenario, given
+
+
+def json_schema() -> dict:
+    return Scenario.model_json_schema()
+
+
+# --------------------------------------------------------------------------- resolution
+
+
+def header_bytes(t: Topology) -> int:
+    """IP + TCP headers (40 bytes) plus the timestamps option (12 bytes) when on."""
+    return 40 + (12 if t.timestamps else 0)
+
+
+def bdp_packets(t: Topology) -> float:
+    """Bandwidth-delay product of the bottleneck in MTU-size packets."""
+    return t.bottleneck_rate * t.rtt / (8 * t.mtu)
+
+
+def buffer_packets(t: Topology) -> int:
+    if isinstance(t.buffer, int):
+        return t.buffer
+    text = t.buffer.strip()
+    if text.lower().endswith("bdp"):
+        return max(1, round(float(text[:-3]) * bdp_packets(t)))
+    return max(1, math.ceil(parse_size(text) / t.mtu))
+
+
+def resolve(s: Scenario) -> dict:
+    """Plain numbers and the list of flows: what backends consume."""
+    t, w, p = s.topology, s.workload, s.protocol
+    mss = t.mtu - header_bytes(t)
+    if mss <= 0:
+        raise ScenarioError(f"topology.mtu {t.mtu} leaves no room for {header_bytes(t)} bytes of headers")
+    rng = random.Random(s.seed)
+    total_span = (t.pairs - 1) * w.stagger
+    flows, transfers = [], []
+    for pair in range(t.pairs):
+        pair_start = pair * w.stagger
+        duration = None
+        if w.duration is not None:
+            duration = (total_span + w.duration - pair_start) if w.align_end else w.duration
+        starts = []
+        for stream in range(w.streams):
+            start = pair_start + (rng.random() * w.start_jitter if w.start_jitter > 0 else 0.0)
+            starts.append(start)
+            volume = None
+            if w.volume is not None:
+                volume = w.volume // w.streams + (1 if stream < w.volume % w.streams else 0)
+                if volume == 0:
+                    raise ScenarioError(f"workload.volume {w.volume} B is smaller than {w.streams} streams")
+            flows.append(
+                {
+                    "flow_id": len(flows),
+                    "pair": pair,
+                    "stream": stream,
+                    "variant": p.variant,
+                    "start_s": start,
+                    "duration_s": duration,
+                    "volume_bytes": volume,
+                }
+            )
+        transfers.append({"pair": pair, "streams": w.streams, "start_s": min(starts), "volume_bytes": w.volume})
+
+    ideal = models.ideal_rates(t.bottleneck_rate, mtu=t.mtu, header_bytes=header_bytes(t))
+    # The ideal transport carries r_TP of whatever limits the aggregate: the bottleneck or
+    # the sum of the access links (seed 001 §3.3, generalised).
+    limit_bps = min(t.bottleneck_rate, t.pairs * t.access_rate)
+    ideal_goodput = models.ideal_rates(limit_bps, mtu=t.mtu, header_bytes=header_bytes(t)).r_tp_mbps
+
+    ideal_completion = None
+    end_s = None
+    if w.volume is not None:
+        tp_access = models.ideal_rates(t.access_rate, mtu=t.mtu, header_bytes=header_bytes(t)).r_tp_mbps * 1e6
+        tp_bneck = ideal.r_tp_mbps * 1e6
+        ideal_completion = models.ideal_completion_times(
+            [x["volume_bytes"] for x in transfers], [x["start_s"] for x in transfers], tp_access, tp_bneck
+        )
+        makespan = max(ideal_completion[i] + transfers[i]["start_s"] for i in range(len(transfers)))
+        end_s = (w.max_duration if w.max_duration is not None else 10 * makespan + 60.0) + max(
+            f["start_s"] for f in flows
+        )
+        for i, x in enumerate(transfers):
+            x["ideal_completion_s"] = ideal_completion[i]
+
+    window_cap_pkts = None
+    if p.window_cap is not None:
+        window_cap_pkts = max(1, math.ceil(p.window_cap / mss))
+
+    return {
+        "name": s.name,
+        "seed": s.seed,
+        "pairs": t.pairs,
+        "streams": w.streams,
+        "variant": p.variant,
+        "access_rate_bps": t.access_rate,
+        "bottleneck_rate_bps": t.bottleneck_rate,
+        "rtt_s": t.rtt,
+        "mtu": t.mtu,
+        "mss": mss,
+        "header_bytes": header_bytes(t),
+        "frame_overhead": FRAME_OVERHEAD,
+        "bdp_packets": bdp_packets(t),
+        "buffer_packets": buffer_packets(t),
+        "loss_rate": t.loss_rate,
+        "ideal_rates_mbps": {"r_eth": ideal.r_eth_mbps, "r_ip": ideal.r_ip_mbps, "r_tp": ideal.r_tp_mbps},
+        "ideal_goodput_mbps": ideal_goodput,
+        "window_cap_packets": window_cap_pkts,
+        "initial_cwnd": p.initial_cwnd,
+        "delayed_ack": p.delayed_ack,
+        "rto_min_s": p.rto_min,
+        "duration_s": w.duration,
+        "volume_bytes": w.volume,
+        "end_s": end_s,
+        "goodput_interval_s": s.measure.goodput_interval,
+        "link_interval_s": s.measure.link_interval,
+        "tcp_interval_s": s.measure.tcp_interval,
+        "window": s.measure.window,
+        "flows": flows,
+        "transfers": transfers,
+    }

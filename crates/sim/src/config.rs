@@ -115,6 +115,11 @@ pub struct TcpConfig {
     /// Segments SACKed above a hole before it is deemed lost (RFC 6675 DupThresh).
     #[serde(default = "default_dupthresh")]
     pub dupthresh: u32,
+    /// TCP Small Queues: a connection keeps at most this much of its host link's time worth
+    /// of segments queued in its own host (Linux: ~1 ms of the pacing rate, at least two
+    /// segments). Beyond it the sender waits, and a window it cannot use does not grow.
+    #[serde(default = "default_host_queue")]
+    pub host_queue_ns: Time,
 }
 
 /// Sampling intervals of the trace tables.
@@ -141,6 +146,7 @@ impl Default for TcpConfig {
             delayed_ack: true,
             delayed_ack_timeout_ns: default_delack(),
             dupthresh: default_dupthresh(),
+            host_queue_ns: default_host_queue(),
         }
     }
 }
@@ -187,6 +193,9 @@ fn default_delack() -> Time {
 }
 fn default_dupthresh() -> u32 {
     3
+}
+fn default_host_queue() -> Time {
+    NS_PER_MS
 }
 fn default_goodput_interval() -> Time {
     500 * NS_PER_MS

@@ -61,6 +61,10 @@ struct Flow {
     to_receiver: Pipe<Segment>,
     to_sender: Pipe<AckSegment>,
     nic: usize,
+    /// Segments this flow may keep queued in its host (TCP Small Queues).
+    host_queue_limit: usize,
+    /// The sender stopped because its host queue was full; resume as it drains.
+    host_limited: bool,
     one_way_fwd: Time,
     one_way_rev: Time,
     start: Time,
@@ -136,6 +140,13 @@ impl Simulation {
                 to_receiver: Pipe::new(),
                 to_sender: Pipe::new(),
                 nic: nic0 + fc.pair as usize,
+                host_queue_limit: {
+                    let wire = (cfg.mss + cfg.header_bytes + cfg.frame_overhead) as f64 * 8.0;
+                    ((pair.access_rate_bps * cfg.tcp.host_queue_ns as f64 / 1e9 / wire).ceil()
+                        as usize)
+                        .max(2)
+                },
+                host_limited: false,
                 one_way_fwd: pair.rtt_ns / 2,
                 one_way_rev: pair.rtt_ns - pair.rtt_ns / 2,
                 start: fc.start_ns,
@@ -413,7 +424,19 @@ impl Simulation {
     fn transmit(&mut self, i: usize) {
         let now = self.now;
         let header = self.cfg.header_bytes;
-        while let Some(seg) = self.flows[i].sender.poll_transmit(now) {
+        // Segments in `to_bottleneck` are exactly those still in the host (queued or being
+        // serialised): the hop after the host link has no propagation delay.
+        self.flows[i].host_limited = false;
+        loop {
+            let f = &mut self.flows[i];
+            if f.to_bottleneck.q.len() >= f.host_queue_limit {
+                f.host_limited = true;
+                f.sender.on_host_limited();
+                break;
+            }
+            let Some(seg) = f.sender.poll_transmit(now) else {
+                break;
+            };
             let bytes = self.seg_len(i, seg.seq) + header;
             let nic = self.flows[i].nic;
             let Offer::Departs(d) = self.links[nic].offer(now, bytes, 1.0) else {

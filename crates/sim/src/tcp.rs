@@ -194,6 +194,12 @@ impl Sender {
     }
 
     /// The next segment to put on the wire now, if the window and the data allow one.
+    /// The host cannot take another segment now (TCP Small Queues): the sender is limited
+    /// by its host, not by its window, unless the window is full anyway.
+    pub fn on_host_limited(&mut self) {
+        self.cwnd_limited = self.in_flight() >= self.win.cwnd;
+    }
+
     pub fn poll_transmit(&mut self, now: Time) -> Option<Segment> {
         if !self.active || self.is_complete() {
             return None;

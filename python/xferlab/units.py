@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import re
 
-_NUMBER = r"(?P<num>[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)"
+_NUMBER = r"(?P<num>[-+]?[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)"
 _RE = re.compile(rf"^\s*{_NUMBER}\s*(?P<unit>[A-Za-z/]*)\s*$")
 
 _RATE_UNITS = {

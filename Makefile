@@ -1,0 +1,39 @@
+# xferlab — `make demo` runs the demo on the built-in simulator, `make test` runs the tests.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+PIP    := $(VENV)/bin/pip
+STAMP  := $(VENV)/.deps-installed
+
+.PHONY: demo test install build lint bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q "maturin>=1.7,<2"
+	touch $(STAMP)
+
+# Builds the Rust extension in release mode and installs xferlab (editable) into .venv,
+# with its dependencies and the test extras (pyproject.toml).
+build: $(STAMP)
+	$(VENV)/bin/maturin develop --release -q --extras test
+
+install: build
+
+demo: build
+	$(PY) -m xferlab.demo scenarios results/demo
+
+test: build
+	cargo test --release --workspace --exclude xferlab-py
+	$(PY) -m pytest -q tests
+
+lint: $(STAMP)
+	cargo fmt --all --check
+	cargo clippy --release --workspace --all-targets -- -D warnings
+	$(VENV)/bin/ruff check python tests benches
+
+bench: build
+	$(PY) benches/sim_speed.py
+
+clean:
+	rm -rf target $(VENV) results

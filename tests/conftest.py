@@ -1,0 +1,115 @@
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SCENARIOS = ROOT / "scenarios"
+
+
+def xferlab(*args, cwd=None, check=False):
+    """Runs the CLI as a user would, in a subprocess."""
+    p = subprocess.run([sys.executable, "-m", "xferlab.cli", *map(str, args)], capture_output=True, text=True, cwd=cwd)
+    if check and p.returncode != 0:
+        raise AssertionError(f"xferlab {' '.join(map(str, args))} failed ({p.returncode}):\n{p.stdout}\n{p.stderr}")
+    return p
+
+
+@pytest.fixture
+def cli():
+    return xferlab
+
+
+@pytest.fixture
+def small_scenario(tmp_path):
+    """A short 2-pair run writing its YAML into tmp_path."""
+
+    def make(**sections):
+        data = {
+            "name": "small",
+            "topology": {"pairs": 2, "access_rate": "1Gbps", "bottleneck_rate": "1Gbps", "rtt": "10ms", "buffer": "1.0bdp"},
+            "workload": {"streams": 1, "duration": "3s"},
+            "protocol": {"variant": "reno"},
+            "seed": 7,
+        }
+        for k, v in sections.items():
+            if isinstance(v, dict) and isinstance(data.get(k), dict):
+                data[k].update(v)
+            else:
+                data[k] = v
+        path = tmp_path / f"{data['name']}.yaml"
+        path.write_text(json.dumps(data))
+        return path
+
+    return make
+
+
+def synthetic_trace(goodput: dict[int, list[float]], interval=0.5, starts=None, ends=None, pairs=None,
+                    link_mbps=None, completion=None, volumes=None):
+    """A hand-made Trace: flow i has goodput samples goodput[i] (Mbit/s) from t = 0."""
+    from xferlab.trace import Trace
+
+    ids = sorted(goodput)
+    n = len(ids)
+    starts = starts or [0.0] * n
+    ends = ends or [interval * len(goodput[i]) for i in ids]
+    pairs = pairs or ids
+    flows = pa.table({
+        "flow_id": pa.array(ids, pa.uint32()),
+        "pair": pa.array(pairs, pa.uint32()),
+        "stream": pa.array([0] * n, pa.uint32()),
+        "source": [f"s{p}" for p in pairs],
+        "sink": [f"r{p}" for p in pairs],
+        "variant": ["reno"] * n,
+        "start": starts,
+        "end": ends,
+        "bytes": pa.array([int(sum(goodput[i]) * 1e6 / 8 * interval) for i in ids], pa.uint64()),
+        "volume_bytes": pa.array(volumes or [None] * n, pa.uint64()),
+        "completion_time": pa.array(completion or [None] * n, pa.float64()),
+        "segments_sent": pa.array([0] * n, pa.uint64()),
+        "retransmissions": pa.array([3] * n, pa.uint64()),
+        "fast_recoveries": pa.array([0] * n, pa.uint64()),
+        "timeouts": pa.array([0] * n, pa.uint64()),
+    })
+    t, fid, b, g = [], [], [], []
+    for i in ids:
+        for k, v in enumerate(goodput[i]):
+            t.append(k * interval)
+            fid.append(i)
+            g.append(float(v))
+            b.append(int(v * 1e6 / 8 * interval))
+    gp = pa.table({"t": t, "flow_id": pa.array(fid, pa.uint32()), "bytes": pa.array(b, pa.uint64()), "goodput_mbps": g})
+    link_mbps = link_mbps or []
+    link = pa.table({
+        "t": [k * 0.5 for k in range(len(link_mbps))],
+        "link": ["bottleneck"] * len(link_mbps),
+        "bytes": pa.array([0] * len(link_mbps), pa.uint64()),
+        "packets": pa.array([0] * len(link_mbps), pa.uint64()),
+        "throughput_mbps": pa.array(link_mbps, pa.float64()),
+        "drops": pa.array([2] * len(link_mbps), pa.uint64()),
+        "losses": pa.array([0] * len(link_mbps), pa.uint64()),
+        "queue_pkts": pa.array([0] * len(link_mbps), pa.uint32()),
+        "queue_max_pkts": pa.array([5] * len(link_mbps), pa.uint32()),
+    })
+    tcp = pa.table({"t": pa.array([], pa.float64()), "flow_id": pa.array([], pa.uint32()), "cwnd": pa.array([], pa.uint32())})
+    return Trace(flows=flows, goodput=gp, link=link, tcp=tcp, run={"end_s": max(ends)})
+
+
+def resolved_for(**kw):
+    base = {
+        "name": "synthetic",
+        "goodput_interval_s": 0.5,
+        "link_interval_s": 0.5,
+        "access_rate_bps": 1e9,
+        "bottleneck_rate_bps": 1e9,
+        "ideal_goodput_mbps": 941.48,
+        "ideal_rates_mbps": {"r_eth": 0, "r_ip": 0, "r_tp": 0},
+        "transfers": [],
+        "volume_bytes": None,
+        "window": "all",
+    }
+    base.update(kw)
+    return base

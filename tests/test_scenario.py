@@ -1,0 +1,112 @@
+import json
+
+import pytest
+
+from xferlab import scenario as sc
+
+
+def load_text(tmp_path, text, overrides=None):
+    p = tmp_path / "s.yaml"
+    p.write_text(text)
+    return sc.load(p, overrides)
+
+
+QUICK = """
+name: quick
+topology: {pairs: 4, access_rate: 1Gbps, bottleneck_rate: 2Gbps, rtt: 10ms, buffer: 1.0bdp, mtu: 1500}
+workload: {streams: 1, duration: 20s, stagger: 0s}
+protocol: {variant: reno}
+measure: {goodput_interval: 0.5s, link_interval: 20ms}
+seed: 1
+"""
+
+
+def test_the_contract_shape_loads_and_resolves(tmp_path):
+    s, given = load_text(tmp_path, QUICK)
+    assert given["topology"]["rtt"] == "10ms"
+    r = sc.resolve(s)
+    # BDP: 2 Gbit/s × 10 ms / (1500 B × 8) = 1666.7 packets.
+    assert r["bdp_packets"] == pytest.approx(1666.67, abs=0.01)
+    assert r["buffer_packets"] == 1667
+    assert r["mss"] == 1448  # 1500 − 40 − 12 (timestamps)
+    # Ideal goodput limited by the 2 Gbit/s bottleneck (4 × 1 Gbit/s of access).
+    assert r["ideal_goodput_mbps"] == pytest.approx(2000 * 1448 / 1538)
+    assert len(r["flows"]) == 4
+    assert all(0 <= f["start_s"] < 0.001 for f in r["flows"])  # 1 ms start jitter
+
+
+def test_ideal_goodput_is_limited_by_access_links_when_they_are_slower(tmp_path):
+    s, _ = load_text(tmp_path, QUICK, ["topology.pairs=1"])
+    assert sc.resolve(s)["ideal_goodput_mbps"] == pytest.approx(1000 * 1448 / 1538)
+
+
+def test_overrides_and_the_given_copy(tmp_path):
+    s, given = load_text(tmp_path, QUICK, ["topology.rtt=100ms", "workload.streams=4", "protocol.variant=RENO"])
+    assert s.topology.rtt == pytest.approx(0.1)
+    assert s.workload.streams == 4 and s.protocol.variant == "reno"
+    assert given["topology"]["rtt"] == "100ms" and given["workload"]["streams"] == 4
+    r = sc.resolve(s)
+    assert len(r["flows"]) == 16 and {f["stream"] for f in r["flows"]} == {0, 1, 2, 3}
+
+
+def test_buffer_forms(tmp_path):
+    for text, pkts in (("100", 100), ("0.5bdp", 833), ("150000", 150000), ("'1.5MB'", 1000)):
+        s, _ = load_text(tmp_path, QUICK, [f"topology.buffer={text}"])
+        assert sc.buffer_packets(s.topology) == pkts, text
+
+
+def test_stagger_align_end_and_volumes(tmp_path):
+    s, _ = load_text(tmp_path, QUICK, ["workload.stagger=200s", "workload.align_end=true", "workload.start_jitter=0s"])
+    r = sc.resolve(s)
+    assert [f["start_s"] for f in r["flows"]] == [0, 200, 400, 600]
+    assert {f["start_s"] + f["duration_s"] for f in r["flows"]} == {620.0}
+    s, _ = load_text(tmp_path, QUICK.replace("duration: 20s", "volume: 1GB"), ["workload.streams=3", "workload.start_jitter=0"])
+    r = sc.resolve(s)
+    vols = [f["volume_bytes"] for f in r["flows"] if f["pair"] == 0]
+    assert sum(vols) == 10**9 and max(vols) - min(vols) <= 1
+    # Four transfers share 2 Gbit/s: 0.5 Gbit/s of wire each, 1448/1538 of it payload.
+    assert r["transfers"][0]["ideal_completion_s"] == pytest.approx(8e9 / (0.5e9 * 1448 / 1538))
+    assert r["end_s"] > 10 * r["transfers"][0]["ideal_completion_s"]
+
+
+@pytest.mark.parametrize(
+    "override,field,words",
+    [
+        ("topology.colour=red", "topology.colour", "unknown field"),
+        ("topology.access_rate=10Gbs", "topology.access_rate", "unit"),
+        ("topology.bottleneck_rate=-1Gbps", "topology.bottleneck_rate", "positive"),
+        ("topology.bottleneck_rate=0Gbps", "topology.bottleneck_rate", "positive"),
+        ("topology.buffer=0", "topology.buffer", "at least 1"),
+        ("topology.buffer=0bdp", "topology.buffer", "positive"),
+        ("protocol.variant=vegas", "protocol.variant", "unknown variant"),
+        ("workload.volume=1GB", "workload", "exactly one"),
+        ("topology.rtt=0ms", "topology.rtt", "positive"),
+        ("measure.window=[5, 1]", "measure.window", "start < end"),
+        ("seed=-1", "seed", "greater than or equal"),
+    ],
+)
+def test_bad_input_names_the_file_and_field(tmp_path, override, field, words):
+    with pytest.raises(sc.ScenarioError) as e:
+        load_text(tmp_path, QUICK, [override])
+    msg = str(e.value)
+    assert str(tmp_path / "s.yaml") in msg and f": {field}: " in msg and words in msg, msg
+
+
+def test_neither_volume_nor_duration(tmp_path):
+    with pytest.raises(sc.ScenarioError, match="exactly one of workload.duration and workload.volume"):
+        load_text(tmp_path, QUICK.replace("duration: 20s, ", ""))
+
+
+def test_unreadable_files(tmp_path):
+    with pytest.raises(sc.ScenarioError, match="no such file"):
+        sc.load(tmp_path / "missing.yaml")
+    with pytest.raises(sc.ScenarioError, match="not valid YAML"):
+        load_text(tmp_path, "name: [unclosed")
+    with pytest.raises(sc.ScenarioError, match="expected a mapping"):
+        load_text(tmp_path, "- a list")
+
+
+def test_schema_describes_the_sections():
+    schema = sc.json_schema()
+    json.dumps(schema)
+    assert {"topology", "workload", "protocol", "measure", "seed"} <= set(schema["properties"])

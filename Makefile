@@ -31,6 +31,7 @@ lint: $(STAMP)
 	cargo fmt --all --check
 	cargo clippy --release --workspace --all-targets -- -D warnings
 	$(VENV)/bin/ruff check python tests benches
+	$(VENV)/bin/ruff format --check python tests benches
 
 bench: build
 	$(PY) benches/sim_speed.py

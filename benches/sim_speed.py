@@ -77,9 +77,12 @@ def main() -> int:
     for name, path, ov in CASES:
         m = measure(path, ov, args.runs)
         rows.append((name, m))
-        print(f"{name}: {m['wall_s']:.2f} s wall (min {m['wall_min_s']:.2f}, max {m['wall_max_s']:.2f}) for "
-              f"{m['simulated_s']:.0f} s simulated, {m['packets'] / 1e6:.1f} M packets, "
-              f"{m['packets_per_s'] / 1e6:.2f} M packets/s, {m['events_per_s'] / 1e6:.2f} M events/s", flush=True)
+        print(
+            f"{name}: {m['wall_s']:.2f} s wall (min {m['wall_min_s']:.2f}, max {m['wall_max_s']:.2f}) for "
+            f"{m['simulated_s']:.0f} s simulated, {m['packets'] / 1e6:.1f} M packets, "
+            f"{m['packets_per_s'] / 1e6:.2f} M packets/s, {m['events_per_s'] / 1e6:.2f} M events/s",
+            flush=True,
+        )
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
     lines = [
@@ -101,7 +104,11 @@ def main() -> int:
     print(section)
     if not args.no_write:
         path = ROOT / "BENCHMARKS.md"
-        text = path.read_text() if path.exists() else "# Benchmarks\n\nFigures measured on the project's machines, each with the command that reproduces it.\n\n"
+        text = (
+            path.read_text()
+            if path.exists()
+            else "# Benchmarks\n\nFigures measured on the project's machines, each with the command that reproduces it.\n\n"
+        )
         pattern = re.compile(r"## Simulator speed\n.*?(?=\n## |\Z)", re.S)
         text = pattern.sub(section.rstrip("\n") + "\n", text) if pattern.search(text) else text.rstrip("\n") + "\n\n" + section
         path.write_text(text)

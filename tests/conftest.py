@@ -47,8 +47,16 @@ def small_scenario(tmp_path):
     return make
 
 
-def synthetic_trace(goodput: dict[int, list[float]], interval=0.5, starts=None, ends=None, pairs=None,
-                    link_mbps=None, completion=None, volumes=None):
+def synthetic_trace(
+    goodput: dict[int, list[float]],
+    interval=0.5,
+    starts=None,
+    ends=None,
+    pairs=None,
+    link_mbps=None,
+    completion=None,
+    volumes=None,
+):
     """A hand-made Trace: flow i has goodput samples goodput[i] (Mbit/s) from t = 0."""
     from xferlab.trace import Trace
 
@@ -57,23 +65,25 @@ def synthetic_trace(goodput: dict[int, list[float]], interval=0.5, starts=None, 
     starts = starts or [0.0] * n
     ends = ends or [interval * len(goodput[i]) for i in ids]
     pairs = pairs or ids
-    flows = pa.table({
-        "flow_id": pa.array(ids, pa.uint32()),
-        "pair": pa.array(pairs, pa.uint32()),
-        "stream": pa.array([0] * n, pa.uint32()),
-        "source": [f"s{p}" for p in pairs],
-        "sink": [f"r{p}" for p in pairs],
-        "variant": ["reno"] * n,
-        "start": starts,
-        "end": ends,
-        "bytes": pa.array([int(sum(goodput[i]) * 1e6 / 8 * interval) for i in ids], pa.uint64()),
-        "volume_bytes": pa.array(volumes or [None] * n, pa.uint64()),
-        "completion_time": pa.array(completion or [None] * n, pa.float64()),
-        "segments_sent": pa.array([0] * n, pa.uint64()),
-        "retransmissions": pa.array([3] * n, pa.uint64()),
-        "fast_recoveries": pa.array([0] * n, pa.uint64()),
-        "timeouts": pa.array([0] * n, pa.uint64()),
-    })
+    flows = pa.table(
+        {
+            "flow_id": pa.array(ids, pa.uint32()),
+            "pair": pa.array(pairs, pa.uint32()),
+            "stream": pa.array([0] * n, pa.uint32()),
+            "source": [f"s{p}" for p in pairs],
+            "sink": [f"r{p}" for p in pairs],
+            "variant": ["reno"] * n,
+            "start": starts,
+            "end": ends,
+            "bytes": pa.array([int(sum(goodput[i]) * 1e6 / 8 * interval) for i in ids], pa.uint64()),
+            "volume_bytes": pa.array(volumes or [None] * n, pa.uint64()),
+            "completion_time": pa.array(completion or [None] * n, pa.float64()),
+            "segments_sent": pa.array([0] * n, pa.uint64()),
+            "retransmissions": pa.array([3] * n, pa.uint64()),
+            "fast_recoveries": pa.array([0] * n, pa.uint64()),
+            "timeouts": pa.array([0] * n, pa.uint64()),
+        }
+    )
     t, fid, b, g = [], [], [], []
     for i in ids:
         for k, v in enumerate(goodput[i]):
@@ -83,17 +93,19 @@ def synthetic_trace(goodput: dict[int, list[float]], interval=0.5, starts=None, 
             b.append(int(v * 1e6 / 8 * interval))
     gp = pa.table({"t": t, "flow_id": pa.array(fid, pa.uint32()), "bytes": pa.array(b, pa.uint64()), "goodput_mbps": g})
     link_mbps = link_mbps or []
-    link = pa.table({
-        "t": [k * 0.5 for k in range(len(link_mbps))],
-        "link": ["bottleneck"] * len(link_mbps),
-        "bytes": pa.array([0] * len(link_mbps), pa.uint64()),
-        "packets": pa.array([0] * len(link_mbps), pa.uint64()),
-        "throughput_mbps": pa.array(link_mbps, pa.float64()),
-        "drops": pa.array([2] * len(link_mbps), pa.uint64()),
-        "losses": pa.array([0] * len(link_mbps), pa.uint64()),
-        "queue_pkts": pa.array([0] * len(link_mbps), pa.uint32()),
-        "queue_max_pkts": pa.array([5] * len(link_mbps), pa.uint32()),
-    })
+    link = pa.table(
+        {
+            "t": [k * 0.5 for k in range(len(link_mbps))],
+            "link": ["bottleneck"] * len(link_mbps),
+            "bytes": pa.array([0] * len(link_mbps), pa.uint64()),
+            "packets": pa.array([0] * len(link_mbps), pa.uint64()),
+            "throughput_mbps": pa.array(link_mbps, pa.float64()),
+            "drops": pa.array([2] * len(link_mbps), pa.uint64()),
+            "losses": pa.array([0] * len(link_mbps), pa.uint64()),
+            "queue_pkts": pa.array([0] * len(link_mbps), pa.uint32()),
+            "queue_max_pkts": pa.array([5] * len(link_mbps), pa.uint32()),
+        }
+    )
     tcp = pa.table({"t": pa.array([], pa.float64()), "flow_id": pa.array([], pa.uint32()), "cwnd": pa.array([], pa.uint32())})
     return Trace(flows=flows, goodput=gp, link=link, tcp=tcp, run={"end_s": max(ends)})
 

@@ -4,7 +4,6 @@ import math
 
 import pytest
 from conftest import resolved_for, synthetic_trace
-
 from xferlab import metrics
 
 
@@ -61,8 +60,18 @@ def test_compute_on_a_synthetic_trace():
     dist = m["goodput_distribution"]["flows"]
     assert dist[0][10] == dist[0][20] == dist[0][30] == dist[0][40] == 0.25
     assert dist[1][10] == 1.0
-    for key in ("aggregate_goodput_mbps", "flows", "transfers", "jain_index", "jain_index_per_transfer",
-                "retransmissions", "bottleneck_drops", "ideal_goodput_mbps", "efficiency", "window"):
+    for key in (
+        "aggregate_goodput_mbps",
+        "flows",
+        "transfers",
+        "jain_index",
+        "jain_index_per_transfer",
+        "retransmissions",
+        "bottleneck_drops",
+        "ideal_goodput_mbps",
+        "efficiency",
+        "window",
+    ):
         assert key in m
 
 
@@ -80,7 +89,9 @@ def test_all_active_window_and_transfers_sum_their_streams():
     # Flow 2 (pair 1, like flow 1) starts at 1 s: all three are active in [1, 2].
     tr = synthetic_trace(
         {0: [100, 100, 200, 200], 1: [300, 300, 100, 100], 2: [0, 0, 50, 150]},
-        starts=[0.0, 0.0, 1.0], pairs=[0, 1, 1], link_mbps=[0, 0, 0, 0],
+        starts=[0.0, 0.0, 1.0],
+        pairs=[0, 1, 1],
+        link_mbps=[0, 0, 0, 0],
     )
     m = metrics.compute(tr, resolved_for(), window="all-active")
     assert m["window"]["kind"] == "all-active" and m["window"]["start_s"] == 1.0
@@ -104,7 +115,10 @@ def test_completion_and_deficiency_against_the_ideal():
     )
     r = resolved_for(
         volume_bytes=100_000_000,
-        transfers=[{"pair": 0, "start_s": 0.0, "ideal_completion_s": 0.9}, {"pair": 1, "start_s": 0.0, "ideal_completion_s": 1.6}],
+        transfers=[
+            {"pair": 0, "start_s": 0.0, "ideal_completion_s": 0.9},
+            {"pair": 1, "start_s": 0.0, "ideal_completion_s": 1.6},
+        ],
     )
     m = metrics.compute(tr, r)
     assert m["transfers"][0]["completion_deficiency"] == pytest.approx(1.0 / 0.9 - 1)

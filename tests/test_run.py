@@ -4,7 +4,6 @@ import json
 
 import pyarrow.parquet as pq
 import pytest
-
 from xferlab import engine, scenario
 
 
@@ -18,8 +17,18 @@ def test_run_folder_contents(cli, small_scenario, tmp_path):
     assert run["backend"] == "sim" and run["seed"] == 7 and run["sim_events"] > 0
     assert run["scenario"]["topology"]["rtt"] == "10ms"
     m = json.loads((out / "metrics.json").read_text())
-    for key in ("aggregate_goodput_mbps", "flows", "transfers", "jain_index", "jain_index_per_transfer",
-                "retransmissions", "bottleneck_drops", "ideal_goodput_mbps", "efficiency", "window"):
+    for key in (
+        "aggregate_goodput_mbps",
+        "flows",
+        "transfers",
+        "jain_index",
+        "jain_index_per_transfer",
+        "retransmissions",
+        "bottleneck_drops",
+        "ideal_goodput_mbps",
+        "efficiency",
+        "window",
+    ):
         assert key in m, key
     for f in m["flows"]:
         assert {"flow_id", "pair", "mean_goodput_mbps", "std_goodput_mbps", "cov"} <= set(f)

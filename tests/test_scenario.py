@@ -1,7 +1,6 @@
 import json
 
 import pytest
-
 from xferlab import scenario as sc
 
 

@@ -1,5 +1,4 @@
 import pytest
-
 from xferlab.units import parse_duration, parse_rate, parse_size
 
 
@@ -26,7 +25,8 @@ def test_durations(text, s):
 
 
 @pytest.mark.parametrize(
-    "text,b", [("15GB", 15 * 10**9), ("1GiB", 2**30), ("3000MB", 3 * 10**9), ("512KiB", 2**19), ("100", 100), ("1.5TB", 15 * 10**11)]
+    "text,b",
+    [("15GB", 15 * 10**9), ("1GiB", 2**30), ("3000MB", 3 * 10**9), ("512KiB", 2**19), ("100", 100), ("1.5TB", 15 * 10**11)],
 )
 def test_sizes(text, b):
     assert parse_size(text) == b

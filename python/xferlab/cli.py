@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import List, Optional
+from typing import Optional
 
 import typer
 from rich.console import Console
@@ -72,13 +72,14 @@ def _summary(m: dict, out: Path) -> None:
 def run(
     scenario: Path = typer.Argument(..., help="scenario YAML file"),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="run folder to create (default: results/NAME/TIMESTAMP)"),
-    set_: Optional[List[str]] = typer.Option(None, "--set", "-s", help="override a field: section.field=value (repeatable)"),
+    set_: Optional[list[str]] = typer.Option(None, "--set", "-s", help="override a field: section.field=value (repeatable)"),
     backend: str = typer.Option("sim", "--backend", "-b", help="sim (built-in simulator)"),
     force: bool = typer.Option(False, "--force", help="replace --out if it exists"),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar"),
 ):
     """Run one scenario and write its run folder (trace, metrics, report)."""
-    from . import engine, scenario as sc
+    from . import engine
+    from . import scenario as sc
 
     try:
         s, given = sc.load(scenario, set_)
@@ -87,8 +88,12 @@ def run(
             m = engine.run(s, given, target, backend=backend, force=force)
         else:
             with Progress(
-                TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.fields[label]}"),
-                TimeElapsedColumn(), console=console, transient=True,
+                TextColumn("[bold]{task.description}"),
+                BarColumn(),
+                TextColumn("{task.fields[label]}"),
+                TimeElapsedColumn(),
+                console=console,
+                transient=True,
             ) as bar:
                 task = bar.add_task(f"{s.name} ({backend})", total=None, label="")
 
@@ -127,7 +132,7 @@ def schema():
 @app.command()
 def check(
     scenario: Path = typer.Argument(..., help="scenario YAML file"),
-    set_: Optional[List[str]] = typer.Option(None, "--set", "-s", help="override a field: section.field=value"),
+    set_: Optional[list[str]] = typer.Option(None, "--set", "-s", help="override a field: section.field=value"),
 ):
     """Validate a scenario and print it resolved (rates in bit/s, times in s, packets)."""
     from . import scenario as sc

@@ -31,8 +31,10 @@ def main(argv: list[str] | None = None) -> int:
     s, given = scenario.load(root / "quick.yaml")
     m = engine.run(s, given, out / "quick", force=True)
     reports.append(out / "quick" / "report.html")
-    console.print(f"quick: aggregate goodput {m['aggregate_goodput_mbps']:.0f} of {m['ideal_goodput_mbps']:.0f} Mbit/s ideal, "
-                  f"Jain {m['jain_index']:.3f} ({time.perf_counter() - t0:.1f} s)")
+    console.print(
+        f"quick: aggregate goodput {m['aggregate_goodput_mbps']:.0f} of {m['ideal_goodput_mbps']:.0f} Mbit/s ideal, "
+        f"Jain {m['jain_index']:.3f} ({time.perf_counter() - t0:.1f} s)"
+    )
 
     paper = seed_results()["parallel_streams_grid5000"]
     table = Table(title="Seed 002 Table I: 11 pairs, 10 Gbit/s, 11.5 ms — paper (BIC, Grid5000) vs simulator")
@@ -48,14 +50,19 @@ def main(argv: list[str] | None = None) -> int:
         reports.append(folder / "report.html")
         table.add_row(
             str(n),
-            f"{paper['mean_total_goodput_mbps'][i]:.0f}", f"{m['aggregate_goodput_mbps']:.0f}",
-            f"{paper['flow_mean_goodput_mbps'][i]:.1f}", f"{m['mean_flow_goodput_mbps']:.1f}",
-            f"{paper['jain_index_per_stream'][i]:.4f}", f"{m['jain_index']:.4f}",
+            f"{paper['mean_total_goodput_mbps'][i]:.0f}",
+            f"{m['aggregate_goodput_mbps']:.0f}",
+            f"{paper['flow_mean_goodput_mbps'][i]:.1f}",
+            f"{m['mean_flow_goodput_mbps']:.1f}",
+            f"{paper['jain_index_per_stream'][i]:.4f}",
+            f"{m['jain_index']:.4f}",
             f"{time.perf_counter() - t1:.1f}",
         )
     console.print(table)
-    console.print(f"G: total goodput, ḡ: flow mean (Mbit/s), J: Jain index per stream; metrics over 10–60 s. "
-                  f"Simulator variant: {variant}, buffer 1 BDP; the paper ran BIC on a real testbed.")
+    console.print(
+        f"G: total goodput, ḡ: flow mean (Mbit/s), J: Jain index per stream; metrics over 10–60 s. "
+        f"Simulator variant: {variant}, buffer 1 BDP; the paper ran BIC on a real testbed."
+    )
     console.print("reports:")
     for r in reports:
         console.print(f"  {r.resolve()}")

@@ -67,8 +67,14 @@ def fig_goodput(trace: Trace, resolved: dict, m: dict) -> bytes:
     ax1.plot(agg.index + iv / 2, agg.values, color="C0", lw=1.2, label="aggregate goodput G(t)")
     bott = link[link["link"] == "bottleneck"]
     if len(bott):
-        ax1.plot(bott["t"] + resolved["link_interval_s"] / 2, bott["throughput_mbps"], color="C1", lw=0.5, alpha=0.6,
-                 label="bottleneck throughput X(t)")
+        ax1.plot(
+            bott["t"] + resolved["link_interval_s"] / 2,
+            bott["throughput_mbps"],
+            color="C1",
+            lw=0.5,
+            alpha=0.6,
+            label="bottleneck throughput X(t)",
+        )
     ax1.axhline(resolved["ideal_goodput_mbps"], color="k", ls="--", lw=0.8, label="ideal goodput r_TP")
     w = m["window"]
     if w["kind"] != "all":
@@ -84,8 +90,9 @@ def fig_goodput(trace: Trace, resolved: dict, m: dict) -> bytes:
     shown = keys if len(keys) <= MAX_LINES else keys[:: max(1, len(keys) // MAX_LINES)][:MAX_LINES]
     if len(keys) > MAX_LINES:
         wide = units.pivot_table(index="t", columns="unit", values="goodput_mbps")
-        ax2.fill_between(wide.index + iv / 2, wide.min(axis=1), wide.max(axis=1), color="0.8", lw=0,
-                         label=f"min–max of {len(keys)} {kind}s")
+        ax2.fill_between(
+            wide.index + iv / 2, wide.min(axis=1), wide.max(axis=1), color="0.8", lw=0, label=f"min–max of {len(keys)} {kind}s"
+        )
     for k in shown:
         s = series[k]
         ax2.plot(s["t"] + iv / 2, s["goodput_mbps"], lw=0.8, label=f"{kind} {k}")
@@ -172,9 +179,11 @@ def fig_completion(m: dict) -> bytes | None:
 CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:2em auto;max-width:1000px;color:#222;padding:0 1em}
 h1{font-size:1.5em;margin-bottom:.2em} h2{font-size:1.15em;margin-top:1.6em;border-bottom:1px solid #ddd}
-table{border-collapse:collapse;font-size:.85em;margin:.5em 0} td,th{padding:.25em .6em;border-bottom:1px solid #eee;text-align:right}
+table{border-collapse:collapse;font-size:.85em;margin:.5em 0}
+td,th{padding:.25em .6em;border-bottom:1px solid #eee;text-align:right}
 th{background:#f6f6f6} td:first-child,th:first-child{text-align:left}
-.muted{color:#777} img{max-width:100%;display:block;margin:.8em 0} pre{background:#f6f6f6;padding:.8em;overflow:auto;font-size:.8em}
+.muted{color:#777} img{max-width:100%;display:block;margin:.8em 0}
+pre{background:#f6f6f6;padding:.8em;overflow:auto;font-size:.8em}
 .kv td:first-child{color:#555} .warn{background:#fff4e0;border-left:4px solid #f0a000;padding:.5em 1em}
 """
 
@@ -245,7 +254,11 @@ def render(folder: Path, trace: Trace, run_meta: dict, metrics: dict) -> Path:
         ("variant", r["variant"]),
         ("access / bottleneck", f"{r['access_rate_bps'] / 1e6:g} / {r['bottleneck_rate_bps'] / 1e6:g} Mbit/s"),
         ("RTT", f"{r['rtt_s'] * 1e3:g} ms"),
-        ("buffer", f"{r['buffer_packets']} packets ({r['buffer_packets'] / r['bdp_packets']:.2f} BDP; BDP = {r['bdp_packets']:.1f} packets)"),
+        (
+            "buffer",
+            f"{r['buffer_packets']} packets ({r['buffer_packets'] / r['bdp_packets']:.2f} BDP; "
+            f"BDP = {r['bdp_packets']:.1f} packets)",
+        ),
         ("MTU / MSS", f"{r['mtu']} / {r['mss']} bytes"),
         ("workload", f"{r['duration_s']:g} s per pair" if r["duration_s"] else f"{r['volume_bytes']:,} bytes per transfer"),
         ("seed", run_meta["seed"]),
@@ -261,46 +274,73 @@ def render(folder: Path, trace: Trace, run_meta: dict, metrics: dict) -> Path:
     ]
     incomplete = (m.get("completion") or {}).get("incomplete")
     if incomplete:
-        parts.append(f'<p class=warn>{incomplete} transfer(s) did not complete before the run ended.</p>')
+        parts.append(f"<p class=warn>{incomplete} transfer(s) did not complete before the run ended.</p>")
     parts += ["<h2>Summary</h2>", _kv(summary), "<h2>Setup</h2>", _kv(setup)]
     if m.get("completion"):
         c = m["completion"]
         parts += [
             "<h2>Completion times</h2>",
-            _kv([
-                ("transfers completed", c.get("count")),
-                ("mean (s)", c.get("mean_s")), ("std (s)", c.get("std_s")),
-                ("p50 / p75 / p99 (s)", " / ".join(_fmt(c.get(k)) for k in ("p50_s", "p75_s", "p99_s"))),
-                ("Jain over completion times", c.get("jain_index")),
-                ("makespan (s)", c.get("makespan_s")), ("ideal makespan (s)", c.get("ideal_makespan_s")),
-                ("makespan deficiency", c.get("makespan_deficiency")),
-            ]),
+            _kv(
+                [
+                    ("transfers completed", c.get("count")),
+                    ("mean (s)", c.get("mean_s")),
+                    ("std (s)", c.get("std_s")),
+                    ("p50 / p75 / p99 (s)", " / ".join(_fmt(c.get(k)) for k in ("p50_s", "p75_s", "p99_s"))),
+                    ("Jain over completion times", c.get("jain_index")),
+                    ("makespan (s)", c.get("makespan_s")),
+                    ("ideal makespan (s)", c.get("ideal_makespan_s")),
+                    ("makespan deficiency", c.get("makespan_deficiency")),
+                ]
+            ),
         ]
     parts.append("<h2>Figures</h2>")
     for name, data, alt in figs:
         parts.append(_img(folder, name, data, alt))
     parts += [
         "<h2>Transfers</h2>",
-        _table(m["transfers"], [("pair", "pair"), ("streams", "streams"), ("mean_goodput_mbps", "mean goodput (Mbit/s)"),
-                                ("std_goodput_mbps", "std"), ("cov", "CoV"), ("bytes", "bytes"),
-                                ("retransmissions", "retransmissions"), ("completion_time_s", "completion (s)"),
-                                ("completion_deficiency", "deficiency")]),
+        _table(
+            m["transfers"],
+            [
+                ("pair", "pair"),
+                ("streams", "streams"),
+                ("mean_goodput_mbps", "mean goodput (Mbit/s)"),
+                ("std_goodput_mbps", "std"),
+                ("cov", "CoV"),
+                ("bytes", "bytes"),
+                ("retransmissions", "retransmissions"),
+                ("completion_time_s", "completion (s)"),
+                ("completion_deficiency", "deficiency"),
+            ],
+        ),
     ]
-    flow_table = _table(m["flows"], [("flow_id", "flow"), ("pair", "pair"), ("stream", "stream"), ("variant", "variant"),
-                                     ("start_s", "start (s)"), ("mean_goodput_mbps", "mean goodput (Mbit/s)"),
-                                     ("std_goodput_mbps", "std"), ("cov", "CoV"), ("retransmissions", "retransmissions"),
-                                     ("timeouts", "timeouts")])
+    flow_table = _table(
+        m["flows"],
+        [
+            ("flow_id", "flow"),
+            ("pair", "pair"),
+            ("stream", "stream"),
+            ("variant", "variant"),
+            ("start_s", "start (s)"),
+            ("mean_goodput_mbps", "mean goodput (Mbit/s)"),
+            ("std_goodput_mbps", "std"),
+            ("cov", "CoV"),
+            ("retransmissions", "retransmissions"),
+            ("timeouts", "timeouts"),
+        ],
+    )
     if len(m["flows"]) > 24:
         parts.append(f"<details><summary><b>Flows</b> ({len(m['flows'])})</summary>{flow_table}</details>")
     else:
         parts += ["<h2>Flows</h2>", flow_table]
     given = yaml.safe_dump(run_meta.get("scenario", {}), sort_keys=False)
     parts += [
-        "<h2>Scenario (as given)</h2>", f"<pre>{html.escape(given)}</pre>",
+        "<h2>Scenario (as given)</h2>",
+        f"<pre>{html.escape(given)}</pre>",
         "<details><summary>Run metadata</summary><pre>",
         html.escape(json.dumps({k: v for k, v in run_meta.items() if k not in ("scenario", "resolved")}, indent=2, default=str)),
         "</pre></details>",
-        "<p class=muted>Data: <code>trace/*.parquet</code>, <code>metrics.json</code>, <code>run.json</code> beside this file.</p>",
+        "<p class=muted>Data: <code>trace/*.parquet</code>, <code>metrics.json</code>, "
+        "<code>run.json</code> beside this file.</p>",
         "</body></html>",
     ]
     out = folder / "report.html"

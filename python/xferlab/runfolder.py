@@ -11,8 +11,8 @@ import contextlib
 import json
 import os
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 RUN_FILE = "run.json"
 METRICS_FILE = "metrics.json"

@@ -144,7 +144,7 @@ class Workload(_Model):
     )
 
     @model_validator(mode="after")
-    def _one_of(self) -> "Workload":
+    def _one_of(self) -> Workload:
         if (self.duration is None) == (self.volume is None):
             raise ValueError("give exactly one of workload.duration and workload.volume")
         return self
@@ -243,7 +243,7 @@ def parse_overrides(items: list[str] | None) -> list[tuple[str, Any]]:
     return out
 
 
-def from_dict(data: Any, source: str = "<scenario>", overrides: list[tuple[str, Any]] | None = None) -> "Scenario":
+def from_dict(data: Any, source: str = "<scenario>", overrides: list[tuple[str, Any]] | None = None) -> Scenario:
     if not isinstance(data, dict):
         raise ScenarioError(f"{source}: expected a mapping of sections (name, topology, workload, ...)")
     data = json.loads(json.dumps(data))  # a private deep copy
@@ -272,7 +272,7 @@ def load_raw(path: str | Path) -> dict:
     return data
 
 
-def load(path: str | Path, overrides: list[str] | None = None) -> tuple["Scenario", dict]:
+def load(path: str | Path, overrides: list[str] | None = None) -> tuple[Scenario, dict]:
     """Reads, overrides and validates a scenario file; returns it with the data as given."""
     raw = load_raw(path)
     parsed = parse_overrides(overrides)
@@ -360,9 +360,7 @@ def resolve(s: Scenario) -> dict:
             [x["volume_bytes"] for x in transfers], [x["start_s"] for x in transfers], tp_access, tp_bneck
         )
         makespan = max(ideal_completion[i] + transfers[i]["start_s"] for i in range(len(transfers)))
-        end_s = (w.max_duration if w.max_duration is not None else 10 * makespan + 60.0) + max(
-            f["start_s"] for f in flows
-        )
+        end_s = (w.max_duration if w.max_duration is not None else 10 * makespan + 60.0) + max(f["start_s"] for f in flows)
         for i, x in enumerate(transfers):
             x["ideal_completion_s"] = ideal_completion[i]
 

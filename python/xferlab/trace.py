@@ -47,7 +47,7 @@ class Trace:
         pq.write_table(pa.table(row), folder / "run.parquet", compression="zstd")
 
     @classmethod
-    def read(cls, folder: Path) -> "Trace":
+    def read(cls, folder: Path) -> Trace:
         tables = {}
         for name in TABLES:
             path = folder / f"{name}.parquet"
@@ -61,6 +61,6 @@ class Trace:
         return cls(run=run, **tables)
 
     @classmethod
-    def from_batches(cls, batches: dict, run: dict) -> "Trace":
+    def from_batches(cls, batches: dict, run: dict) -> Trace:
         tables = {name: pa.Table.from_batches([batches[name]]) for name in TABLES}
         return cls(run=run, **tables)

@@ -14,19 +14,42 @@ _NUMBER = r"(?P<num>[-+]?[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)"
 _RE = re.compile(rf"^\s*{_NUMBER}\s*(?P<unit>[A-Za-z/]*)\s*$")
 
 _RATE_UNITS = {
-    "bps": 1.0, "b/s": 1.0, "bit/s": 1.0,
-    "kbps": 1e3, "kb/s": 1e3, "kbit/s": 1e3,
-    "mbps": 1e6, "mb/s": 1e6, "mbit/s": 1e6,
-    "gbps": 1e9, "gb/s": 1e9, "gbit/s": 1e9,
-    "tbps": 1e12, "tb/s": 1e12, "tbit/s": 1e12,
+    "bps": 1.0,
+    "b/s": 1.0,
+    "bit/s": 1.0,
+    "kbps": 1e3,
+    "kb/s": 1e3,
+    "kbit/s": 1e3,
+    "mbps": 1e6,
+    "mb/s": 1e6,
+    "mbit/s": 1e6,
+    "gbps": 1e9,
+    "gb/s": 1e9,
+    "gbit/s": 1e9,
+    "tbps": 1e12,
+    "tb/s": 1e12,
+    "tbit/s": 1e12,
 }
 _TIME_UNITS = {
-    "ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "sec": 1.0,
-    "min": 60.0, "h": 3600.0,
+    "ns": 1e-9,
+    "us": 1e-6,
+    "µs": 1e-6,
+    "ms": 1e-3,
+    "s": 1.0,
+    "sec": 1.0,
+    "min": 60.0,
+    "h": 3600.0,
 }
 _SIZE_UNITS = {
-    "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
-    "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
+    "b": 1,
+    "kb": 10**3,
+    "mb": 10**6,
+    "gb": 10**9,
+    "tb": 10**12,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+    "tib": 2**40,
 }
 
 

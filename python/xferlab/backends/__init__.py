@@ -5,8 +5,8 @@ One module per backend; each exposes ``run(scenario, resolved, progress) -> Back
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import pyarrow as pa
 

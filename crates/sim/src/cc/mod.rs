@@ -114,7 +114,7 @@ pub const NAMES: &[&str] = &["reno"];
 /// Builds the congestion control called `name`, or `None` if it is not implemented.
 pub fn by_name(name: &str) -> Option<Box<dyn CongestionControl>> {
     match name {
-        "reno" => Some(Box::new(reno::Reno::default())),
+        "reno" => Some(Box::new(reno::Reno)),
         _ => None,
     }
 }

@@ -328,4 +328,11 @@ mod tests {
         );
         assert_eq!(w, before);
     }
+
+    #[test]
+    fn registered_under_its_linux_name() {
+        let cc = crate::cc::by_name("bic").expect("registered");
+        assert_eq!(cc.name(), "bic");
+        assert!(crate::cc::NAMES.contains(&"bic"));
+    }
 }

@@ -548,4 +548,11 @@ mod tests {
         c.on_ack(&mut w, &a);
         assert_eq!(w.ssthresh, u32::MAX);
     }
+
+    #[test]
+    fn registered_under_its_linux_name() {
+        let cc = crate::cc::by_name("cubic").expect("registered");
+        assert_eq!(cc.name(), "cubic");
+        assert!(crate::cc::NAMES.contains(&"cubic"));
+    }
 }

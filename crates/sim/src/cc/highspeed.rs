@@ -265,4 +265,11 @@ mod tests {
         );
         assert_eq!(w, before);
     }
+
+    #[test]
+    fn registered_under_its_linux_name() {
+        let cc = crate::cc::by_name("highspeed").expect("registered");
+        assert_eq!(cc.name(), "highspeed");
+        assert!(crate::cc::NAMES.contains(&"highspeed"));
+    }
 }

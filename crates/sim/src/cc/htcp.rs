@@ -18,9 +18,14 @@
 //! Choices, against Linux `tcp_htcp` and the draft:
 //! * RTT_min and RTT_max are the smallest and largest RTT samples seen on the connection
 //!   (from `on_packets_acked`); Linux smooths and rate-limits the RTT_max update.
-//! * The draft's throughput-based reset of β (β = 0.5 when the throughput before a
-//!   congestion event differs by more than 20 % from the previous one) and Linux's optional
-//!   RTT scaling of α are not implemented.
+//! * The draft's throughput-based reset of β is on by default (`Htcp::default()`, as Linux's
+//!   `use_bandwidth_switch=1`): B(k), the highest throughput measured over one-RTT_min
+//!   intervals outside recovery during the k-th congestion epoch, is compared at each
+//!   congestion event with B(k−1); if it changed by more than 20 % (or there is no B(k−1),
+//!   as at the first congestion event) β = 0.5, so that flows converge quickly when the
+//!   available bandwidth changes. In this mode β is also 0.5 when RTT_min ≤ 10 ms, as in
+//!   Linux. `Htcp::new(false)` uses the adaptive backoff alone.
+//! * Linux's optional RTT scaling of α is not implemented.
 //! * Δ starts at the first ACK of the connection and restarts at every loss or timeout.
 //! * Slow start is Reno's.
 
@@ -34,6 +39,12 @@ pub const DELTA_L: f64 = 1.0;
 pub const BETA_MIN: f64 = 0.5;
 /// Upper clamp of the adaptive backoff factor β.
 pub const BETA_MAX: f64 = 0.8;
+/// Relative change of the throughput between congestion epochs beyond which the
+/// throughput-based reset sets β = 0.5 (draft-leith-tcp-htcp, 20 %).
+pub const BANDWIDTH_SWITCH: f64 = 0.2;
+/// With the throughput-based reset (Linux mode), paths with RTT_min at or below this use
+/// β = 0.5 (Linux `htcp_beta_update`).
+pub const ADAPTIVE_MIN_RTT: Time = 10 * crate::time::NS_PER_MS;
 
 /// α(Δ) before the fairness scaling, for Δ in seconds since the last congestion event.
 pub fn alpha_raw(delta: f64) -> f64 {
@@ -69,21 +80,42 @@ pub struct Htcp {
     beta: f64,
     /// Fraction of a segment accumulated towards the next window increase (in [0, 1)).
     frac: f64,
+    /// Throughput-based reset of β enabled (constructor flag).
+    bandwidth_switch: bool,
+    /// Start of the current throughput measurement interval; `None` until the next ACK
+    /// outside recovery after a congestion event.
+    tp_start: Option<Time>,
+    /// Segments delivered since `tp_start`.
+    tp_segments: u64,
+    /// B(k): highest throughput (segments/s) measured in the current congestion epoch.
+    b_max: f64,
+    /// B(k−1): the same for the previous epoch; 0 when unknown (before the first event).
+    b_prev: f64,
 }
 
 impl Default for Htcp {
     fn default() -> Self {
+        Self::new(true)
+    }
+}
+
+impl Htcp {
+    /// H-TCP with or without the throughput-based reset of β.
+    pub fn new(bandwidth_switch: bool) -> Self {
         Self {
             last_congestion: None,
             rtt_min: 0,
             rtt_max: 0,
             beta: BETA_MIN,
             frac: 0.0,
+            bandwidth_switch,
+            tp_start: None,
+            tp_segments: 0,
+            b_max: 0.0,
+            b_prev: 0.0,
         }
     }
-}
 
-impl Htcp {
     /// The increase applied, in segments per round-trip time: `2(1 − β)·α(Δ)` at `now`.
     pub fn alpha(&self, now: Time) -> f64 {
         let since = self.last_congestion.map_or(0, |t| now.saturating_sub(t));
@@ -113,6 +145,23 @@ impl CongestionControl for Htcp {
 
     fn on_ack(&mut self, w: &mut Window, ack: &Ack) {
         self.last_congestion.get_or_insert(ack.now);
+        // Throughput over intervals of at least one RTT_min (ACKs outside recovery only).
+        match self.tp_start {
+            None => {
+                self.tp_start = Some(ack.now);
+                self.tp_segments = 0;
+            }
+            Some(start) => {
+                self.tp_segments += ack.acked as u64;
+                let dt = ack.now.saturating_sub(start);
+                if self.rtt_min > 0 && dt >= self.rtt_min {
+                    let rate = self.tp_segments as f64 / (dt as f64 / NS_PER_S as f64);
+                    self.b_max = self.b_max.max(rate);
+                    self.tp_start = Some(ack.now);
+                    self.tp_segments = 0;
+                }
+            }
+        }
         if !ack.cwnd_limited {
             return;
         }
@@ -131,10 +180,20 @@ impl CongestionControl for Htcp {
         );
     }
 
-    /// A congestion event: β ← RTT_min/RTT_max clamped to [0.5, 0.8], Δ restarts, and the
-    /// window becomes `β·cwnd` (at least two segments).
+    /// A congestion event: β ← RTT_min/RTT_max clamped to [0.5, 0.8] (or 0.5 by the
+    /// throughput-based reset), Δ restarts, and the window becomes `β·cwnd` (at least two
+    /// segments).
     fn ssthresh_on_loss(&mut self, w: &Window, now: Time) -> u32 {
-        self.beta = beta_from_rtts(self.rtt_min, self.rtt_max);
+        let stable =
+            self.b_prev > 0.0 && (self.b_max - self.b_prev).abs() <= BANDWIDTH_SWITCH * self.b_prev;
+        self.beta = if self.bandwidth_switch && (!stable || self.rtt_min <= ADAPTIVE_MIN_RTT) {
+            BETA_MIN
+        } else {
+            beta_from_rtts(self.rtt_min, self.rtt_max)
+        };
+        self.b_prev = self.b_max;
+        self.b_max = 0.0;
+        self.tp_start = None;
         self.last_congestion = Some(now);
         self.frac = 0.0;
         ((w.cwnd as f64 * self.beta).floor() as u32).max(2)
@@ -142,6 +201,7 @@ impl CongestionControl for Htcp {
 
     fn on_rto(&mut self, _w: &Window, now: Time) {
         self.last_congestion = Some(now);
+        self.tp_start = None;
         self.frac = 0.0;
     }
 
@@ -205,14 +265,14 @@ mod tests {
         let h = Htcp {
             last_congestion: Some(0),
             beta: 0.8,
-            ..Htcp::default()
+            ..Htcp::new(false)
         };
         assert!((h.alpha(5 * NS_PER_S) - 18.0).abs() < 1e-9);
         assert!((h.alpha(NS_PER_S / 2) - 0.4).abs() < 1e-9);
         // With β = 0.5 the scaling is 1.
         let h = Htcp {
             last_congestion: Some(0),
-            ..Htcp::default()
+            ..Htcp::new(false)
         };
         assert_eq!(h.alpha(2 * NS_PER_S), 11.25);
     }
@@ -226,7 +286,7 @@ mod tests {
         assert_eq!(beta_from_rtts(100 * ms, 100 * ms), 0.8);
 
         // Through the hooks: samples of 60 and 100 ms give β = 0.6 and ssthresh = 0.6·1000.
-        let mut h = Htcp::default();
+        let mut h = Htcp::new(false);
         let w = Window {
             cwnd: 1000,
             ssthresh: 500,
@@ -238,12 +298,12 @@ mod tests {
         assert_eq!(h.ssthresh_on_loss(&w, 3 * ms), 600);
         assert!((h.beta() - 0.6).abs() < 1e-12);
         // A path whose RTT doubles under load backs off by half.
-        let mut h = Htcp::default();
+        let mut h = Htcp::new(false);
         h.on_packets_acked(&w, &ack(0, 2, 50 * ms));
         h.on_packets_acked(&w, &ack(ms, 2, 200 * ms));
         assert_eq!(h.ssthresh_on_loss(&w, 2 * ms), 500);
         // An unqueued path backs off by 0.8 only.
-        let mut h = Htcp::default();
+        let mut h = Htcp::new(false);
         h.on_packets_acked(&w, &ack(0, 2, 100 * ms));
         assert_eq!(h.ssthresh_on_loss(&w, ms), 800);
         assert_eq!(h.ssthresh_on_loss(&Window { cwnd: 2, ..w }, ms), 2);
@@ -252,7 +312,7 @@ mod tests {
     #[test]
     fn grows_alpha_of_delta_segments_per_rtt() {
         let rtt = 100 * NS_PER_MS;
-        let mut h = Htcp::default();
+        let mut h = Htcp::new(false);
         let mut w = Window {
             cwnd: 1000,
             ssthresh: 1000,
@@ -297,7 +357,7 @@ mod tests {
     #[test]
     fn loss_restarts_delta() {
         let rtt = 100 * NS_PER_MS;
-        let mut h = Htcp::default();
+        let mut h = Htcp::new(false);
         let w = Window {
             cwnd: 1000,
             ssthresh: 1000,
@@ -309,5 +369,75 @@ mod tests {
         assert!((h.alpha(10 * NS_PER_S + NS_PER_S / 2) - 0.4).abs() < 1e-9);
         h.on_rto(&w, 20 * NS_PER_S);
         assert!((h.alpha(21 * NS_PER_S) - 0.4).abs() < 1e-9);
+    }
+
+    /// Delivers `per_rtt` segments per RTT for `rounds` RTTs from `*now`, ACKs of two.
+    fn deliver(h: &mut Htcp, w: &mut Window, now: &mut Time, per_rtt: u32, rounds: u32, rtt: Time) {
+        for _ in 0..rounds {
+            for _ in 0..per_rtt / 2 {
+                let a = ack(*now, 2, rtt);
+                h.on_packets_acked(w, &a);
+                h.on_ack(w, &a);
+            }
+            *now += rtt;
+        }
+    }
+
+    #[test]
+    fn throughput_change_resets_beta() {
+        let rtt = 100 * NS_PER_MS;
+        let mut h = Htcp::default();
+        let w = Window {
+            cwnd: 2000,
+            ssthresh: 1000,
+            cwnd_cnt: 0,
+        };
+        // The window the ACKs grow; losses are taken at a fixed 2000 segments.
+        let mut grown = w;
+        let mut now = 0;
+        // RTT_min = RTT_max: the adaptive backoff alone would give 0.8.
+        // Epoch 1 at 10000 segments/s; first congestion event: no B(k−1), β = 0.5.
+        deliver(&mut h, &mut grown, &mut now, 1000, 10, rtt);
+        assert_eq!(h.ssthresh_on_loss(&w, now), 1000);
+        assert_eq!(h.beta(), 0.5);
+        // Epoch 2 at the same throughput: β = RTT_min/RTT_max clamped = 0.8.
+        deliver(&mut h, &mut grown, &mut now, 1000, 10, rtt);
+        assert_eq!(h.ssthresh_on_loss(&w, now), 1600);
+        assert_eq!(h.beta(), 0.8);
+        // Epoch 3 at 13000 segments/s (+30 %): reset to 0.5.
+        deliver(&mut h, &mut grown, &mut now, 1300, 10, rtt);
+        assert_eq!(h.ssthresh_on_loss(&w, now), 1000);
+        // Epoch 4 at 14300 segments/s (+10 %): adaptive again.
+        deliver(&mut h, &mut grown, &mut now, 1430, 10, rtt);
+        assert_eq!(h.ssthresh_on_loss(&w, now), 1600);
+        // Without the reset the first event already uses the adaptive backoff.
+        let mut h = Htcp::new(false);
+        let mut now = 0;
+        deliver(&mut h, &mut grown, &mut now, 1000, 10, rtt);
+        assert_eq!(h.ssthresh_on_loss(&w, now), 1600);
+    }
+
+    #[test]
+    fn short_rtt_paths_back_off_by_half_in_linux_mode() {
+        let rtt = 5 * NS_PER_MS;
+        let mut h = Htcp::default();
+        let w = Window {
+            cwnd: 2000,
+            ssthresh: 1000,
+            cwnd_cnt: 0,
+        };
+        let mut w2 = w;
+        let mut now = 0;
+        for _ in 0..2 {
+            deliver(&mut h, &mut w2, &mut now, 100, 10, rtt);
+            assert_eq!(h.ssthresh_on_loss(&w, now), 1000);
+        }
+    }
+
+    #[test]
+    fn registered_under_its_linux_name() {
+        let cc = crate::cc::by_name("htcp").expect("registered");
+        assert_eq!(cc.name(), "htcp");
+        assert!(crate::cc::NAMES.contains(&"htcp"));
     }
 }

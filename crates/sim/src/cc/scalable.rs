@@ -174,4 +174,22 @@ mod tests {
         );
         assert_eq!(w, before);
     }
+
+    #[test]
+    fn registered_under_its_linux_name() {
+        let cc = crate::cc::by_name("scalable").expect("registered");
+        assert_eq!(cc.name(), "scalable");
+        assert!(crate::cc::NAMES.contains(&"scalable"));
+    }
+
+    #[test]
+    fn names_in_seed_order() {
+        assert_eq!(
+            crate::cc::NAMES,
+            &["reno", "bic", "cubic", "highspeed", "htcp", "scalable"]
+        );
+        for n in crate::cc::NAMES {
+            assert_eq!(crate::cc::by_name(n).expect("registered").name(), *n);
+        }
+    }
 }

@@ -240,7 +240,12 @@ impl CongestionControl for Cubic {
             }
         };
         let t = (ack.now - epoch_start) as f64 / NS_PER_S as f64;
-        let rtt = self.min_rtt.max(ack.min_rtt) as f64 / NS_PER_S as f64;
+        let min_rtt = if self.min_rtt > 0 {
+            self.min_rtt
+        } else {
+            ack.min_rtt
+        };
+        let rtt = min_rtt as f64 / NS_PER_S as f64;
 
         // Reno-friendly estimate (RFC 9438 §4.3).
         let alpha = if self.w_est >= self.cwnd_prior {

@@ -15,7 +15,12 @@
 
 use crate::time::Time;
 
+pub mod bic;
+pub mod cubic;
+pub mod highspeed;
+pub mod htcp;
 pub mod reno;
+pub mod scalable;
 
 /// Congestion window state owned by the TCP sender and updated by the congestion control.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -109,12 +114,17 @@ pub trait CongestionControl: Send {
 }
 
 /// Variant names as Linux spells them, in the order the seeds list them.
-pub const NAMES: &[&str] = &["reno"];
+pub const NAMES: &[&str] = &["reno", "bic", "cubic", "highspeed", "htcp", "scalable"];
 
 /// Builds the congestion control called `name`, or `None` if it is not implemented.
 pub fn by_name(name: &str) -> Option<Box<dyn CongestionControl>> {
     match name {
         "reno" => Some(Box::new(reno::Reno)),
+        "bic" => Some(Box::new(bic::Bic::default())),
+        "cubic" => Some(Box::new(cubic::Cubic::default())),
+        "highspeed" => Some(Box::new(highspeed::HighSpeed::default())),
+        "htcp" => Some(Box::new(htcp::Htcp::default())),
+        "scalable" => Some(Box::new(scalable::Scalable)),
         _ => None,
     }
 }

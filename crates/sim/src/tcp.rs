@@ -99,6 +99,8 @@ pub struct Sender {
     rto: Time,
     backoff: u32,
     rto_deadline: Option<Time>,
+    /// `snd_una` at the last timeout: a timeout after progress is a new congestion event.
+    una_at_last_rto: u64,
     rto_min: Time,
     dupthresh: u64,
     /// Previously processed SACK blocks, so that a block re-reported by every ACK is not
@@ -145,6 +147,7 @@ impl Sender {
             rto: tcp.rto_initial_ns,
             backoff: 1,
             rto_deadline: None,
+            una_at_last_rto: 0,
             rto_min: tcp.rto_min_ns,
             dupthresh: tcp.dupthresh as u64,
             sack_cache: [(0, 0); MAX_SACK_BLOCKS],
@@ -454,9 +457,15 @@ impl Sender {
             return;
         }
         self.stats.timeouts += 1;
-        if self.state == CaState::Open {
+        // A new congestion event (Linux `tcp_enter_loss`): from Open, or a timeout in Loss
+        // after the previous timeout's retransmissions made progress. Not when the
+        // retransmission of the same data times out again, nor in fast recovery, whose
+        // reduction already happened.
+        let progressed = self.state == CaState::Loss && self.snd_una > self.una_at_last_rto;
+        if self.state == CaState::Open || progressed {
             self.win.ssthresh = self.cc.ssthresh_on_loss(&self.win, now);
         }
+        self.una_at_last_rto = self.snd_una;
         self.win.cwnd = 1;
         self.win.cwnd_cnt = 0;
         self.cc.on_rto(&self.win, now);
@@ -743,6 +752,24 @@ mod tests {
             }]
         );
         assert_eq!(s.rto_deadline(), Some(d + 2 * NS_PER_S));
+    }
+
+    #[test]
+    fn a_repeated_timeout_reduces_ssthresh_only_after_progress() {
+        let mut s = sender(Some(100));
+        drain(&mut s, 0);
+        s.on_rto(NS_PER_S);
+        assert_eq!(s.win.ssthresh, 5);
+        drain(&mut s, NS_PER_S);
+        // The retransmission is lost too: same episode, ssthresh kept (cwnd is 1 now).
+        s.on_rto(3 * NS_PER_S);
+        assert_eq!(s.win.ssthresh, 5);
+        drain(&mut s, 3 * NS_PER_S);
+        // It arrives; the next timeout, after progress, is a new congestion event.
+        s.on_ack(3 * NS_PER_S + 1000, &ack(1, &[], 3 * NS_PER_S));
+        assert_eq!(s.state, CaState::Loss);
+        s.on_rto(5 * NS_PER_S);
+        assert_eq!(s.win.ssthresh, 2);
     }
 
     #[test]

@@ -6,17 +6,19 @@ fn main() {
     let streams: u32 = args.get(2).map(|s| s.parse().unwrap()).unwrap_or(1);
     let buf: u32 = args.get(3).map(|s| s.parse().unwrap()).unwrap_or(100);
     let rate: f64 = args.get(4).map(|s| s.parse().unwrap()).unwrap_or(1e9);
+    let secs: u64 = args.get(5).map(|s| s.parse().unwrap()).unwrap_or(20);
     let mut flows = vec![];
     for p in 0..pairs {
         for s in 0..streams {
             flows.push(format!(
-                r#"{{"pair":{p},"stream":{s},"start_ns":{},"duration_ns":20000000000}}"#,
-                (p * streams + s) as u64 * 100_000
+                r#"{{"pair":{p},"stream":{s},"start_ns":{},"duration_ns":{}}}"#,
+                (p * streams + s) as u64 * 100_000,
+                secs * 1_000_000_000
             ));
         }
     }
     let pairs_j: Vec<String> = (0..pairs)
-        .map(|_| r#"{"access_rate_bps":1e9,"rtt_ns":11500000}"#.to_string())
+        .map(|_| r#"{"access_rate_bps":1e9,"rtt_ns":20000000}"#.to_string())
         .collect();
     let j = format!(
         r#"{{"bottleneck":{{"rate_bps":{rate},"buffer_pkts":{buf}}},"pairs":[{}],"flows":[{}]}}"#,

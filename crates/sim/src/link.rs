@@ -59,8 +59,9 @@ impl LinkSamples {
 
 #[derive(Clone, Debug)]
 pub struct Link {
-    /// Picoseconds of wire time per byte (8e12 / rate in bit/s).
-    ps_per_byte: f64,
+    /// Femtoseconds of wire time per byte (8e15 / rate in bit/s), so that serialisation
+    /// times are integer arithmetic with sub-picosecond rounding.
+    fs_per_byte: u64,
     /// Extra wire bytes per packet beyond the IP packet (Ethernet framing).
     frame_overhead: u32,
     /// Packets allowed to wait (`None`: unbounded, e.g. a host's own interface).
@@ -81,7 +82,7 @@ pub struct Link {
 impl Link {
     pub fn new(rate_bps: f64, frame_overhead: u32, limit: Option<u32>, loss_rate: f64) -> Self {
         Self {
-            ps_per_byte: 8e12 / rate_bps,
+            fs_per_byte: (8e15 / rate_bps).round() as u64,
             frame_overhead,
             limit,
             loss_rate,
@@ -111,14 +112,16 @@ impl Link {
     fn advance(&mut self, now: Time) {
         let now_ps = now.saturating_mul(1000);
         if let Some(s) = self.samples.as_mut() {
+            // Open every interval that began by `now`: afterwards the current interval is
+            // the last element of the per-interval vectors (no division on the hot path).
             while s.next_boundary <= now {
                 let b_ps = s.next_boundary.saturating_mul(1000);
                 let started = self.waiting.partition_point(|&st| st <= b_ps);
                 let q = (self.waiting.len() - started) as u32;
-                let i = (s.next_boundary / s.interval) as usize;
-                *LinkSamples::slot(&mut s.queue_at_start, i) = q;
-                let m = LinkSamples::slot(&mut s.queue_max, i);
-                *m = (*m).max(q);
+                s.queue_at_start.push(q);
+                s.queue_max.push(q);
+                s.drops.push(0);
+                s.losses.push(0);
                 s.next_boundary += s.interval;
             }
         }
@@ -135,12 +138,20 @@ impl Link {
     /// random loss (pass anything when the link has none).
     #[inline]
     pub fn offer(&mut self, now: Time, ip_bytes: u32, uniform: f64) -> Offer {
+        if self.limit.is_none() && self.samples.is_none() && self.loss_rate == 0.0 {
+            // A host's own interface: nothing to count, nothing to drop.
+            let now_ps = now.saturating_mul(1000);
+            let start = self.busy_until_ps.max(now_ps);
+            let wire = (ip_bytes + self.frame_overhead) as u64;
+            self.busy_until_ps = start + (wire * self.fs_per_byte + 500) / 1000;
+            self.total_bytes += ip_bytes as u64;
+            return Offer::Departs(self.busy_until_ps.div_ceil(1000));
+        }
         self.advance(now);
-        let bin = self.samples.as_ref().map(|s| (now / s.interval) as usize);
         if self.loss_rate > 0.0 && uniform < self.loss_rate {
             self.total_losses += 1;
-            if let (Some(s), Some(i)) = (self.samples.as_mut(), bin) {
-                *LinkSamples::slot(&mut s.losses, i) += 1;
+            if let Some(s) = self.samples.as_mut() {
+                *s.losses.last_mut().expect("advanced") += 1;
             }
             return Offer::Lost;
         }
@@ -150,25 +161,28 @@ impl Link {
             if let Some(limit) = self.limit {
                 if self.waiting.len() as u32 >= limit {
                     self.total_drops += 1;
-                    if let (Some(s), Some(i)) = (self.samples.as_mut(), bin) {
-                        *LinkSamples::slot(&mut s.drops, i) += 1;
+                    if let Some(s) = self.samples.as_mut() {
+                        *s.drops.last_mut().expect("advanced") += 1;
                     }
                     return Offer::QueueFull;
                 }
             }
             self.waiting.push_back(start);
         }
-        let wire = (ip_bytes + self.frame_overhead) as f64;
-        self.busy_until_ps = start + (wire * self.ps_per_byte).round() as u64;
+        let wire = (ip_bytes + self.frame_overhead) as u64;
+        self.busy_until_ps = start + (wire * self.fs_per_byte + 500) / 1000;
         let depart = self.busy_until_ps.div_ceil(1000);
         self.total_bytes += ip_bytes as u64;
         let backlog = self.waiting.len() as u32;
         self.max_backlog = self.max_backlog.max(backlog);
         if let Some(s) = self.samples.as_mut() {
-            let i = (now / s.interval) as usize;
-            let m = LinkSamples::slot(&mut s.queue_max, i);
+            let m = s.queue_max.last_mut().expect("advanced");
             *m = (*m).max(backlog);
-            let d = (depart / s.interval) as usize;
+            let d = if depart < s.next_boundary {
+                s.queue_max.len() - 1
+            } else {
+                (depart / s.interval) as usize
+            };
             *LinkSamples::slot(&mut s.bytes, d) += ip_bytes as u64;
             *LinkSamples::slot(&mut s.packets, d) += 1;
         }

@@ -8,6 +8,7 @@
 //! per flow whatever the bandwidth-delay product.
 
 use std::cmp::Reverse;
+use std::collections::binary_heap::PeekMut;
 use std::collections::{BinaryHeap, VecDeque};
 
 use rand_core::{Rng, SeedableRng};
@@ -29,6 +30,7 @@ const RTO: u64 = 5;
 const DELACK: u64 = 6;
 const END_SOFT: u64 = 7;
 const END_HARD: u64 = 8;
+const COMPLETE: u64 = 9;
 
 /// An entry of the event list: ordered by time, then by insertion (FIFO among equals).
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -37,6 +39,13 @@ struct Event {
     seq: u64,
     /// kind in the low 8 bits, flow index above.
     what: u64,
+}
+
+/// What a pipe-head event carries to its handler.
+enum Packet {
+    Data(Segment),
+    Ack(AckSegment),
+    None,
 }
 
 /// A fixed-delay FIFO: packets arrive at the far end in the order they entered.
@@ -74,6 +83,8 @@ struct Flow {
     delack_event_at: Option<Time>,
     goodput_bins: Vec<u64>,
     delivered_bytes: u64,
+    /// (arrival time, bytes) of recent in-order deliveries, oldest first (eager receivers).
+    recent_deliveries: VecDeque<(Time, u64)>,
     next_tcp_sample: Time,
 }
 
@@ -88,6 +99,10 @@ pub struct Simulation {
     /// 0: bottleneck; 1: reverse bottleneck if any; then one interface per sender host.
     links: Vec<Link>,
     rev_link: Option<usize>,
+    /// With a pure-delay ACK path, a receiver's behaviour depends only on its own
+    /// segments, which reach it in order: each segment is then processed as soon as it
+    /// leaves the bottleneck, at its arrival time, saving one event per packet.
+    eager_receivers: bool,
     flows: Vec<Flow>,
     rng: Pcg64Mcg,
     volume_left: usize,
@@ -156,6 +171,7 @@ impl Simulation {
                 delack_event_at: None,
                 goodput_bins: Vec::new(),
                 delivered_bytes: 0,
+                recent_deliveries: VecDeque::new(),
                 next_tcp_sample: fc.start_ns.div_ceil(tcp_iv) * tcp_iv,
             });
         }
@@ -175,6 +191,7 @@ impl Simulation {
             received_segments: 0,
             links,
             rev_link,
+            eager_receivers: rev_link.is_none(),
             flows,
             rng,
             volume_left,
@@ -226,19 +243,53 @@ impl Simulation {
     /// Processes every event up to `limit` (inclusive); returns true once the run is over.
     pub fn run_until(&mut self, limit: Time) -> bool {
         while self.end.is_none() {
-            let Some(&Reverse(ev)) = self.heap.peek() else {
+            let Some(mut top) = self.heap.peek_mut() else {
                 // Nothing left to happen (e.g. every flow stalled past a hard end).
                 self.end = Some(self.now);
                 break;
             };
+            let ev = top.0;
             if ev.time > limit {
                 self.now = self.now.max(limit);
                 return false;
             }
-            self.heap.pop();
             self.now = ev.time;
             self.events += 1;
-            self.dispatch(ev.what & 0xff, (ev.what >> 8) as usize);
+            let (kind, i) = (ev.what & 0xff, (ev.what >> 8) as usize);
+            // A pipe's head leaves it; the event moves in place to the next head, if any
+            // (one sift of the heap instead of a pop and a push).
+            let f = &mut self.flows[i];
+            let (packet, next) = match kind {
+                AT_BOTTLENECK | AT_RECEIVER => {
+                    let pipe = if kind == AT_BOTTLENECK {
+                        &mut f.to_bottleneck
+                    } else {
+                        &mut f.to_receiver
+                    };
+                    let (_, seg) = pipe.q.pop_front().expect("scheduled head");
+                    (Packet::Data(seg), pipe.q.front().map(|h| h.0))
+                }
+                AT_SENDER => {
+                    let (_, ack) = f.to_sender.q.pop_front().expect("scheduled head");
+                    (Packet::Ack(ack), f.to_sender.q.front().map(|h| h.0))
+                }
+                _ => (Packet::None, None),
+            };
+            match next {
+                Some(t) => {
+                    self.seq += 1;
+                    top.0 = Event {
+                        time: t,
+                        seq: self.seq,
+                        what: ev.what,
+                    };
+                    drop(top);
+                }
+                None => {
+                    PeekMut::pop(top);
+                }
+            }
+            self.dispatch(kind, i, packet);
         }
         true
     }
@@ -249,16 +300,10 @@ impl Simulation {
         self.finish()
     }
 
-    fn dispatch(&mut self, kind: u64, i: usize) {
+    fn dispatch(&mut self, kind: u64, i: usize, packet: Packet) {
         let now = self.now;
-        match kind {
-            AT_BOTTLENECK => {
-                let (_, seg) = self.flows[i]
-                    .to_bottleneck
-                    .q
-                    .pop_front()
-                    .expect("scheduled head");
-                self.reschedule_head(i, AT_BOTTLENECK);
+        match (kind, packet) {
+            (AT_BOTTLENECK, Packet::Data(seg)) => {
                 let bytes = self.seg_len(i, seg.seq) + self.cfg.header_bytes;
                 let draw = if self.cfg.bottleneck.loss_rate > 0.0 {
                     uniform(&mut self.rng)
@@ -268,40 +313,26 @@ impl Simulation {
                 if let Offer::Departs(d) = self.links[0].offer(now, bytes, draw) {
                     let f = &mut self.flows[i];
                     let t = d + f.one_way_fwd;
-                    if push(&mut f.to_receiver, t, seg) {
+                    if self.eager_receivers {
+                        self.receive(i, t, seg);
+                    } else if push(&mut f.to_receiver, t, seg) {
                         self.schedule(t, AT_RECEIVER, i);
                     }
                 }
             }
-            AT_RECEIVER => {
-                let (_, seg) = self.flows[i]
-                    .to_receiver
-                    .q
-                    .pop_front()
-                    .expect("scheduled head");
-                self.reschedule_head(i, AT_RECEIVER);
-                self.received_segments += 1;
-                let got = self.flows[i].receiver.on_segment(now, &seg);
-                if got.delivered.1 > got.delivered.0 {
-                    self.deliver(i, got.delivered.0, got.delivered.1);
+            (AT_RECEIVER, Packet::Data(seg)) => self.receive(i, now, seg),
+            (COMPLETE, _) => {
+                self.volume_left -= 1;
+                if self.volume_left == 0 && now >= self.duration_end {
+                    self.end = Some(now);
                 }
-                if let Some(ack) = got.ack {
-                    self.send_ack(i, ack);
-                }
-                self.arm_delack(i);
             }
-            AT_SENDER => {
-                let (_, ack) = self.flows[i]
-                    .to_sender
-                    .q
-                    .pop_front()
-                    .expect("scheduled head");
-                self.reschedule_head(i, AT_SENDER);
+            (AT_SENDER, Packet::Ack(ack)) => {
                 self.sample_tcp(i);
                 self.flows[i].sender.on_ack(now, &ack);
                 self.transmit(i);
             }
-            RTO => {
+            (RTO, _) => {
                 self.sample_tcp(i);
                 let f = &mut self.flows[i];
                 if f.rto_event_at == Some(now) {
@@ -314,36 +345,36 @@ impl Simulation {
                     self.arm_rto(i);
                 }
             }
-            DELACK => {
+            (DELACK, _) => {
                 let f = &mut self.flows[i];
                 if f.delack_event_at == Some(now) {
                     f.delack_event_at = None;
                 }
                 if let Some(ack) = f.receiver.on_delack_timer(now) {
-                    self.send_ack(i, ack);
+                    self.send_ack(i, now, ack);
                 }
                 self.arm_delack(i);
             }
-            START => {
+            (START, _) => {
                 let f = &mut self.flows[i];
                 let stop = f.cfg.duration_ns.map(|d| f.start + d);
                 f.sender.start(stop);
                 self.sample_tcp(i);
                 self.transmit(i);
             }
-            STOP => {
+            (STOP, _) => {
                 self.sample_tcp(i);
                 let f = &mut self.flows[i];
                 f.sender.stop_new_data(now);
                 f.end = Some(now);
             }
-            END_SOFT => {
+            (END_SOFT, _) => {
                 if self.volume_left == 0 {
                     self.end = Some(now);
                 }
             }
-            END_HARD => self.end = Some(now),
-            _ => unreachable!("unknown event kind {kind}"),
+            (END_HARD, _) => self.end = Some(now),
+            _ => unreachable!("event kind {kind} with the wrong packet"),
         }
     }
 
@@ -355,21 +386,30 @@ impl Simulation {
         }
     }
 
-    /// After popping a pipe head, schedule the next one.
-    fn reschedule_head(&mut self, i: usize, kind: u64) {
-        let f = &self.flows[i];
-        let next = match kind {
-            AT_BOTTLENECK => f.to_bottleneck.q.front().map(|h| h.0),
-            AT_RECEIVER => f.to_receiver.q.front().map(|h| h.0),
-            _ => f.to_sender.q.front().map(|h| h.0),
-        };
-        if let Some(t) = next {
-            self.schedule(t, kind, i);
+    /// Segment `seg` of flow `i` arrives at its receiver at `at` (`at` may lie ahead of
+    /// `now` when receivers are processed eagerly, see `eager_receivers`).
+    fn receive(&mut self, i: usize, at: Time, seg: Segment) {
+        self.received_segments += 1;
+        // A delayed ACK due before this arrival goes out first, at its own time.
+        if let Some(d) = self.flows[i].receiver.delack_deadline() {
+            if d <= at {
+                if let Some(ack) = self.flows[i].receiver.on_delack_timer(d) {
+                    self.send_ack(i, d, ack);
+                }
+            }
         }
+        let got = self.flows[i].receiver.on_segment(at, &seg);
+        if got.delivered.1 > got.delivered.0 {
+            self.deliver(i, at, got.delivered.0, got.delivered.1);
+        }
+        if let Some(ack) = got.ack {
+            self.send_ack(i, at, ack);
+        }
+        self.arm_delack(i);
     }
 
-    /// Segments `[from, to)` became in-order at the receiver.
-    fn deliver(&mut self, i: usize, from: u64, to: u64) {
+    /// Segments `[from, to)` became in-order at the receiver at `at`.
+    fn deliver(&mut self, i: usize, at: Time, from: u64, to: u64) {
         let mss = self.cfg.mss as u64;
         let mut bytes = (to - from) * mss;
         let f = &mut self.flows[i];
@@ -379,24 +419,32 @@ impl Simulation {
             }
         }
         f.delivered_bytes += bytes;
-        let bin = (self.now / self.cfg.measure.goodput_interval_ns) as usize;
+        if self.eager_receivers {
+            // Remember deliveries that may still lie ahead of the clock, so that the run
+            // can end between a segment's departure and its arrival (see `finish`).
+            while f
+                .recent_deliveries
+                .front()
+                .is_some_and(|&(t, _)| t <= self.now)
+            {
+                f.recent_deliveries.pop_front();
+            }
+            f.recent_deliveries.push_back((at, bytes));
+        }
+        let bin = (at / self.cfg.measure.goodput_interval_ns) as usize;
         if f.goodput_bins.len() <= bin {
             f.goodput_bins.resize(bin + 1, 0);
         }
         f.goodput_bins[bin] += bytes;
         if f.total_segs.is_some_and(|t| to >= t) && f.completed_at.is_none() {
-            f.completed_at = Some(self.now);
-            f.end = Some(self.now);
-            self.volume_left -= 1;
-            if self.volume_left == 0 && self.now >= self.duration_end {
-                self.end = Some(self.now);
-            }
+            f.completed_at = Some(at);
+            f.end = Some(at);
+            self.schedule(at, COMPLETE, i);
         }
     }
 
-    fn send_ack(&mut self, i: usize, ack: AckSegment) {
+    fn send_ack(&mut self, i: usize, now: Time, ack: AckSegment) {
         self.acks += 1;
-        let now = self.now;
         let depart = match self.rev_link {
             Some(l) => {
                 let ack_bytes = self.cfg.header_bytes;
@@ -508,8 +556,23 @@ impl Simulation {
         for l in self.links.iter_mut() {
             l.finish(end);
         }
-        let mut tr = Trace::default();
+        // Deliveries processed ahead of the clock but due after the end did not happen.
         let giv = self.cfg.measure.goodput_interval_ns;
+        for f in self.flows.iter_mut() {
+            while let Some(&(t, bytes)) = f.recent_deliveries.back() {
+                if t <= end {
+                    break;
+                }
+                f.recent_deliveries.pop_back();
+                f.delivered_bytes -= bytes;
+                f.goodput_bins[(t / giv) as usize] -= bytes;
+            }
+            if f.completed_at.is_some_and(|c| c > end) {
+                f.completed_at = None;
+                f.end = None;
+            }
+        }
+        let mut tr = Trace::default();
         for (i, f) in self.flows.iter().enumerate() {
             let fl = &mut tr.flows;
             let stop = f.end.unwrap_or(end).min(end);

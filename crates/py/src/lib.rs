@@ -75,6 +75,8 @@ fn run<'py>(
     stats.set_item("bottleneck_drops", s.bottleneck_drops)?;
     stats.set_item("bottleneck_losses", s.bottleneck_losses)?;
     stats.set_item("bottleneck_max_queue", s.bottleneck_max_queue)?;
+    stats.set_item("background_packets", s.background_packets)?;
+    stats.set_item("background_drops", s.background_drops)?;
     let out = PyDict::new(py);
     out.set_item("tables", tables)?;
     out.set_item("stats", stats)?;

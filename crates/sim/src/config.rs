@@ -34,6 +34,10 @@ pub struct SimConfig {
     pub pairs: Vec<PairConfig>,
     /// The TCP connections; several per pair for parallel streams.
     pub flows: Vec<FlowConfig>,
+    /// Unresponsive ON/OFF sources crossing the bottleneck in the data direction
+    /// (background traffic, seed 004's Bg).
+    #[serde(default)]
+    pub background: Vec<OnOffConfig>,
     #[serde(default)]
     pub tcp: TcpConfig,
     #[serde(default)]
@@ -91,6 +95,57 @@ pub struct FlowConfig {
     /// Window cap in segments (receive window / socket buffer). `None`: not limiting.
     #[serde(default)]
     pub max_window_pkts: Option<u32>,
+    /// What the flow is for: a measured transfer, or reverse traffic (from the pair's
+    /// receiver host to its sender host, through the reverse bottleneck; seed 004's R).
+    #[serde(default)]
+    pub role: FlowRole,
+    /// A rate limiter between the TCP sender and its host interface.
+    #[serde(default)]
+    pub limiter: Option<LimiterConfig>,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FlowRole {
+    /// Measured, and decides when the run ends.
+    #[default]
+    Transfer,
+    /// Traffic in the opposite direction; runs until the end unless given a duration or
+    /// a volume, and does not decide when the run ends.
+    Reverse,
+}
+
+/// Rate limiters of seed 001 §2.1.3, counting frames as a qdisc does (IP packet + 14 B).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum LimiterConfig {
+    /// Packet-level pacing (PSPacer, SO_MAX_PACING_RATE).
+    Pacer { rate_bps: f64 },
+    /// A token bucket refilled by a timer every `tick_ns` (HTB/TBF with HZ ticks).
+    TokenBucket {
+        rate_bps: f64,
+        burst_bytes: u64,
+        tick_ns: Time,
+    },
+}
+
+/// An unresponsive source alternating exponential ON and OFF periods; during ON it sends
+/// back-to-back packets at its access rate (UDP-like background traffic).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OnOffConfig {
+    pub access_rate_bps: f64,
+    pub mean_on_ns: Time,
+    pub mean_off_ns: Time,
+    /// IP bytes per packet.
+    #[serde(default = "default_bg_packet")]
+    pub packet_bytes: u32,
+    #[serde(default)]
+    pub start_ns: Time,
+}
+
+fn default_bg_packet() -> u32 {
+    1500
 }
 
 /// TCP behaviour shared by every flow. Defaults follow Linux.
@@ -265,15 +320,44 @@ impl SimConfig {
             if f.pair as usize >= self.pairs.len() {
                 return err(format!("flows[{i}].pair {} does not exist", f.pair));
             }
-            match (f.duration_ns, f.volume_bytes) {
-                (Some(0), _) => return err(format!("flows[{i}].duration_ns must be positive")),
-                (_, Some(0)) => return err(format!("flows[{i}].volume_bytes must be positive")),
-                (Some(_), None) | (None, Some(_)) => {}
+            match (f.duration_ns, f.volume_bytes, f.role) {
+                (Some(0), _, _) => return err(format!("flows[{i}].duration_ns must be positive")),
+                (_, Some(0), _) => return err(format!("flows[{i}].volume_bytes must be positive")),
+                (Some(_), None, _) | (None, Some(_), _) | (None, None, FlowRole::Reverse) => {}
                 _ => {
                     return err(format!(
                         "flows[{i}]: exactly one of duration_ns and volume_bytes"
                     ))
                 }
+            }
+            if f.role == FlowRole::Reverse && self.reverse_bottleneck.is_none() {
+                return err(format!(
+                    "flows[{i}]: reverse traffic needs a reverse_bottleneck"
+                ));
+            }
+            match &f.limiter {
+                Some(LimiterConfig::Pacer { rate_bps })
+                    if !(*rate_bps > 0.0 && rate_bps.is_finite()) =>
+                {
+                    return err(format!("flows[{i}].limiter.rate_bps must be positive"));
+                }
+                Some(LimiterConfig::TokenBucket {
+                    rate_bps,
+                    burst_bytes,
+                    tick_ns,
+                }) => {
+                    if !(*rate_bps > 0.0 && rate_bps.is_finite()) || *tick_ns == 0 {
+                        return err(format!(
+                            "flows[{i}].limiter: rate and tick must be positive"
+                        ));
+                    }
+                    if *burst_bytes < (self.mss + self.header_bytes + 14) as u64 {
+                        return err(format!(
+                            "flows[{i}].limiter.burst_bytes must hold at least one frame"
+                        ));
+                    }
+                }
+                _ => {}
             }
             if crate::cc::by_name(&f.variant).is_none() {
                 return err(format!(
@@ -284,6 +368,16 @@ impl SimConfig {
             }
             if f.max_window_pkts == Some(0) {
                 return err(format!("flows[{i}].max_window_pkts must be positive"));
+            }
+        }
+        for (i, b) in self.background.iter().enumerate() {
+            if !(b.access_rate_bps > 0.0 && b.access_rate_bps.is_finite())
+                || b.mean_on_ns == 0
+                || b.packet_bytes == 0
+            {
+                return err(format!(
+                    "background[{i}]: rate, mean ON time and packet size must be positive"
+                ));
             }
         }
         let m = &self.measure;

@@ -16,6 +16,7 @@
 
 pub mod cc;
 pub mod config;
+pub mod gate;
 pub mod link;
 pub mod sim;
 pub mod tcp;

@@ -102,6 +102,10 @@ impl Link {
         self
     }
 
+    pub fn loss_rate(&self) -> f64 {
+        self.loss_rate
+    }
+
     /// Packets waiting at `now` (not counting the one being serialised).
     pub fn backlog(&mut self, now: Time) -> u32 {
         self.advance(now);

@@ -15,7 +15,8 @@ use rand_core::{Rng, SeedableRng};
 use rand_pcg::Pcg64Mcg;
 
 use crate::cc;
-use crate::config::{ConfigError, FlowConfig, SimConfig};
+use crate::config::{ConfigError, FlowConfig, FlowRole, LimiterConfig, SimConfig};
+use crate::gate::Gate;
 use crate::link::{Link, Offer};
 use crate::tcp::{AckSegment, CaState, Receiver, Segment, Sender};
 use crate::time::{secs, Time};
@@ -31,6 +32,8 @@ const DELACK: u64 = 6;
 const END_SOFT: u64 = 7;
 const END_HARD: u64 = 8;
 const COMPLETE: u64 = 9;
+const AT_NIC: u64 = 10;
+const BG_ARRIVAL: u64 = 11;
 
 /// An entry of the event list: ordered by time, then by insertion (FIFO among equals).
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -59,6 +62,21 @@ impl<T: Copy> Pipe<T> {
     }
 }
 
+/// An unresponsive ON/OFF background source (see `OnOffConfig`).
+struct OnOff {
+    /// Picoseconds between packets while ON (serialisation at the access rate).
+    gap_ps: u64,
+    packet_bytes: u32,
+    mean_on: f64,
+    mean_off: f64,
+    /// End of the current ON period.
+    on_until: Time,
+    /// Arrival of the next packet at the bottleneck, in picoseconds.
+    next_ps: u64,
+    sent: u64,
+    dropped: u64,
+}
+
 struct Flow {
     cfg: FlowConfig,
     /// Payload bytes of the last segment of a volume-bound flow.
@@ -66,10 +84,16 @@ struct Flow {
     total_segs: Option<u64>,
     sender: Sender,
     receiver: Receiver,
+    /// Rate limiter in front of the host interface, and the packets it holds.
+    gate: Option<Gate>,
+    to_nic: Pipe<Segment>,
     to_bottleneck: Pipe<Segment>,
     to_receiver: Pipe<Segment>,
     to_sender: Pipe<AckSegment>,
     nic: usize,
+    /// The bottleneck the data crosses, and the one the ACKs cross (if any).
+    data_link: usize,
+    ack_link: Option<usize>,
     /// Segments this flow may keep queued in its host (TCP Small Queues).
     host_queue_limit: usize,
     /// The sender stopped because its host queue was full; resume as it drains.
@@ -104,6 +128,7 @@ pub struct Simulation {
     /// leaves the bottleneck, at its arrival time, saving one event per packet.
     eager_receivers: bool,
     flows: Vec<Flow>,
+    background: Vec<OnOff>,
     rng: Pcg64Mcg,
     volume_left: usize,
     duration_end: Time,
@@ -131,7 +156,13 @@ impl Simulation {
             );
             links.len() - 1
         });
+        // Host interfaces: the sender side of every pair, then its receiver side (used
+        // by reverse traffic).
         let nic0 = links.len();
+        for p in &cfg.pairs {
+            links.push(Link::new(p.access_rate_bps, fo, None, 0.0));
+        }
+        let nic_right0 = links.len();
         for p in &cfg.pairs {
             links.push(Link::new(p.access_rate_bps, fo, None, 0.0));
         }
@@ -145,16 +176,33 @@ impl Simulation {
                 .map_or(cfg.mss, |v| (v - (v.div_ceil(mss) - 1) * mss) as u32);
             let cc = cc::by_name(&fc.variant).expect("validated");
             let tcp_iv = cfg.measure.tcp_interval_ns;
+            let reverse = fc.role == FlowRole::Reverse;
+            let gate = fc.limiter.as_ref().map(|l| match *l {
+                LimiterConfig::Pacer { rate_bps } => Gate::pacer(rate_bps),
+                LimiterConfig::TokenBucket {
+                    rate_bps,
+                    burst_bytes,
+                    tick_ns,
+                } => Gate::token_bucket(rate_bps, burst_bytes as f64, tick_ns),
+            });
             flows.push(Flow {
                 cfg: fc.clone(),
                 last_seg_len,
                 total_segs,
                 sender: Sender::new(cc, &cfg.tcp, total_segs, fc.max_window_pkts),
                 receiver: Receiver::new(&cfg.tcp),
+                gate,
+                to_nic: Pipe::new(),
                 to_bottleneck: Pipe::new(),
                 to_receiver: Pipe::new(),
                 to_sender: Pipe::new(),
-                nic: nic0 + fc.pair as usize,
+                nic: if reverse { nic_right0 } else { nic0 } + fc.pair as usize,
+                data_link: if reverse {
+                    rev_link.expect("validated")
+                } else {
+                    0
+                },
+                ack_link: if reverse { Some(0) } else { rev_link },
                 host_queue_limit: {
                     let wire = (cfg.mss + cfg.header_bytes + cfg.frame_overhead) as f64 * 8.0;
                     ((pair.access_rate_bps * cfg.tcp.host_queue_ns as f64 / 1e9 / wire).ceil()
@@ -175,12 +223,28 @@ impl Simulation {
                 next_tcp_sample: fc.start_ns.div_ceil(tcp_iv) * tcp_iv,
             });
         }
-        let volume_left = flows.iter().filter(|f| f.total_segs.is_some()).count();
-        let duration_end = flows
-            .iter()
+        // Only transfers decide when the run ends.
+        let transfers = || flows.iter().filter(|f| f.cfg.role == FlowRole::Transfer);
+        let volume_left = transfers().filter(|f| f.total_segs.is_some()).count();
+        let duration_end = transfers()
             .filter_map(|f| f.cfg.duration_ns.map(|d| f.start + d))
             .max()
             .unwrap_or(0);
+        let n_transfers = transfers().count();
+        let background = cfg
+            .background
+            .iter()
+            .map(|b| OnOff {
+                gap_ps: ((b.packet_bytes + fo) as f64 * 8e12 / b.access_rate_bps).round() as u64,
+                packet_bytes: b.packet_bytes,
+                mean_on: b.mean_on_ns as f64,
+                mean_off: b.mean_off_ns as f64,
+                on_until: 0,
+                next_ps: 0,
+                sent: 0,
+                dropped: 0,
+            })
+            .collect();
         let mut sim = Self {
             cfg,
             now: 0,
@@ -193,6 +257,7 @@ impl Simulation {
             rev_link,
             eager_receivers: rev_link.is_none(),
             flows,
+            background,
             rng,
             volume_left,
             duration_end,
@@ -207,8 +272,12 @@ impl Simulation {
                 sim.schedule(s, STOP, i);
             }
         }
-        if volume_left < sim.flows.len() {
+        if volume_left < n_transfers {
             sim.schedule(duration_end, END_SOFT, 0);
+        }
+        for j in 0..sim.background.len() {
+            let start = sim.cfg.background[j].start_ns;
+            sim.start_on_period(j, start);
         }
         if let Some(e) = sim.cfg.end_ns {
             sim.schedule(e, END_HARD, 0);
@@ -260,11 +329,11 @@ impl Simulation {
             // (one sift of the heap instead of a pop and a push).
             let f = &mut self.flows[i];
             let (packet, next) = match kind {
-                AT_BOTTLENECK | AT_RECEIVER => {
-                    let pipe = if kind == AT_BOTTLENECK {
-                        &mut f.to_bottleneck
-                    } else {
-                        &mut f.to_receiver
+                AT_BOTTLENECK | AT_RECEIVER | AT_NIC => {
+                    let pipe = match kind {
+                        AT_BOTTLENECK => &mut f.to_bottleneck,
+                        AT_RECEIVER => &mut f.to_receiver,
+                        _ => &mut f.to_nic,
                     };
                     let (_, seg) = pipe.q.pop_front().expect("scheduled head");
                     (Packet::Data(seg), pipe.q.front().map(|h| h.0))
@@ -303,14 +372,26 @@ impl Simulation {
     fn dispatch(&mut self, kind: u64, i: usize, packet: Packet) {
         let now = self.now;
         match (kind, packet) {
+            (AT_NIC, Packet::Data(seg)) => {
+                let bytes = self.seg_len(i, seg.seq) + self.cfg.header_bytes;
+                let f = &mut self.flows[i];
+                let Offer::Departs(d) = self.links[f.nic].offer(now, bytes, 1.0) else {
+                    unreachable!("host interfaces never drop")
+                };
+                if push(&mut f.to_bottleneck, d, seg) {
+                    self.schedule(d, AT_BOTTLENECK, i);
+                }
+            }
+            (BG_ARRIVAL, _) => self.background_arrival(i),
             (AT_BOTTLENECK, Packet::Data(seg)) => {
                 let bytes = self.seg_len(i, seg.seq) + self.cfg.header_bytes;
-                let draw = if self.cfg.bottleneck.loss_rate > 0.0 {
+                let link = self.flows[i].data_link;
+                let draw = if self.links[link].loss_rate() > 0.0 {
                     uniform(&mut self.rng)
                 } else {
                     1.0
                 };
-                if let Offer::Departs(d) = self.links[0].offer(now, bytes, draw) {
+                if let Offer::Departs(d) = self.links[link].offer(now, bytes, draw) {
                     let f = &mut self.flows[i];
                     let t = d + f.one_way_fwd;
                     if self.eager_receivers {
@@ -386,6 +467,38 @@ impl Simulation {
         }
     }
 
+    /// Background source `j` starts an ON period at `at`.
+    fn start_on_period(&mut self, j: usize, at: Time) {
+        let on = -self.background[j].mean_on * (1.0 - uniform(&mut self.rng)).ln();
+        let b = &mut self.background[j];
+        b.on_until = at + on.round() as Time;
+        b.next_ps = at.saturating_mul(1000);
+        self.schedule(at, BG_ARRIVAL, j);
+    }
+
+    /// A background packet reaches the bottleneck.
+    fn background_arrival(&mut self, j: usize) {
+        let now = self.now;
+        let draw = if self.links[0].loss_rate() > 0.0 {
+            uniform(&mut self.rng)
+        } else {
+            1.0
+        };
+        let bytes = self.background[j].packet_bytes;
+        let accepted = matches!(self.links[0].offer(now, bytes, draw), Offer::Departs(_));
+        let b = &mut self.background[j];
+        b.sent += 1;
+        b.dropped += (!accepted) as u64;
+        b.next_ps += b.gap_ps;
+        let next = b.next_ps.div_ceil(1000);
+        if next < b.on_until {
+            self.schedule(next, BG_ARRIVAL, j);
+        } else {
+            let off = -b.mean_off * (1.0 - uniform(&mut self.rng)).ln();
+            self.start_on_period(j, next + off.round() as Time);
+        }
+    }
+
     /// Segment `seg` of flow `i` arrives at its receiver at `at` (`at` may lie ahead of
     /// `now` when receivers are processed eagerly, see `eager_receivers`).
     fn receive(&mut self, i: usize, at: Time, seg: Segment) {
@@ -445,14 +558,10 @@ impl Simulation {
 
     fn send_ack(&mut self, i: usize, now: Time, ack: AckSegment) {
         self.acks += 1;
-        let depart = match self.rev_link {
+        let depart = match self.flows[i].ack_link {
             Some(l) => {
                 let ack_bytes = self.cfg.header_bytes;
-                let lossy = self
-                    .cfg
-                    .reverse_bottleneck
-                    .as_ref()
-                    .is_some_and(|r| r.loss_rate > 0.0);
+                let lossy = self.links[l].loss_rate() > 0.0;
                 let draw = if lossy { uniform(&mut self.rng) } else { 1.0 };
                 match self.links[l].offer(now, ack_bytes, draw) {
                     Offer::Departs(d) => d,
@@ -477,7 +586,7 @@ impl Simulation {
         self.flows[i].host_limited = false;
         loop {
             let f = &mut self.flows[i];
-            if f.to_bottleneck.q.len() >= f.host_queue_limit {
+            if f.to_nic.q.len() + f.to_bottleneck.q.len() >= f.host_queue_limit {
                 f.host_limited = true;
                 f.sender.on_host_limited();
                 break;
@@ -486,7 +595,15 @@ impl Simulation {
                 break;
             };
             let bytes = self.seg_len(i, seg.seq) + header;
-            let nic = self.flows[i].nic;
+            let f = &mut self.flows[i];
+            if let Some(gate) = f.gate.as_mut() {
+                let t = gate.release(now, bytes);
+                if push(&mut f.to_nic, t, seg) {
+                    self.schedule(t, AT_NIC, i);
+                }
+                continue;
+            }
+            let nic = f.nic;
             let Offer::Departs(d) = self.links[nic].offer(now, bytes, 1.0) else {
                 unreachable!("host interfaces never drop")
             };
@@ -579,9 +696,17 @@ impl Simulation {
             fl.flow_id.push(i as u32);
             fl.pair.push(f.cfg.pair);
             fl.stream.push(f.cfg.stream);
-            fl.source.push(format!("s{}", f.cfg.pair));
-            fl.sink.push(format!("r{}", f.cfg.pair));
+            let (src, dst) = match f.cfg.role {
+                FlowRole::Transfer => ("s", "r"),
+                FlowRole::Reverse => ("r", "s"),
+            };
+            fl.source.push(format!("{src}{}", f.cfg.pair));
+            fl.sink.push(format!("{dst}{}", f.cfg.pair));
             fl.variant.push(f.sender.variant().to_string());
+            fl.role.push(match f.cfg.role {
+                FlowRole::Transfer => "transfer".into(),
+                FlowRole::Reverse => "reverse".into(),
+            });
             fl.start_s.push(secs(f.start.min(end)));
             fl.end_s.push(secs(stop));
             fl.bytes.push(f.delivered_bytes);
@@ -645,6 +770,8 @@ impl Simulation {
         tr.stats.bottleneck_drops = self.links[0].total_drops;
         tr.stats.bottleneck_losses = self.links[0].total_losses;
         tr.stats.bottleneck_max_queue = self.links[0].max_backlog;
+        tr.stats.background_packets = self.background.iter().map(|b| b.sent).sum();
+        tr.stats.background_drops = self.background.iter().map(|b| b.dropped).sum();
         tr
     }
 
@@ -660,7 +787,7 @@ impl Simulation {
         let in_flight: u64 = self
             .flows
             .iter()
-            .map(|f| (f.to_bottleneck.q.len() + f.to_receiver.q.len()) as u64)
+            .map(|f| (f.to_nic.q.len() + f.to_bottleneck.q.len() + f.to_receiver.q.len()) as u64)
             .sum();
         (sent, self.received_segments, dropped, in_flight)
     }

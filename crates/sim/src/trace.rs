@@ -12,6 +12,8 @@ pub struct FlowsTable {
     pub source: Vec<String>,
     pub sink: Vec<String>,
     pub variant: Vec<String>,
+    /// `transfer` (measured) or `reverse` (traffic in the opposite direction).
+    pub role: Vec<String>,
     pub start_s: Vec<f64>,
     /// When the flow stopped: end of its duration, completion of its volume, or the run end.
     pub end_s: Vec<f64>,
@@ -83,6 +85,9 @@ pub struct RunStats {
     pub bottleneck_drops: u64,
     pub bottleneck_losses: u64,
     pub bottleneck_max_queue: u32,
+    /// Packets sent and dropped by the background ON/OFF sources.
+    pub background_packets: u64,
+    pub background_drops: u64,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -132,6 +137,7 @@ mod arrow_impl {
                 ("source", strs(&f.source)),
                 ("sink", strs(&f.sink)),
                 ("variant", strs(&f.variant)),
+                ("role", strs(&f.role)),
                 ("start", f64s(&f.start_s)),
                 ("end", f64s(&f.end_s)),
                 ("bytes", u64s(&f.bytes)),

@@ -1,7 +1,8 @@
 //! Physics of the simulator: what a user would check first.
 
 use xferlab_sim::config::{
-    FlowConfig, LinkConfig, MeasureConfig, PairConfig, SimConfig, TcpConfig,
+    FlowConfig, FlowRole, LimiterConfig, LinkConfig, MeasureConfig, OnOffConfig, PairConfig,
+    SimConfig, TcpConfig,
 };
 use xferlab_sim::time::{NS_PER_MS, NS_PER_S};
 use xferlab_sim::{Simulation, Trace};
@@ -41,8 +42,11 @@ fn dumbbell(
                 duration_ns: Some(secs * NS_PER_S),
                 volume_bytes: None,
                 max_window_pkts: None,
+                role: FlowRole::Transfer,
+                limiter: None,
             })
             .collect(),
+        background: vec![],
         tcp: TcpConfig::default(),
         measure: MeasureConfig::default(),
         end_ns: None,
@@ -173,4 +177,140 @@ fn same_seed_same_trace() {
         a.goodput.bytes, c.goodput.bytes,
         "another seed draws other losses"
     );
+}
+
+#[test]
+fn a_paced_flow_delivers_its_rate_without_loss() {
+    // 400 Mbit/s of qdisc frames (1514 bytes per 1448 of payload) on a 1 Gbit/s path.
+    let mut cfg = dumbbell(1, 10e9, 1e9, 50, 100, 20);
+    cfg.flows[0].limiter = Some(LimiterConfig::Pacer { rate_bps: 400e6 });
+    let tr = Simulation::new(cfg).unwrap().run();
+    let g = mean_goodput(&tr, 0, 2.0, 20.0);
+    let expected = 400.0 * 1448.0 / 1514.0;
+    assert!(
+        (g - expected).abs() / expected < 0.005,
+        "goodput {g:.2} vs {expected:.2}"
+    );
+    assert_eq!(tr.stats.bottleneck_drops, 0);
+}
+
+#[test]
+fn token_buckets_burst_where_pacers_do_not() {
+    // Seed 001's spaghetti schedule: two flows limited to 2/3 and 1/3 of r_Eth share
+    // 1 Gbit/s. Timer-driven token buckets (HZ = 250) release 4 ms of data at once, which
+    // a small bottleneck buffer cannot absorb; packet pacing never fills it.
+    let r_eth = 1e9 * 1514.0 / 1538.0;
+    let run = |tb: bool| {
+        let mut cfg = dumbbell(2, 10e9, 1e9, 20, 100, 20);
+        for (f, share) in cfg.flows.iter_mut().zip([2.0 / 3.0, 1.0 / 3.0]) {
+            let rate_bps = share * r_eth * 0.999;
+            f.limiter = Some(if tb {
+                LimiterConfig::TokenBucket {
+                    rate_bps,
+                    burst_bytes: (rate_bps / 8.0 * 0.004) as u64 + 1514,
+                    tick_ns: 4 * NS_PER_MS,
+                }
+            } else {
+                LimiterConfig::Pacer { rate_bps }
+            });
+        }
+        Simulation::new(cfg).unwrap().run()
+    };
+    let (paced, bucket) = (run(false), run(true));
+    assert_eq!(paced.stats.bottleneck_drops, 0);
+    assert!(
+        bucket.stats.bottleneck_drops > 100,
+        "{}",
+        bucket.stats.bottleneck_drops
+    );
+    let total = |tr: &Trace| mean_goodput(tr, 0, 2.0, 20.0) + mean_goodput(tr, 1, 2.0, 20.0);
+    assert!(total(&paced) > 0.99 * ideal_mbps(1e9), "{}", total(&paced));
+    assert!(total(&bucket) < total(&paced));
+}
+
+#[test]
+fn reverse_traffic_crosses_the_reverse_bottleneck_and_slows_the_acks() {
+    let base = dumbbell(2, 1e9, 1e9, 20, 200, 20);
+    let mut cfg = base.clone();
+    cfg.reverse_bottleneck = Some(cfg.bottleneck.clone());
+    let mut with_reverse = cfg.clone();
+    // Two reverse sources at 1 Gbit/s each: the reverse bottleneck queues.
+    for pair in 0..2 {
+        with_reverse.flows.push(FlowConfig {
+            pair,
+            role: FlowRole::Reverse,
+            duration_ns: None,
+            ..base.flows[0].clone()
+        });
+    }
+    let quiet = Simulation::new(cfg).unwrap().run();
+    let busy = Simulation::new(with_reverse).unwrap().run();
+    let fwd = |tr: &Trace| mean_goodput(tr, 0, 5.0, 20.0) + mean_goodput(tr, 1, 5.0, 20.0);
+    let rev = mean_goodput(&busy, 2, 5.0, 20.0) + mean_goodput(&busy, 3, 5.0, 20.0);
+    // Both directions carry data, but two-way traffic through drop-tail queues costs
+    // throughput (ACKs queue and are dropped behind data: Zhang, Shenker & Clark 1991).
+    assert!(fwd(&quiet) > 0.8 * ideal_mbps(1e9), "{}", fwd(&quiet));
+    assert!(rev > 0.25 * ideal_mbps(1e9), "reverse {rev:.0}");
+    assert!(
+        fwd(&busy) > 0.25 * ideal_mbps(1e9),
+        "forward {:.0}",
+        fwd(&busy)
+    );
+    assert!(fwd(&busy) < fwd(&quiet));
+    let srtt = |tr: &Trace, f: u32| {
+        let v: Vec<f64> = (0..tr.tcp.t_s.len())
+            .filter(|&k| tr.tcp.flow_id[k] == f && tr.tcp.t_s[k] > 5.0)
+            .filter_map(|k| tr.tcp.srtt_ms[k])
+            .collect();
+        v.iter().sum::<f64>() / v.len() as f64
+    };
+    // ...but their ACKs queue behind the reverse data: longer round trips.
+    assert!(
+        srtt(&busy, 0) > srtt(&quiet, 0),
+        "{} vs {}",
+        srtt(&busy, 0),
+        srtt(&quiet, 0)
+    );
+    let reverse_queue: u32 = (0..busy.link.t_s.len())
+        .filter(|&k| busy.link.link[k] == "reverse")
+        .map(|k| busy.link.queue_max_pkts[k])
+        .max()
+        .unwrap();
+    assert!(reverse_queue > 50, "{reverse_queue}");
+    assert_eq!(
+        busy.flows.end_s[2], busy.stats.end_s,
+        "reverse traffic runs to the end"
+    );
+    assert!(busy.link.link.iter().any(|l| l == "reverse"));
+}
+
+#[test]
+fn background_on_off_traffic_takes_its_share() {
+    // Two sources at 500 Mbit/s, ON and OFF 1 s on average (500 Mbit/s of load, 1 Gbit/s
+    // at most) into a 2 Gbit/s bottleneck shared with two Reno transfers.
+    let mut cfg = dumbbell(2, 1e9, 2e9, 20, 3333, 60);
+    cfg.background = (0..2)
+        .map(|_| OnOffConfig {
+            access_rate_bps: 500e6,
+            mean_on_ns: NS_PER_S,
+            mean_off_ns: NS_PER_S,
+            packet_bytes: 1500,
+            start_ns: 0,
+        })
+        .collect();
+    let tr = Simulation::new(cfg).unwrap().run();
+    let tcp = mean_goodput(&tr, 0, 5.0, 60.0) + mean_goodput(&tr, 1, 5.0, 60.0);
+    let steady: Vec<f64> = (0..tr.link.t_s.len())
+        .filter(|&k| tr.link.t_s[k] >= 5.0)
+        .map(|k| tr.link.throughput_mbps[k])
+        .collect();
+    let link = steady.iter().sum::<f64>() / steady.len() as f64;
+    let background = link - tcp * 1500.0 / 1448.0;
+    // The background takes about its mean load; the transfers most of the rest.
+    assert!(
+        (350.0..650.0).contains(&background),
+        "background {background:.0}"
+    );
+    assert!(tcp > 0.6 * ideal_mbps(2e9), "transfers {tcp:.0}");
+    assert!(link > 0.85 * 2000.0 * 1500.0 / 1538.0, "link {link:.0}");
 }

@@ -135,3 +135,30 @@ def test_failure_mid_run_leaves_no_folder(small_scenario, tmp_path, monkeypatch)
         engine.run(s, given, tmp_path / "half")
     assert not (tmp_path / "half").exists()
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".half")]
+
+
+def test_workload_model_runs_end_to_end(cli, small_scenario, tmp_path):
+    """Mixed variants, a paced pair, reverse and background traffic in one run."""
+    path = small_scenario(
+        name="mixed",
+        topology={"pairs": 2, "bottleneck_rate": "1Gbps", "buffer": 200},
+        workload={
+            "duration": "3s",
+            "reverse": 0.5,
+            "background": {"level": 0.1, "mean_on": "0.2s", "mean_off": "0.2s"},
+            "per_pair": [{"variant": "cubic"}, {"variant": "reno", "rate_limit": "200Mbps"}],
+        },
+    )
+    out = tmp_path / "mixed"
+    cli("run", path, "--out", out, check=True)
+    m = json.loads((out / "metrics.json").read_text())
+    assert set(m["variants"]) == {"cubic", "reno"}
+    assert len(m["flows"]) == 2  # the reverse flow is not a transfer
+    assert m["reverse_goodput_mbps"] > 0
+    # The paced pair never exceeds its 200 Mbit/s of frames (in payload terms), and gets
+    # most of it despite the background bursts.
+    paced = next(f for f in m["flows"] if f["variant"] == "reno")
+    limit = 200 * 1448 / 1514
+    assert 0.8 * limit < paced["mean_goodput_mbps"] <= 1.005 * limit
+    run = json.loads((out / "run.json").read_text())
+    assert run["stats"]["background_packets"] > 0

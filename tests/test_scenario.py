@@ -1,4 +1,5 @@
 import json
+import math
 
 import pytest
 from xferlab import scenario as sc
@@ -109,3 +110,54 @@ def test_schema_describes_the_sections():
     schema = sc.json_schema()
     json.dumps(schema)
     assert {"topology", "workload", "protocol", "measure", "seed"} <= set(schema["properties"])
+
+
+def test_per_pair_overrides_cycle_over_pairs(tmp_path):
+    s, _ = load_text(
+        tmp_path,
+        QUICK.replace("duration: 20s", "volume: 1GB"),
+        ["workload.per_pair=[{variant: cubic, volume: 2GB}, {variant: htcp, rtt: 50ms, rate_limit: 300Mbps}]"],
+    )
+    r = sc.resolve(s)
+    assert [f["variant"] for f in r["flows"]] == ["cubic", "htcp", "cubic", "htcp"]
+    assert [f["volume_bytes"] for f in r["flows"]] == [2 * 10**9, 10**9, 2 * 10**9, 10**9]
+    assert r["pair_paths"][1]["rtt_s"] == pytest.approx(0.05)
+    assert r["flows"][1]["limiter"] == {"kind": "pacer", "rate_bps": 300e6}
+    assert r["flows"][0]["limiter"] is None
+
+
+def test_rate_limits_split_over_streams_and_token_bucket_defaults(tmp_path):
+    s, _ = load_text(tmp_path, QUICK, ["protocol.rate_limit=400Mbps", "protocol.limiter=token_bucket", "workload.streams=4"])
+    lim = sc.resolve(s)["flows"][0]["limiter"]
+    assert lim["kind"] == "token_bucket" and lim["rate_bps"] == pytest.approx(100e6)
+    # HTB's default depth: one timer tick of tokens (HZ = 250: 4 ms) plus one frame.
+    assert lim["burst_bytes"] == math.ceil(100e6 / 8 * 0.004) + 1514 and lim["tick_s"] == pytest.approx(0.004)
+
+
+def test_workload_model_of_seed_004(tmp_path):
+    text = QUICK.replace("pairs: 4, ", "")
+    s, _ = load_text(
+        tmp_path,
+        text,
+        ["workload.congestion_level=1.5", "workload.reverse=1.0", "workload.background={level: 0.25, mean_on: 2s, mean_off: 2s}"],
+    )
+    r = sc.resolve(s)
+    # Cg = pairs × Ca / C: 1.5 × 2 Gbit/s / 1 Gbit/s = 3 pairs; R = 1.0: 2 reverse sources.
+    assert r["pairs"] == 3 and r["reverse_sources"] == 2
+    assert [f["role"] for f in r["flows"]].count("reverse") == 2
+    # Bg = 0.25 of 2 Gbit/s from sources of at most 1 Gbit/s ON half the time: one source
+    # sending 1 Gbit/s while ON.
+    assert r["background_sources"] == 1
+    assert r["background"][0]["rate_bps"] == pytest.approx(1e9)
+    s, _ = load_text(tmp_path, QUICK, ["workload.background={level: 0.6, mean_on: 1s, mean_off: 3s}"])
+    r = sc.resolve(s)
+    # 1.2 Gbit/s of mean load at a 25 % duty cycle: 5 sources at 0.96 Gbit/s while ON.
+    assert r["background_sources"] == 5
+    assert r["background"][0]["rate_bps"] == pytest.approx(1.2e9 / (5 * 0.25))
+    with pytest.raises(sc.ScenarioError, match="not both"):
+        load_text(tmp_path, QUICK, ["workload.congestion_level=1.5"])
+
+
+def test_per_pair_volume_needs_a_volume_workload(tmp_path):
+    with pytest.raises(sc.ScenarioError, match="volume-based"):
+        load_text(tmp_path, QUICK, ["workload.per_pair=[{volume: 1GB}]"])

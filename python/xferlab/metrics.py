@@ -142,9 +142,15 @@ def _full(df: pd.DataFrame, interval: float, lo: float, hi: float) -> pd.DataFra
 
 def compute(trace: Trace, resolved: dict, window=None) -> dict:
     """Every metric of ``metrics.json`` for one run."""
-    flows = trace.df("flows")
-    gp = trace.df("goodput")
+    all_flows = trace.df("flows")
+    gp_all = trace.df("goodput")
     link = trace.df("link")
+    # Metrics are about the transfers; reverse traffic is reported on its own.
+    if "role" in all_flows.columns:
+        flows = all_flows[all_flows["role"] == "transfer"].reset_index(drop=True)
+    else:
+        flows = all_flows
+    gp = gp_all[gp_all["flow_id"].isin(flows["flow_id"])]
     interval = float(resolved["goodput_interval_s"])
     run_end = float(trace.run.get("end_s", flows["end"].max()))
     win = resolve_window(flows, window if window is not None else resolved.get("window", "all"), run_end)
@@ -245,6 +251,8 @@ def compute(trace: Trace, resolved: dict, window=None) -> dict:
         "flows": flow_rows,
         "transfers": transfer_rows,
         "goodput_distribution": {"capacity_mbps": access_mbps, "bin_width_pct": 1, "flows": distributions},
+        "variants": _by_variant(flow_rows),
+        "reverse_goodput_mbps": _reverse_goodput(all_flows, gp_all, interval, win),
         "completion": None,
     }
     if resolved.get("volume_bytes") is not None:
@@ -260,6 +268,24 @@ def compute(trace: Trace, resolved: dict, window=None) -> dict:
             stats["makespan_deficiency"] = deficiency(stats["makespan_s"], stats["ideal_makespan_s"])
         out["completion"] = stats
     return clean(out)
+
+
+def _by_variant(flow_rows: list[dict]) -> dict:
+    """Mean goodput and Jain index of the flows of each congestion control."""
+    out = {}
+    for v in sorted({r["variant"] for r in flow_rows}):
+        means = [r["mean_goodput_mbps"] for r in flow_rows if r["variant"] == v]
+        out[v] = {"flows": len(means), "mean_goodput_mbps": mean(means), "jain_index": jain_index(means)}
+    return out
+
+
+def _reverse_goodput(all_flows: pd.DataFrame, gp_all: pd.DataFrame, interval: float, win: Window):
+    """Aggregate goodput of the reverse traffic over the window, or None without any."""
+    if "role" not in all_flows.columns or not (all_flows["role"] == "reverse").any():
+        return None
+    ids = all_flows.loc[all_flows["role"] == "reverse", "flow_id"]
+    g = _full(gp_all[gp_all["flow_id"].isin(ids)], interval, win.start, win.end).groupby("t")["goodput_mbps"].sum()
+    return mean(g.to_numpy())
 
 
 def clean(obj):

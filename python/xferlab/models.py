@@ -76,16 +76,16 @@ def padhye_throughput(
     return 8.0 * mss_bytes * min(wmax_pkts / rtt_s, 1.0 / denom)
 
 
-def ideal_completion_times(
-    volumes_bytes: list[float], releases_s: list[float], access_bps: float, bottleneck_bps: float
-) -> list[float]:
+def ideal_completion_times(volumes_bytes: list[float], releases_s: list[float], access_bps, bottleneck_bps: float) -> list[float]:
     """Completion times (from release) of transfers moved by the ideal transport of seed
     001 §3.3: perfect max-min fair sharing of the bottleneck, each transfer capped by its
-    access link, no slow start, no loss. Rates are transport-level (r_TP) in bit/s.
+    access link, no slow start, no loss. Rates are transport-level (r_TP) in bit/s;
+    ``access_bps`` is one cap for all or one per transfer.
 
     A fluid model, stepped from event to event (a release or a completion).
     """
     n = len(volumes_bytes)
+    caps = list(access_bps) if isinstance(access_bps, (list, tuple)) else [access_bps] * n
     left = [8.0 * v for v in volumes_bytes]
     done = [math.nan] * n
     t = min(releases_s) if n else 0.0
@@ -95,14 +95,26 @@ def ideal_completion_times(
         if not active:
             t = min(pending)
             continue
-        rate = min(access_bps, bottleneck_bps / len(active))
-        step = min(left[i] for i in active) / rate
+        rate = _max_min_rates([caps[i] for i in active], bottleneck_bps)
+        step = min(left[i] / r for i, r in zip(active, rate, strict=True))
         if pending:
             step = min(step, min(pending) - t)
-        for i in active:
-            left[i] -= rate * step
+        for i, r in zip(active, rate, strict=True):
+            left[i] -= r * step
         t += step
         for i in active:
             if left[i] <= 1e-6 * 8.0 * max(volumes_bytes[i], 1):
                 done[i] = t - releases_s[i]
     return done
+
+
+def _max_min_rates(caps: list[float], capacity: float) -> list[float]:
+    """Max-min fair shares of ``capacity`` among demands capped at ``caps`` (water-filling)."""
+    rates = [0.0] * len(caps)
+    order = sorted(range(len(caps)), key=lambda i: caps[i])
+    left, n = capacity, len(caps)
+    for k, i in enumerate(order):
+        share = left / (n - k)
+        rates[i] = min(caps[i], share)
+        left -= rates[i]
+    return rates

@@ -128,6 +128,50 @@ class Topology(_Model):
         return text
 
 
+def _count(x: float) -> int:
+    """A number of sources from a level: the nearest integer, halves rounded up."""
+    return int(math.floor(x + 0.5 + 1e-9))
+
+
+def _canonical_variant(v) -> str:
+    name = str(v).strip().lower()
+    aliases = {"hstcp": "highspeed", "hs-tcp": "highspeed", "h-tcp": "htcp", "newreno": "reno"}
+    name = aliases.get(name, name)
+    if name not in VARIANTS:
+        raise ValueError(f"unknown variant {v!r} (known: {', '.join(VARIANTS)})")
+    return name
+
+
+Limiter = Literal["pacing", "token_bucket"]
+
+
+class PairOverride(_Model):
+    """Settings of one pair that differ from the scenario-wide ones."""
+
+    variant: str | None = None
+    volume: Size | None = None
+    duration: Duration | None = None
+    start: Offset | None = Field(None, description="start time of this pair (instead of k × stagger)")
+    rtt: Duration | None = None
+    access_rate: Rate | None = None
+    rate_limit: Rate | None = Field(None, description="rate limit of this transfer (split over its streams)")
+    limiter: Limiter | None = None
+
+    @field_validator("variant")
+    @classmethod
+    def _variant(cls, v):
+        return None if v is None else _canonical_variant(v)
+
+
+class Background(_Model):
+    """Unresponsive ON/OFF sources crossing the bottleneck (seed 004's Bg)."""
+
+    level: float = Field(0.0, ge=0.0, le=10.0, description="mean background load, as a share of the bottleneck")
+    mean_on: Duration = Field("1s", description="mean ON period (exponential)")
+    mean_off: Duration = Field("1s", description="mean OFF period (exponential)")
+    rate: Rate | None = Field(None, description="highest sending rate of a source while ON (default: the access rate)")
+
+
 class Workload(_Model):
     """What each pair transfers: for a duration, or a volume (per transfer), with N streams."""
 
@@ -142,11 +186,29 @@ class Workload(_Model):
     max_duration: Duration | None = Field(
         None, description="volume runs: give up after this long (default: 10 × the ideal makespan + 60 s)"
     )
+    congestion_level: float | None = Field(
+        None,
+        gt=0,
+        le=1000,
+        description="Cg = pairs × access rate / bottleneck rate (seed 004); sets topology.pairs",
+    )
+    reverse: float = Field(
+        0.0, ge=0.0, le=100.0, description="reverse traffic level R = reverse sources × access rate / bottleneck rate"
+    )
+    background: Background = Background()
+    per_pair: list[PairOverride] = Field(
+        default_factory=list, description="per-pair settings; pair k uses entry k modulo the list length"
+    )
 
     @model_validator(mode="after")
     def _one_of(self) -> Workload:
         if (self.duration is None) == (self.volume is None):
             raise ValueError("give exactly one of workload.duration and workload.volume")
+        for k, o in enumerate(self.per_pair):
+            if o.volume is not None and self.volume is None:
+                raise ValueError(f"per_pair[{k}].volume needs a volume-based workload (workload.volume)")
+            if o.duration is not None and self.duration is None:
+                raise ValueError(f"per_pair[{k}].duration needs a duration-based workload (workload.duration)")
         return self
 
 
@@ -156,16 +218,19 @@ class Protocol(_Model):
     delayed_ack: bool = True
     rto_min: Duration = Field("200ms", description="minimum retransmission timeout (Linux TCP_RTO_MIN)")
     window_cap: Size | None = Field(None, description="per-stream window cap in bytes (socket buffer); none: not limiting")
+    rate_limit: Rate | None = Field(
+        None, description="rate limit per transfer, split over its streams, in qdisc frame bytes (IP + 14)"
+    )
+    limiter: Limiter = Field(
+        "pacing", description="how rate_limit is enforced: packet pacing, or a timer-driven token bucket (HTB-like)"
+    )
+    hz: int = Field(250, ge=10, le=10_000, description="kernel timer frequency of the token bucket (ticks per second)")
+    burst: Size | None = Field(None, description="token bucket depth per stream (default: rate/HZ + one frame)")
 
     @field_validator("variant")
     @classmethod
     def _variant(cls, v: str) -> str:
-        name = str(v).strip().lower()
-        aliases = {"hstcp": "highspeed", "hs-tcp": "highspeed", "h-tcp": "htcp", "newreno": "reno"}
-        name = aliases.get(name, name)
-        if name not in VARIANTS:
-            raise ValueError(f"unknown variant {v!r} (known: {', '.join(VARIANTS)})")
-        return name
+        return _canonical_variant(v)
 
 
 class Measure(_Model):
@@ -195,6 +260,18 @@ class Scenario(_Model):
     protocol: Protocol = Protocol()
     measure: Measure = Measure()
     seed: int = Field(1, ge=0, lt=2**63)
+
+    @model_validator(mode="after")
+    def _congestion_level(self) -> Scenario:
+        cg = self.workload.congestion_level
+        if cg is not None:
+            if "pairs" in self.topology.model_fields_set:
+                raise ValueError("give topology.pairs or workload.congestion_level, not both")
+            pairs = _count(cg * self.topology.bottleneck_rate / self.topology.access_rate)
+            if pairs < 1:
+                raise ValueError(f"workload.congestion_level {cg} gives no pair at all (Cg × C / Ca < 0.5)")
+            self.topology.pairs = pairs
+        return self
 
 
 # --------------------------------------------------------------------------- loading
@@ -317,47 +394,102 @@ def resolve(s: Scenario) -> dict:
         raise ScenarioError(f"topology.mtu {t.mtu} leaves no room for {header_bytes(t)} bytes of headers")
     rng = random.Random(s.seed)
     total_span = (t.pairs - 1) * w.stagger
-    flows, transfers = [], []
+    flows, transfers, pairs = [], [], []
+    frame = t.mtu + 14  # what a qdisc counts per full-size packet
     for pair in range(t.pairs):
-        pair_start = pair * w.stagger
+        o = w.per_pair[pair % len(w.per_pair)] if w.per_pair else PairOverride()
+        pair_start = o.start if o.start is not None else pair * w.stagger
+        rtt = o.rtt if o.rtt is not None else t.rtt
+        access = o.access_rate if o.access_rate is not None else t.access_rate
+        pairs.append({"access_rate_bps": access, "rtt_s": rtt})
+        variant = o.variant or p.variant
+        pair_volume = o.volume if o.volume is not None else w.volume
         duration = None
         if w.duration is not None:
-            duration = (total_span + w.duration - pair_start) if w.align_end else w.duration
+            duration = o.duration or ((total_span + w.duration - pair_start) if w.align_end else w.duration)
+        rate_limit = o.rate_limit if o.rate_limit is not None else p.rate_limit
+        limiter = None
+        if rate_limit is not None:
+            kind = o.limiter or p.limiter
+            per_stream = rate_limit / w.streams
+            if kind == "pacing":
+                limiter = {"kind": "pacer", "rate_bps": per_stream}
+            else:
+                tick = 1.0 / p.hz
+                burst = p.burst if p.burst is not None else math.ceil(per_stream / 8 * tick) + frame
+                if burst < frame:
+                    raise ScenarioError(f"protocol.burst {burst} B is smaller than one frame ({frame} B)")
+                limiter = {"kind": "token_bucket", "rate_bps": per_stream, "burst_bytes": int(burst), "tick_s": tick}
         starts = []
         for stream in range(w.streams):
             start = pair_start + (rng.random() * w.start_jitter if w.start_jitter > 0 else 0.0)
             starts.append(start)
             volume = None
-            if w.volume is not None:
-                volume = w.volume // w.streams + (1 if stream < w.volume % w.streams else 0)
+            if pair_volume is not None:
+                volume = pair_volume // w.streams + (1 if stream < pair_volume % w.streams else 0)
                 if volume == 0:
-                    raise ScenarioError(f"workload.volume {w.volume} B is smaller than {w.streams} streams")
+                    raise ScenarioError(f"workload.volume {pair_volume} B is smaller than {w.streams} streams")
             flows.append(
                 {
                     "flow_id": len(flows),
                     "pair": pair,
                     "stream": stream,
-                    "variant": p.variant,
+                    "variant": variant,
+                    "role": "transfer",
                     "start_s": start,
                     "duration_s": duration,
                     "volume_bytes": volume,
+                    "limiter": limiter,
                 }
             )
-        transfers.append({"pair": pair, "streams": w.streams, "start_s": min(starts), "volume_bytes": w.volume})
+        transfers.append(
+            {"pair": pair, "streams": w.streams, "start_s": min(starts), "volume_bytes": pair_volume, "variant": variant}
+        )
+
+    # Reverse traffic: R × C / Ca sources sending from the receivers' side for the whole run.
+    n_reverse = _count(w.reverse * t.bottleneck_rate / t.access_rate)
+    for _ in range(n_reverse):
+        pairs.append({"access_rate_bps": t.access_rate, "rtt_s": t.rtt})
+        flows.append(
+            {
+                "flow_id": len(flows),
+                "pair": len(pairs) - 1,
+                "stream": 0,
+                "variant": p.variant,
+                "role": "reverse",
+                "start_s": rng.random() * w.start_jitter if w.start_jitter > 0 else 0.0,
+                "duration_s": None,
+                "volume_bytes": None,
+                "limiter": None,
+            }
+        )
+
+    background = []
+    bg = w.background
+    if bg.level > 0:
+        # As few sources as can carry the level without sending faster than `rate` (the
+        # access rate by default), each at the rate that makes the mean load exactly the
+        # level: Bg·C = n · rate_n · on/(on+off) (seed 004, def. 2 of Cg applied to Bg).
+        cap = bg.rate if bg.rate is not None else t.access_rate
+        duty = bg.mean_on / (bg.mean_on + bg.mean_off)
+        load = bg.level * t.bottleneck_rate
+        n_bg = max(1, math.ceil(load / (cap * duty) - 1e-9))
+        rate = load / (n_bg * duty)
+        background = [{"rate_bps": rate, "mean_on_s": bg.mean_on, "mean_off_s": bg.mean_off} for _ in range(n_bg)]
 
     ideal = models.ideal_rates(t.bottleneck_rate, mtu=t.mtu, header_bytes=header_bytes(t))
     # The ideal transport carries r_TP of whatever limits the aggregate: the bottleneck or
     # the sum of the access links (seed 001 §3.3, generalised).
-    limit_bps = min(t.bottleneck_rate, t.pairs * t.access_rate)
+    limit_bps = min(t.bottleneck_rate, sum(x["access_rate_bps"] for x in pairs[: t.pairs]))
     ideal_goodput = models.ideal_rates(limit_bps, mtu=t.mtu, header_bytes=header_bytes(t)).r_tp_mbps
 
     ideal_completion = None
     end_s = None
     if w.volume is not None:
-        tp_access = models.ideal_rates(t.access_rate, mtu=t.mtu, header_bytes=header_bytes(t)).r_tp_mbps * 1e6
-        tp_bneck = ideal.r_tp_mbps * 1e6
+        tp = lambda bps: models.ideal_rates(bps, mtu=t.mtu, header_bytes=header_bytes(t)).r_tp_mbps * 1e6  # noqa: E731
+        tp_access = [tp(x["access_rate_bps"]) for x in pairs[: t.pairs]]
         ideal_completion = models.ideal_completion_times(
-            [x["volume_bytes"] for x in transfers], [x["start_s"] for x in transfers], tp_access, tp_bneck
+            [x["volume_bytes"] for x in transfers], [x["start_s"] for x in transfers], tp_access, ideal.r_tp_mbps * 1e6
         )
         makespan = max(ideal_completion[i] + transfers[i]["start_s"] for i in range(len(transfers)))
         end_s = (w.max_duration if w.max_duration is not None else 10 * makespan + 60.0) + max(f["start_s"] for f in flows)
@@ -397,6 +529,10 @@ def resolve(s: Scenario) -> dict:
         "link_interval_s": s.measure.link_interval,
         "tcp_interval_s": s.measure.tcp_interval,
         "window": s.measure.window,
+        "reverse_sources": n_reverse,
+        "background_sources": len(background),
+        "background": background,
+        "pair_paths": pairs,
         "flows": flows,
         "transfers": transfers,
     }

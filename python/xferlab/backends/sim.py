@@ -26,30 +26,56 @@ def sim_config(resolved: dict) -> dict:
     ns = lambda s: int(round(s * 1e9))  # noqa: E731
     flows = []
     for f in resolved["flows"]:
+        limiter = f.get("limiter")
+        if limiter is not None and limiter["kind"] == "token_bucket":
+            limiter = {
+                "kind": "token_bucket",
+                "rate_bps": limiter["rate_bps"],
+                "burst_bytes": limiter["burst_bytes"],
+                "tick_ns": ns(limiter["tick_s"]),
+            }
         flows.append(
             {
                 "pair": f["pair"],
                 "stream": f["stream"],
                 "variant": f["variant"],
+                "role": f.get("role", "transfer"),
                 "start_ns": ns(f["start_s"]),
                 "duration_ns": ns(f["duration_s"]) if f["duration_s"] is not None else None,
                 "volume_bytes": f["volume_bytes"],
                 "max_window_pkts": resolved["window_cap_packets"],
+                "limiter": limiter,
             }
         )
-    pair = {"access_rate_bps": resolved["access_rate_bps"], "rtt_ns": ns(resolved["rtt_s"])}
+    paths = (
+        resolved.get("pair_paths")
+        or [{"access_rate_bps": resolved["access_rate_bps"], "rtt_s": resolved["rtt_s"]}] * resolved["pairs"]
+    )
+    bottleneck = {
+        "rate_bps": resolved["bottleneck_rate_bps"],
+        "buffer_pkts": resolved["buffer_packets"],
+        "loss_rate": resolved["loss_rate"],
+    }
+    reverse = any(f["role"] == "reverse" for f in flows)
     return {
         "seed": resolved["seed"],
         "mss": resolved["mss"],
         "header_bytes": resolved["header_bytes"],
         "frame_overhead": resolved["frame_overhead"],
-        "bottleneck": {
-            "rate_bps": resolved["bottleneck_rate_bps"],
-            "buffer_pkts": resolved["buffer_packets"],
-            "loss_rate": resolved["loss_rate"],
-        },
-        "pairs": [pair] * resolved["pairs"],
+        "bottleneck": bottleneck,
+        # The reverse direction is a queue of its own only when data flows that way.
+        "reverse_bottleneck": dict(bottleneck, loss_rate=0.0) if reverse else None,
+        "pairs": [{"access_rate_bps": p["access_rate_bps"], "rtt_ns": ns(p["rtt_s"])} for p in paths],
         "flows": flows,
+        "background": [
+            {
+                "access_rate_bps": b["rate_bps"],
+                "mean_on_ns": ns(b["mean_on_s"]),
+                "mean_off_ns": ns(b["mean_off_s"]),
+                "packet_bytes": resolved["mtu"],
+            }
+            for b in resolved.get("background", [])
+        ],
         "tcp": {
             "initial_cwnd": resolved["initial_cwnd"],
             "delayed_ack": resolved["delayed_ack"],
@@ -66,7 +92,7 @@ def sim_config(resolved: dict) -> dict:
 
 def expected_end_s(resolved: dict) -> float | None:
     if resolved["duration_s"] is not None:
-        return max(f["start_s"] + f["duration_s"] for f in resolved["flows"])
+        return max(f["start_s"] + f["duration_s"] for f in resolved["flows"] if f.get("role", "transfer") == "transfer")
     return None
 
 

@@ -1,0 +1,203 @@
+"""Validation of the simulator against theory and against the seeds' published figures.
+
+    .venv/bin/python benches/validate.py [mathis altman table1 table2 ns2 ...] [--quick]
+
+Each case runs scenarios through the same engine as `xferlab run` and rewrites its table in
+VALIDATION.md (between `<!-- table:NAME -->` markers; the prose around them is kept).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "python"))
+
+import yaml  # noqa: E402
+
+from xferlab import metrics, models, scenario  # noqa: E402
+from xferlab.backends import sim  # noqa: E402
+from xferlab.trace import Trace  # noqa: E402
+
+PAPER = yaml.safe_load((ROOT / "python/xferlab/data/seed_results.yaml").read_text())
+
+
+def run(data: dict, window=None) -> tuple[dict, dict, float]:
+    s = scenario.from_dict(data, data.get("name", "validation"))
+    r = scenario.resolve(s)
+    t0 = time.perf_counter()
+    out = sim.run(s, r)
+    wall = time.perf_counter() - t0
+    trace = Trace.from_batches(out.tables, {"end_s": out.stats["end_s"]})
+    return metrics.compute(trace, r, window), r, wall
+
+
+def mathis(quick: bool) -> str:
+    rows = [
+        "| loss p | Mathis (Mbit/s) | simulated (Mbit/s) | sim / model | timeouts | simulated time | wall |",
+        "|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for p, secs in ((1e-3, 600), (1e-4, 1200), (1e-5, 3000)):
+        if quick and p < 1e-4:
+            continue
+        m, r, wall = run(
+            {
+                "name": f"mathis-{p:g}",
+                "topology": {
+                    "pairs": 1,
+                    "access_rate": "1Gbps",
+                    "bottleneck_rate": "1Gbps",
+                    "rtt": "100ms",
+                    "buffer": "2.0bdp",
+                    "loss_rate": p,
+                },
+                "workload": {"duration": f"{secs}s"},
+                "protocol": {"variant": "reno"},
+                "measure": {"window": [20, secs]},
+            }
+        )
+        model = models.mathis_throughput(r["mss"], r["rtt_s"], p) / 1e6
+        g = m["aggregate_goodput_mbps"]
+        rows.append(f"| {p:g} | {model:.2f} | {g:.2f} | {g / model:.3f} | {m['timeouts']} | {secs} s | {wall:.1f} s |")
+    return "\n".join(rows)
+
+
+def altman(quick: bool) -> str:
+    rows = ["| streams N | Altman x(N) (Mbit/s) | simulated (Mbit/s) | sim / model |", "|---:|---:|---:|---:|"]
+    for n in (1, 2, 4) if quick else range(1, 11):
+        m, r, _ = run(
+            {
+                "name": f"altman-{n}",
+                "topology": {"pairs": 1, "access_rate": "10Gbps", "bottleneck_rate": "1Gbps", "rtt": "11.5ms", "buffer": 10},
+                "workload": {"streams": n, "duration": "120s", "start_jitter": "20ms"},
+                "protocol": {"variant": "reno"},
+                "measure": {"window": [20, 120]},
+            }
+        )
+        model = models.altman_goodput(n, r["ideal_goodput_mbps"], 0.5)
+        g = m["aggregate_goodput_mbps"]
+        rows.append(f"| {n} | {model:.1f} | {g:.1f} | {g / model:.3f} |")
+    return "\n".join(rows)
+
+
+def table1(quick: bool) -> str:
+    paper = PAPER["parallel_streams_grid5000"]
+    rows = [
+        "| streams/pair | total goodput, paper | sim | flow mean, paper | sim | Jain, paper | sim | Jain/transfer, paper | sim |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    base = yaml.safe_load((ROOT / "scenarios/seed002-table1.yaml").read_text())
+    for i, n in enumerate(paper["streams_per_node"]):
+        if quick and n > 2:
+            continue
+        for buffer in ("1.0bdp", "0.2bdp"):
+            data = yaml.safe_load(yaml.safe_dump(base))
+            data["workload"]["streams"] = n
+            data["topology"]["buffer"] = buffer
+            m, _, _ = run(data)
+            label = f"{n} (B = {buffer.replace('bdp', ' BDP')})"
+            rows.append(
+                f"| {label} | {paper['mean_total_goodput_mbps'][i]:.0f} | {m['aggregate_goodput_mbps']:.0f} | "
+                f"{paper['flow_mean_goodput_mbps'][i]:.1f} | {m['mean_flow_goodput_mbps']:.1f} | "
+                f"{paper['jain_index_per_stream'][i]:.4f} | {m['jain_index']:.4f} | "
+                f"{paper['jain_index_per_transfer'][i]:.4f} | {m['jain_index_per_transfer']:.4f} |"
+            )
+    return "\n".join(rows)
+
+
+def table2(quick: bool) -> str:
+    """Seed 002 Table II at 1/10 of the rates: 12 × 100 Mbit/s into 1 Gbit/s, the seed's
+    procedure (a pair every 200 s, all stop together, 2 800 s), metrics while all 12 are
+    active. Same RTTs, flows, and buffer in BDP; windows (BDP in packets) 10× smaller, so
+    congestion epochs are 10× shorter and the 600 s window holds several of them."""
+    paper = PAPER["variants_vs_rtt_gtrcnet10"]
+    names = {"reno": "reno", "bic": "bic", "cubic": "cubic", "hstcp": "highspeed", "htcp": "htcp", "scalable": "scalable"}
+    rows = [
+        "| variant | RTT | buffer | flow mean, paper (of 941) | sim (of 94.1) | Jain, paper | sim | CoV, paper | sim |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for key, variant in names.items():
+        for j, rtt in enumerate(paper["rtt_ms"]):
+            for buffer in ("1.0bdp", "0.1bdp"):
+                if quick and (variant not in ("reno", "cubic") or rtt > 50 or buffer != "0.1bdp"):
+                    continue
+                m, _, _ = run(
+                    {
+                        "name": f"table2-{variant}-{rtt}",
+                        "topology": {
+                            "pairs": 12,
+                            "access_rate": "100Mbps",
+                            "bottleneck_rate": "1Gbps",
+                            "rtt": f"{rtt}ms",
+                            "buffer": buffer,
+                        },
+                        "workload": {
+                            "duration": "60s" if quick else "600s",
+                            "stagger": "20s" if quick else "200s",
+                            "align_end": True,
+                            "start_jitter": "10ms",
+                        },
+                        "protocol": {"variant": variant},
+                        "measure": {"window": "all-active"},
+                    }
+                )
+                rows.append(
+                    f"| {variant} | {rtt:g} ms | {buffer.replace('bdp', ' BDP')} | {paper['flow_mean_goodput_mbps'][key][j]:.1f} | "
+                    f"{m['mean_flow_goodput_mbps']:.1f} | {paper['mean_fairness_jain'][key][j]:.3f} | {m['jain_index']:.3f} | "
+                    f"{paper['normalised_std_deviation'][key][j]:.3f} | {m['mean_flow_cov']:.3f} |"
+                )
+    return "\n".join(rows)
+
+
+def ns2(quick: bool) -> str:
+    rows = [
+        "| buffer (packets) | aggregate goodput (Mbit/s) | efficiency G/C | Jain | drops | mean flow CoV | wall |",
+        "|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    base = yaml.safe_load((ROOT / "scenarios/seed004-ns2.yaml").read_text())
+    for buffer in (170, 17000):
+        data = yaml.safe_load(yaml.safe_dump(base))
+        data["topology"]["buffer"] = buffer
+        if quick:
+            data["workload"]["duration"] = "30s"
+        m, _, wall = run(data)
+        rows.append(
+            f"| {buffer} | {m['aggregate_goodput_mbps']:.0f} | {m['efficiency']:.3f} | {m['jain_index']:.4f} | "
+            f"{m['bottleneck_drops']} | {m['mean_flow_cov']:.3f} | {wall:.1f} s |"
+        )
+    return "\n".join(rows)
+
+
+CASES = {"mathis": mathis, "altman": altman, "table1": table1, "table2": table2, "ns2": ns2}
+
+
+def write(name: str, table: str) -> None:
+    path = ROOT / "VALIDATION.md"
+    text = path.read_text() if path.exists() else "# Validation\n"
+    block = f"<!-- table:{name} -->\n{table}\n<!-- /table:{name} -->"
+    pattern = re.compile(rf"<!-- table:{name} -->.*?<!-- /table:{name} -->", re.S)
+    text = pattern.sub(lambda _: block, text) if pattern.search(text) else text.rstrip("\n") + f"\n\n{block}\n"
+    path.write_text(text)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("cases", nargs="*", default=list(CASES), choices=list(CASES) + [[]])
+    ap.add_argument("--quick", action="store_true", help="fewer, shorter cases (no file written)")
+    args = ap.parse_args()
+    for name in args.cases or list(CASES):
+        t0 = time.perf_counter()
+        table = CASES[name](args.quick)
+        print(f"## {name} ({time.perf_counter() - t0:.0f} s)\n{table}\n", flush=True)
+        if not args.quick:
+            write(name, table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,62 @@
+"""Quick validation cases (the long ones are in benches/validate.py → VALIDATION.md)."""
+
+import pytest
+
+from xferlab import metrics, models, scenario
+from xferlab.backends import sim
+from xferlab.trace import Trace
+
+
+def run(data, window=None):
+    s = scenario.from_dict(data)
+    r = scenario.resolve(s)
+    out = sim.run(s, r)
+    trace = Trace.from_batches(out.tables, {"end_s": out.stats["end_s"]})
+    return metrics.compute(trace, r, window), r
+
+
+@pytest.mark.parametrize("p,secs", [(1e-3, 600), (1e-4, 1200)])
+def test_reno_with_random_loss_follows_mathis(p, secs):
+    m, r = run(
+        {
+            "name": "mathis",
+            "topology": {"pairs": 1, "bottleneck_rate": "1Gbps", "rtt": "100ms", "buffer": "2.0bdp", "loss_rate": p},
+            "workload": {"duration": f"{secs}s"},
+            "protocol": {"variant": "reno"},
+            "measure": {"window": [20, secs]},
+        }
+    )
+    model = models.mathis_throughput(r["mss"], r["rtt_s"], p) / 1e6
+    assert m["aggregate_goodput_mbps"] == pytest.approx(model, rel=0.2)
+
+
+def test_one_reno_stream_with_no_buffer_follows_altman():
+    # With (almost) no buffer, one AIMD stream oscillates between βC and C: x(1) = 0.75 C.
+    m, r = run(
+        {
+            "name": "altman",
+            "topology": {"pairs": 1, "access_rate": "10Gbps", "bottleneck_rate": "1Gbps", "rtt": "11.5ms", "buffer": 10},
+            "workload": {"streams": 1, "duration": "60s"},
+            "protocol": {"variant": "reno"},
+            "measure": {"window": [10, 60]},
+        }
+    )
+    model = models.altman_goodput(1, r["ideal_goodput_mbps"], 0.5)
+    assert m["aggregate_goodput_mbps"] == pytest.approx(model, rel=0.05)
+
+
+def test_more_streams_take_more_of_a_small_buffer_link():
+    # Seed 002 §IV-A: parallel streams converge towards the capacity.
+    def total(n):
+        m, _ = run(
+            {
+                "name": "streams",
+                "topology": {"pairs": 1, "access_rate": "10Gbps", "bottleneck_rate": "1Gbps", "rtt": "11.5ms", "buffer": 10},
+                "workload": {"streams": n, "duration": "60s", "start_jitter": "20ms"},
+                "protocol": {"variant": "reno"},
+                "measure": {"window": [10, 60]},
+            }
+        )
+        return m["aggregate_goodput_mbps"]
+
+    assert total(10) > total(1) * 1.08

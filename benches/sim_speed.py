@@ -124,13 +124,15 @@ def main() -> int:
         f"release build), each case in a fresh process. Machine: {machine()}. Commit {commit or '?'}. "
         f"Peak RSS includes the Python interpreter and the package ({base:.0f} MB on their own).",
         "",
-        "| scenario | flows | simulated | wall (median) | data packets | packets / wall s | events / wall s | ns / packet | peak RSS |",
+        "| scenario | flows | simulated | wall (median) | data packets | packets / wall s | events / wall s "
+        "| ns / packet | peak RSS |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for name, m in rows:
         lines.append(
             f"| {name} | {m['flows']} | {m['simulated_s']:.0f} s | {m['wall_s']:.2f} s | {m['packets'] / 1e6:.1f} M | "
-            f"{m['packets_per_s'] / 1e6:.2f} M | {m['events_per_s'] / 1e6:.2f} M | {1e9 / m['packets_per_s']:.0f} | {m['rss_mb']:.0f} MB |"
+            f"{m['packets_per_s'] / 1e6:.2f} M | {m['events_per_s'] / 1e6:.2f} M | {1e9 / m['packets_per_s']:.0f} "
+            f"| {m['rss_mb']:.0f} MB |"
         )
     section = "\n".join(lines) + "\n"
     print(section)

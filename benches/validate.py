@@ -9,7 +9,6 @@ VALIDATION.md (between `<!-- table:NAME -->` markers; the prose around them is k
 from __future__ import annotations
 
 import argparse
-import math
 import re
 import sys
 import time
@@ -19,7 +18,6 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "python"))
 
 import yaml  # noqa: E402
-
 from xferlab import metrics, models, scenario  # noqa: E402
 from xferlab.backends import sim  # noqa: E402
 from xferlab.trace import Trace  # noqa: E402
@@ -147,7 +145,8 @@ def table2(quick: bool) -> str:
                     }
                 )
                 rows.append(
-                    f"| {variant} | {rtt:g} ms | {buffer.replace('bdp', ' BDP')} | {paper['flow_mean_goodput_mbps'][key][j]:.1f} | "
+                    f"| {variant} | {rtt:g} ms | {buffer.replace('bdp', ' BDP')} | "
+                    f"{paper['flow_mean_goodput_mbps'][key][j]:.1f} | "
                     f"{m['mean_flow_goodput_mbps']:.1f} | {paper['mean_fairness_jain'][key][j]:.3f} | {m['jain_index']:.3f} | "
                     f"{paper['normalised_std_deviation'][key][j]:.3f} | {m['mean_flow_cov']:.3f} |"
                 )

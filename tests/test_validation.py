@@ -1,7 +1,6 @@
 """Quick validation cases (the long ones are in benches/validate.py → VALIDATION.md)."""
 
 import pytest
-
 from xferlab import metrics, models, scenario
 from xferlab.backends import sim
 from xferlab.trace import Trace

@@ -161,3 +161,12 @@ def test_workload_model_of_seed_004(tmp_path):
 def test_per_pair_volume_needs_a_volume_workload(tmp_path):
     with pytest.raises(sc.ScenarioError, match="volume-based"):
         load_text(tmp_path, QUICK, ["workload.per_pair=[{volume: 1GB}]"])
+
+
+def test_shaped_bottleneck(tmp_path):
+    s, _ = load_text(tmp_path, QUICK, ["topology.shaper={limiter: token_bucket}"])
+    sh = sc.resolve(s)["shaper"]
+    assert sh["line_rate_bps"] == 20e9 and sh["rate_bps"] == 2e9
+    assert sh["burst_bytes"] == math.ceil(2e9 / 8 / 250) + 1514
+    with pytest.raises(sc.ScenarioError, match="line_rate"):
+        sc.resolve(load_text(tmp_path, QUICK, ["topology.shaper={line_rate: 1Gbps}"])[0])

@@ -86,6 +86,15 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_default=True)
 
 
+class Shaper(_Model):
+    """The bottleneck rate enforced by a limiter on a faster line (e.g. HTB on a 10 GbE port)."""
+
+    limiter: Literal["token_bucket", "pacing"] = "token_bucket"
+    line_rate: Rate | None = Field(None, description="rate of the line under the shaper (default: 10 × bottleneck_rate)")
+    hz: int = Field(250, ge=10, le=10_000, description="timer frequency of the token bucket")
+    burst: Size | None = Field(None, description="token bucket depth (default: one tick of tokens + one frame)")
+
+
 class Topology(_Model):
     """The dumbbell: `pairs` senders, each with an access link, into one bottleneck."""
 
@@ -101,6 +110,7 @@ class Topology(_Model):
     mtu: int = Field(1500, ge=128, le=65535, description="IP MTU in bytes")
     timestamps: bool = Field(True, description="TCP timestamps option (12 bytes per segment)")
     loss_rate: float = Field(0.0, ge=0.0, lt=1.0, description="random (Bernoulli) loss on the bottleneck")
+    shaper: Shaper | None = Field(None, description="enforce bottleneck_rate with a limiter on a faster line")
 
     @field_validator("buffer")
     @classmethod
@@ -386,6 +396,21 @@ def buffer_packets(t: Topology) -> int:
     return max(1, math.ceil(parse_size(text) / t.mtu))
 
 
+def _shaper(t: Topology) -> dict | None:
+    if t.shaper is None:
+        return None
+    sh = t.shaper
+    line = sh.line_rate if sh.line_rate is not None else 10 * t.bottleneck_rate
+    if line < t.bottleneck_rate:
+        raise ScenarioError(f"topology.shaper.line_rate must be at least topology.bottleneck_rate ({t.bottleneck_rate:g} bit/s)")
+    if sh.limiter == "pacing":
+        return {"line_rate_bps": line, "kind": "pacer", "rate_bps": t.bottleneck_rate}
+    tick = 1.0 / sh.hz
+    burst = sh.burst if sh.burst is not None else math.ceil(t.bottleneck_rate / 8 * tick) + t.mtu + 14
+    return {"line_rate_bps": line, "kind": "token_bucket", "rate_bps": t.bottleneck_rate, "burst_bytes": int(burst),
+            "tick_s": tick}
+
+
 def resolve(s: Scenario) -> dict:
     """Plain numbers and the list of flows: what backends consume."""
     t, w, p = s.topology, s.workload, s.protocol
@@ -516,6 +541,7 @@ def resolve(s: Scenario) -> dict:
         "bdp_packets": bdp_packets(t),
         "buffer_packets": buffer_packets(t),
         "loss_rate": t.loss_rate,
+        "shaper": _shaper(t),
         "ideal_rates_mbps": {"r_eth": ideal.r_eth_mbps, "r_ip": ideal.r_ip_mbps, "r_tp": ideal.r_tp_mbps},
         "ideal_goodput_mbps": ideal_goodput,
         "window_cap_packets": window_cap_pkts,

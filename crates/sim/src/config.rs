@@ -60,6 +60,10 @@ pub struct LinkConfig {
     /// Probability that a packet offered to the link is lost at random (Bernoulli).
     #[serde(default)]
     pub loss_rate: f64,
+    /// A rate limiter in front of the serialiser: the link then runs at `rate_bps` (the
+    /// line rate) in bursts, at the limiter's rate on average — e.g. HTB shaping a port.
+    #[serde(default)]
+    pub shaper: Option<LimiterConfig>,
 }
 
 /// One sender host and its receiver.

@@ -9,6 +9,7 @@
 
 use std::collections::VecDeque;
 
+use crate::gate::Gate;
 use crate::time::Time;
 
 /// Outcome of offering a packet to a link.
@@ -72,6 +73,8 @@ pub struct Link {
     busy_until_ps: u64,
     /// Service start times (ps) of the packets still waiting, oldest first.
     waiting: VecDeque<u64>,
+    /// Optional limiter in front of the serialiser (a shaped link).
+    shaper: Option<Gate>,
     pub samples: Option<LinkSamples>,
     pub total_drops: u64,
     pub total_losses: u64,
@@ -88,12 +91,19 @@ impl Link {
             loss_rate,
             busy_until_ps: 0,
             waiting: VecDeque::new(),
+            shaper: None,
             samples: None,
             total_drops: 0,
             total_losses: 0,
             total_bytes: 0,
             max_backlog: 0,
         }
+    }
+
+    /// Puts a limiter in front of the serialiser.
+    pub fn shaped(mut self, gate: Gate) -> Self {
+        self.shaper = Some(gate);
+        self
     }
 
     /// Record per-interval counters for this link.
@@ -160,7 +170,12 @@ impl Link {
             return Offer::Lost;
         }
         let now_ps = now.saturating_mul(1000);
-        let start = self.busy_until_ps.max(now_ps);
+        let mut start = self.busy_until_ps.max(now_ps);
+        if let Some(g) = self.shaper.as_mut() {
+            // Packets leave in order: the shaper sees them when the line could serve them.
+            let release = g.release(start.div_ceil(1000), ip_bytes);
+            start = start.max(release.saturating_mul(1000));
+        }
         if start > now_ps {
             if let Some(limit) = self.limit {
                 if self.waiting.len() as u32 >= limit {

@@ -147,13 +147,27 @@ impl Simulation {
         let rng = Pcg64Mcg::seed_from_u64(cfg.seed);
         let fo = cfg.frame_overhead;
         let b = &cfg.bottleneck;
-        let mut links = vec![Link::new(b.rate_bps, fo, Some(b.buffer_pkts), b.loss_rate)
-            .measure(cfg.measure.link_interval_ns)];
+        let shaper = |l: &crate::config::LinkConfig| {
+            l.shaper.as_ref().map(|g| match *g {
+                LimiterConfig::Pacer { rate_bps } => Gate::pacer(rate_bps),
+                LimiterConfig::TokenBucket { rate_bps, burst_bytes, tick_ns } => {
+                    Gate::token_bucket(rate_bps, burst_bytes as f64, tick_ns)
+                }
+            })
+        };
+        let mut first = Link::new(b.rate_bps, fo, Some(b.buffer_pkts), b.loss_rate)
+            .measure(cfg.measure.link_interval_ns);
+        if let Some(g) = shaper(b) {
+            first = first.shaped(g);
+        }
+        let mut links = vec![first];
         let rev_link = cfg.reverse_bottleneck.as_ref().map(|r| {
-            links.push(
-                Link::new(r.rate_bps, fo, Some(r.buffer_pkts), r.loss_rate)
-                    .measure(cfg.measure.link_interval_ns),
-            );
+            let mut l = Link::new(r.rate_bps, fo, Some(r.buffer_pkts), r.loss_rate)
+                .measure(cfg.measure.link_interval_ns);
+            if let Some(g) = shaper(r) {
+                l = l.shaped(g);
+            }
+            links.push(l);
             links.len() - 1
         });
         // Host interfaces: the sender side of every pair, then its receiver side (used

@@ -24,6 +24,7 @@ fn dumbbell(
             rate_bps: bottleneck,
             buffer_pkts: buffer,
             loss_rate: 0.0,
+            shaper: None,
         },
         reverse_bottleneck: None,
         pairs: (0..pairs)
@@ -313,4 +314,21 @@ fn background_on_off_traffic_takes_its_share() {
     );
     assert!(tcp > 0.6 * ideal_mbps(2e9), "transfers {tcp:.0}");
     assert!(link > 0.85 * 2000.0 * 1500.0 / 1538.0, "link {link:.0}");
+}
+
+#[test]
+fn a_token_bucket_shaped_bottleneck_delivers_its_rate_in_bursts() {
+    // HTB at 1 Gbit/s (HZ = 250) on a 10 Gbit/s port: the long-run rate is the shaper's,
+    // counted in qdisc frames (IP + 14 bytes), and the queue sees tick-sized bursts.
+    let mut cfg = dumbbell(2, 10e9, 10e9, 20, 2000, 20);
+    cfg.bottleneck.shaper = Some(LimiterConfig::TokenBucket {
+        rate_bps: 1e9,
+        // One tick of tokens plus a frame (with less, HTB cannot reach its rate).
+        burst_bytes: 1_000_000_000 / 8 / 250 + 1514,
+        tick_ns: 4 * NS_PER_MS,
+    });
+    let tr = Simulation::new(cfg).unwrap().run();
+    let total = mean_goodput(&tr, 0, 5.0, 20.0) + mean_goodput(&tr, 1, 5.0, 20.0);
+    let expected = 1000.0 * 1448.0 / 1514.0;
+    assert!((total - expected).abs() / expected < 0.02, "{total:.1} vs {expected:.1}");
 }

@@ -21,19 +21,23 @@ def variants() -> list[str]:
     return list(_module().variants())
 
 
+def _limiter(spec: dict) -> dict:
+    if spec["kind"] == "pacer":
+        return {"kind": "pacer", "rate_bps": spec["rate_bps"]}
+    return {
+        "kind": "token_bucket",
+        "rate_bps": spec["rate_bps"],
+        "burst_bytes": spec["burst_bytes"],
+        "tick_ns": int(round(spec["tick_s"] * 1e9)),
+    }
+
+
 def sim_config(resolved: dict) -> dict:
     """The simulator's configuration (crates/sim/src/config.rs) from a resolved scenario."""
     ns = lambda s: int(round(s * 1e9))  # noqa: E731
     flows = []
     for f in resolved["flows"]:
-        limiter = f.get("limiter")
-        if limiter is not None and limiter["kind"] == "token_bucket":
-            limiter = {
-                "kind": "token_bucket",
-                "rate_bps": limiter["rate_bps"],
-                "burst_bytes": limiter["burst_bytes"],
-                "tick_ns": ns(limiter["tick_s"]),
-            }
+        limiter = _limiter(f["limiter"]) if f.get("limiter") else None
         flows.append(
             {
                 "pair": f["pair"],
@@ -56,6 +60,10 @@ def sim_config(resolved: dict) -> dict:
         "buffer_pkts": resolved["buffer_packets"],
         "loss_rate": resolved["loss_rate"],
     }
+    sh = resolved.get("shaper")
+    if sh is not None:
+        bottleneck["rate_bps"] = sh["line_rate_bps"]
+        bottleneck["shaper"] = _limiter(sh)
     reverse = any(f["role"] == "reverse" for f in flows)
     return {
         "seed": resolved["seed"],

@@ -407,8 +407,13 @@ def _shaper(t: Topology) -> dict | None:
         return {"line_rate_bps": line, "kind": "pacer", "rate_bps": t.bottleneck_rate}
     tick = 1.0 / sh.hz
     burst = sh.burst if sh.burst is not None else math.ceil(t.bottleneck_rate / 8 * tick) + t.mtu + 14
-    return {"line_rate_bps": line, "kind": "token_bucket", "rate_bps": t.bottleneck_rate, "burst_bytes": int(burst),
-            "tick_s": tick}
+    return {
+        "line_rate_bps": line,
+        "kind": "token_bucket",
+        "rate_bps": t.bottleneck_rate,
+        "burst_bytes": int(burst),
+        "tick_s": tick,
+    }
 
 
 def resolve(s: Scenario) -> dict:

@@ -150,9 +150,11 @@ impl Simulation {
         let shaper = |l: &crate::config::LinkConfig| {
             l.shaper.as_ref().map(|g| match *g {
                 LimiterConfig::Pacer { rate_bps } => Gate::pacer(rate_bps),
-                LimiterConfig::TokenBucket { rate_bps, burst_bytes, tick_ns } => {
-                    Gate::token_bucket(rate_bps, burst_bytes as f64, tick_ns)
-                }
+                LimiterConfig::TokenBucket {
+                    rate_bps,
+                    burst_bytes,
+                    tick_ns,
+                } => Gate::token_bucket(rate_bps, burst_bytes as f64, tick_ns),
             })
         };
         let mut first = Link::new(b.rate_bps, fo, Some(b.buffer_pkts), b.loss_rate)

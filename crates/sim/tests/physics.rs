@@ -330,5 +330,8 @@ fn a_token_bucket_shaped_bottleneck_delivers_its_rate_in_bursts() {
     let tr = Simulation::new(cfg).unwrap().run();
     let total = mean_goodput(&tr, 0, 5.0, 20.0) + mean_goodput(&tr, 1, 5.0, 20.0);
     let expected = 1000.0 * 1448.0 / 1514.0;
-    assert!((total - expected).abs() / expected < 0.02, "{total:.1} vs {expected:.1}");
+    assert!(
+        (total - expected).abs() / expected < 0.02,
+        "{total:.1} vs {expected:.1}"
+    );
 }

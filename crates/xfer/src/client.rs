@@ -11,7 +11,6 @@ use std::net::{Shutdown, SocketAddr, TcpStream, ToSocketAddrs};
 use std::os::unix::fs::FileExt;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc::{sync_channel, Receiver};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
@@ -423,10 +422,6 @@ fn attempt_once(
         (Mode::Stream, src) => {
             let skip = have.first().filter(|r| r.0 == 0).map(|r| r.1).unwrap_or(0);
             hashes = Arc::new(Mutex::new(Vec::new()));
-            let (tx, rx) = sync_channel::<(u64, Vec<u8>, u64)>(2 * o.streams as usize);
-            let (pool_tx, pool_rx) = std::sync::mpsc::channel::<Vec<u8>>();
-            let rx = Arc::new(Mutex::new(rx));
-            let total = Arc::new(Mutex::new(None::<u64>));
             let (reader, mem): (Box<dyn Read + Send>, Option<u64>) = match src {
                 Source::File { file, .. } => (Box::new(SharedFile(file, 0)), None),
                 Source::Mem { size } => (Box::new(std::io::empty()), Some(size)),
@@ -435,30 +430,26 @@ fn attempt_once(
                     (reader, None)
                 }
             };
-            let rctx = ReaderCtx {
+            let shared = Arc::new(StreamSrc {
                 chunk: chunk as usize,
                 skip,
-                mem,
-                limit: None,
                 hash: o.hash,
                 hashes: hashes.clone(),
-                total: total.clone(),
                 abort: abort.clone(),
-            };
-            extra.push(std::thread::spawn(move || {
-                stream_reader(reader, tx, pool_rx, rctx)
-            }));
+                st: Mutex::new(SrcState {
+                    reader,
+                    mem_left: mem,
+                    seq: 0,
+                    total: None,
+                    child: producer_child.take(),
+                    error: None,
+                }),
+            });
             for (i, c) in conns.into_iter().enumerate() {
-                let (rx, total, pool_tx, sent, abort) = (
-                    rx.clone(),
-                    total.clone(),
-                    pool_tx.clone(),
-                    sent.clone(),
-                    abort.clone(),
-                );
+                let (shared, sent) = (shared.clone(), sent.clone());
                 let fault = if i == 0 { o.fault_reset_after } else { None };
                 handles.push(std::thread::spawn(move || {
-                    stream_sender(c, rx, total, pool_tx, sent, abort, fault)
+                    stream_sender(c, shared, sent, fault)
                 }));
             }
         }
@@ -491,12 +482,6 @@ fn attempt_once(
             &abort,
         );
     }
-    if let Some(mut ch) = producer_child {
-        if first_err.is_some() {
-            let _ = ch.kill();
-        }
-        let _ = ch.wait();
-    }
     // The server's verdict explains most failures better than our EPIPE.
     ctrl.set_read_timeout(Some(if first_err.is_some() {
         Duration::from_secs(5)
@@ -510,7 +495,13 @@ fn attempt_once(
     if let Some(b) = bar {
         let _ = b.join();
     }
+    // A broken send is better explained by the receiver; anything else
+    // (producer failure, read error, injected fault) by us.
+    let local_first = first_err
+        .as_ref()
+        .is_some_and(|e| !format!("{e:#}").contains("sending data"));
     let done = match (done, first_err) {
+        (Ok(_), Some(e)) if local_first => return Err(fail(e)),
         (Ok(d), _) if d.error.is_some() => {
             return Err(fail(anyhow!("receiver: {}", d.error.unwrap())))
         }
@@ -637,92 +628,126 @@ impl Read for SharedFile {
     }
 }
 
-struct ReaderCtx {
-    chunk: usize,
-    skip: u64,
-    mem: Option<u64>,
-    limit: Option<u64>,
-    hash: bool,
-    hashes: Arc<Mutex<Vec<u64>>>,
-    total: Arc<Mutex<Option<u64>>>,
-    abort: Arc<AtomicBool>,
+struct SrcState {
+    reader: Box<dyn Read + Send>,
+    /// Some(bytes left) for the mem: source, which needs no reading.
+    mem_left: Option<u64>,
+    seq: u64,
+    /// Set at end of input: the number of chunks.
+    total: Option<u64>,
+    child: Option<Child>,
+    error: Option<String>,
 }
 
-fn stream_reader(
-    mut r: Box<dyn Read + Send>,
-    tx: std::sync::mpsc::SyncSender<(u64, Vec<u8>, u64)>,
-    pool: Receiver<Vec<u8>>,
-    x: ReaderCtx,
-) -> Result<()> {
-    let mut seq = 0u64;
-    let mut produced = 0u64;
-    loop {
-        if x.abort.load(Ordering::Relaxed) {
-            return Ok(());
+impl Drop for SrcState {
+    fn drop(&mut self) {
+        // Only reached with a child still here if the transfer was aborted.
+        if let Some(c) = self.child.as_mut() {
+            let _ = c.kill();
+            let _ = c.wait();
         }
-        let mut buf = pool.try_recv().unwrap_or_else(|_| vec![0u8; x.chunk]);
-        let want = match (x.mem, x.limit) {
-            (Some(m), _) => (m - produced).min(x.chunk as u64) as usize,
-            (None, Some(l)) => (l - produced).min(x.chunk as u64) as usize,
-            (None, None) => x.chunk,
+    }
+}
+
+/// The source of stream mode, shared by all sender threads: each takes the
+/// next chunk itself, which avoids a reader thread and a hand-off per chunk.
+struct StreamSrc {
+    chunk: usize,
+    skip: u64,
+    hash: bool,
+    hashes: Arc<Mutex<Vec<u64>>>,
+    abort: Arc<AtomicBool>,
+    st: Mutex<SrcState>,
+}
+
+impl StreamSrc {
+    /// Fills `buf` with the next chunk; None at end of input.
+    fn next(&self, buf: &mut Vec<u8>) -> Result<Option<u64>> {
+        let mut st = self.st.lock().unwrap();
+        if let Some(e) = &st.error {
+            bail!("{e}");
+        }
+        if st.total.is_some() {
+            return Ok(None);
+        }
+        buf.resize(self.chunk, 0);
+        let n = match st.mem_left {
+            Some(left) => {
+                let n = left.min(self.chunk as u64) as usize;
+                st.mem_left = Some(left - n as u64);
+                n
+            }
+            None => {
+                // Fill whole chunks so chunk boundaries are the same on a
+                // re-run (pipe resume depends on it).
+                let mut n = 0;
+                while n < self.chunk {
+                    match st.reader.read(&mut buf[n..]) {
+                        Ok(0) => break,
+                        Ok(k) => n += k,
+                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                        Err(e) => {
+                            st.error = Some(format!("reading source: {e}"));
+                            bail!("reading source: {e}");
+                        }
+                    }
+                }
+                n
+            }
         };
-        buf.resize(x.chunk, 0);
-        let n = if x.mem.is_some() {
-            want
-        } else {
-            // Fill whole chunks so chunk boundaries are the same on a re-run
-            // (pipe resume depends on it).
-            let mut n = 0;
-            while n < want {
-                match r.read(&mut buf[n..want]) {
-                    Ok(0) => break,
-                    Ok(k) => n += k,
-                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                    Err(e) => return Err(anyhow!(e).context("reading source")),
+        buf.truncate(n);
+        let seq = st.seq;
+        if n > 0 {
+            st.seq += 1;
+        }
+        if n < self.chunk {
+            // End of input: a producer that failed must not look like a
+            // complete stream to the receiver.
+            if let Some(mut c) = st.child.take() {
+                match c.wait() {
+                    Ok(s) if s.success() => {}
+                    Ok(s) => st.error = Some(format!("producer command failed: {s}")),
+                    Err(e) => st.error = Some(format!("waiting for producer: {e}")),
                 }
             }
-            n
-        };
-        if n == 0 {
-            break;
+            if st.seq < self.skip {
+                st.error = Some(
+                    "source is shorter than what the receiver already has; rerun with --no-resume"
+                        .into(),
+                );
+            }
+            if let Some(e) = &st.error {
+                bail!("{e}");
+            }
+            st.total = Some(st.seq);
         }
-        buf.truncate(n);
-        produced += n as u64;
-        let h = if x.hash { chunk_hash(&buf) } else { 0 };
-        if x.hash {
-            x.hashes.lock().unwrap().push(h);
-        }
-        if seq >= x.skip && tx.send((seq, buf, h)).is_err() {
-            return Ok(()); // senders are gone; their error is reported
-        }
-        seq += 1;
-        if n < x.chunk {
-            break;
-        }
+        Ok((n > 0).then_some(seq))
     }
-    if seq < x.skip {
-        bail!("source is shorter than what the receiver already has; rerun with --no-resume");
-    }
-    *x.total.lock().unwrap() = Some(seq);
-    Ok(())
 }
 
 fn stream_sender(
     c: Arc<TcpStream>,
-    rx: Arc<Mutex<Receiver<(u64, Vec<u8>, u64)>>>,
-    total: Arc<Mutex<Option<u64>>>,
-    pool: std::sync::mpsc::Sender<Vec<u8>>,
+    src: Arc<StreamSrc>,
     sent: Arc<AtomicU64>,
-    abort: Arc<AtomicBool>,
     fault: Option<u64>,
 ) -> Result<()> {
     let mut c = Some(c);
     let mut mine = 0u64;
-    loop {
-        let item = rx.lock().unwrap().recv();
-        let Ok((seq, buf, h)) = item else { break };
-        if abort.load(Ordering::Relaxed) {
+    let mut buf = Vec::with_capacity(src.chunk);
+    while let Some(seq) = src.next(&mut buf)? {
+        if src.abort.load(Ordering::Relaxed) {
             return Ok(());
+        }
+        let h = if src.hash { chunk_hash(&buf) } else { 0 };
+        if src.hash {
+            let mut v = src.hashes.lock().unwrap();
+            if v.len() <= seq as usize {
+                v.resize(seq as usize + 1, 0);
+            }
+            v[seq as usize] = h;
+        }
+        if seq < src.skip {
+            continue; // the receiver has it; hashed above for the e2e digest
         }
         write_frame(
             c.as_ref().unwrap(),
@@ -737,25 +762,23 @@ fn stream_sender(
         .context("sending data")?;
         sent.fetch_add(buf.len() as u64, Ordering::Relaxed);
         mine += buf.len() as u64;
-        let _ = pool.send(buf);
         maybe_fault(&mut c, fault, mine)?;
     }
-    // The channel closes when the reader stops; only a clean EOF sets total.
-    let t = *total.lock().unwrap();
-    match t {
-        Some(t) if !abort.load(Ordering::SeqCst) => write_frame(
-            c.as_ref().unwrap(),
-            FrameHdr {
-                kind: KIND_END,
-                index: t,
-                len: 0,
-                hash: 0,
-            },
-            &[],
-        )
-        .context("sending data"),
-        _ => Ok(()),
+    let total = src.st.lock().unwrap().total.unwrap_or(0);
+    if src.abort.load(Ordering::SeqCst) {
+        return Ok(());
     }
+    write_frame(
+        c.as_ref().unwrap(),
+        FrameHdr {
+            kind: KIND_END,
+            index: total,
+            len: 0,
+            hash: 0,
+        },
+        &[],
+    )
+    .context("sending data")
 }
 
 fn sample_tcp(

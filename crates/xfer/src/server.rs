@@ -147,6 +147,10 @@ struct State {
     next: u64,
     total: Option<u64>,
     reorder: BTreeMap<u64, (Vec<u8>, u64)>,
+    /// A data thread is writing chunks out in order (the "write token").
+    writing: bool,
+    /// Threads blocked on the reorder window; waking nobody is cheaper.
+    window_waiters: u32,
     writer_done: bool,
     conns: Vec<TcpStream>,
     joined: Vec<bool>,
@@ -168,6 +172,11 @@ struct Session {
     cv: Condvar,
     slots: Vec<Slot>,
     stop_sampler: AtomicBool,
+    /// Recycled chunk buffers (stream mode): fresh 1 MiB allocations cost
+    /// page faults and zeroing on every chunk.
+    pool: Mutex<Vec<Vec<u8>>>,
+    /// Stream mode output; only the thread holding the write token uses it.
+    output: Mutex<Option<Output>>,
 }
 
 impl Session {
@@ -324,18 +333,7 @@ fn handle_control(srv: &Arc<Server>, mut conn: TcpStream, req: Request) -> Resul
         let s = session.clone();
         std::thread::spawn(move || sample_goodput(&s))
     };
-    let (output, mut child) = match child {
-        Some(mut c) => (Output::Cmd(c.stdin.take().unwrap()), Some(c)),
-        None if session.fsink.is_some() => (Output::File, None),
-        None => (Output::Discard, None),
-    };
-    let writer = if req.mode == Mode::Stream {
-        let s = session.clone();
-        Some(std::thread::spawn(move || stream_writer(&s, output)))
-    } else {
-        drop(output);
-        None
-    };
+    let mut child = child;
 
     // Wait until all streams are done (and everything is written) or failure.
     {
@@ -359,9 +357,8 @@ fn handle_control(srv: &Arc<Server>, mut conn: TcpStream, req: Request) -> Resul
             st = session.cv.wait(st).unwrap();
         }
     }
-    if let Some(w) = writer {
-        let _ = w.join();
-    }
+    // Closing the consumer's stdin tells it the stream is complete.
+    session.output.lock().unwrap().take();
     let mut result: Result<()> = match session.state.lock().unwrap().failed.clone() {
         Some(e) => Err(anyhow!(e)),
         None => Ok(()),
@@ -591,12 +588,20 @@ fn prepare(srv: &Server, req: &Request) -> Result<Prepared> {
         }
     }
     st.joined = vec![false; req.streams as usize];
+    let output = match child.as_mut() {
+        Some(c) => Output::Cmd(c.stdin.take().unwrap()),
+        None if fsink.is_some() => Output::File,
+        None => Output::Discard,
+    };
     let session = Arc::new(Session {
         req: req.clone(),
         start: Instant::now(),
         nchunks,
         fsink,
-        cap: (2 * req.streams as u64).max(8),
+        cap: std::env::var("XFER_CAP")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or((2 * req.streams as u64).max(8)),
         state: Mutex::new(st),
         cv: Condvar::new(),
         slots: (0..req.streams)
@@ -607,6 +612,8 @@ fn prepare(srv: &Server, req: &Request) -> Result<Prepared> {
             })
             .collect(),
         stop_sampler: AtomicBool::new(false),
+        pool: Mutex::new(Vec::new()),
+        output: Mutex::new(Some(output)),
     });
     Ok((session, have_ranges, resumed, child))
 }
@@ -651,6 +658,9 @@ fn receive_stream(s: &Session, conn: &mut TcpStream, stream: u32) -> Result<()> 
                         bail!("inconsistent chunk count at end of stream");
                     }
                     st.total = Some(h.index);
+                    if st.next == h.index && !st.writing {
+                        st.writer_done = true;
+                    }
                 }
                 st.ended += 1;
                 *slot.end.lock().unwrap() = Some(s.now());
@@ -693,7 +703,8 @@ fn receive_stream(s: &Session, conn: &mut TcpStream, stream: u32) -> Result<()> 
                 }
             }
             Mode::Stream => {
-                let mut b = vec![0u8; h.len as usize];
+                let mut b = s.pool.lock().unwrap().pop().unwrap_or_default();
+                b.resize(h.len as usize, 0);
                 conn.read_exact(&mut b)
                     .context("connection lost mid-chunk")?;
                 if s.req.hash && chunk_hash(&b) != h.hash {
@@ -703,7 +714,9 @@ fn receive_stream(s: &Session, conn: &mut TcpStream, stream: u32) -> Result<()> 
                 // Backpressure: hold this chunk until it fits in the window.
                 // The chunk the writer needs next always fits, so no deadlock.
                 while h.index >= st.next + s.cap && st.failed.is_none() {
+                    st.window_waiters += 1;
                     st = s.cv.wait(st).unwrap();
+                    st.window_waiters -= 1;
                 }
                 if st.failed.is_some() {
                     return Ok(());
@@ -711,53 +724,69 @@ fn receive_stream(s: &Session, conn: &mut TcpStream, stream: u32) -> Result<()> 
                 if h.index < st.next || st.reorder.contains_key(&h.index) {
                     bail!("duplicate chunk {}", h.index);
                 }
+                if h.index == st.next && !st.writing {
+                    st.writing = true;
+                    st.next += 1;
+                    st.hashes.push(h.hash);
+                    drop(st);
+                    // Count before writing: the bytes were received.
+                    slot.bytes.fetch_add(h.len as u64, Ordering::Relaxed);
+                    drain(s, b, h.index, h.hash)?;
+                    continue;
+                }
                 st.reorder.insert(h.index, (b, h.hash));
-                s.cv.notify_all();
             }
         }
         slot.bytes.fetch_add(h.len as u64, Ordering::Relaxed);
     }
 }
 
-fn stream_writer(s: &Session, mut out: Output) {
+/// Writes chunk `idx` and then every consecutive chunk already buffered,
+/// then gives the write token back. Whoever receives the chunk the output
+/// needs next does the writing, so no writer thread and no hand-off.
+fn drain(s: &Session, mut data: Vec<u8>, mut idx: u64, mut hash: u64) -> Result<()> {
     let c = s.req.chunk as u64;
-    let res: Result<()> = (|| loop {
-        let (idx, data, hash) = {
-            let mut st = s.state.lock().unwrap();
-            loop {
-                if st.failed.is_some() {
-                    return Ok(());
+    loop {
+        {
+            let mut out = s.output.lock().unwrap();
+            match out.as_mut() {
+                None => return Ok(()), // session over
+                Some(Output::Discard) => {}
+                Some(Output::File) => {
+                    let fs = s.fsink.as_ref().unwrap();
+                    fs.file
+                        .write_all_at(&data, idx * c)
+                        .context("writing data")?;
+                    fs.journal.lock().unwrap().append(idx, hash)?;
                 }
-                if st.total == Some(st.next) {
-                    st.writer_done = true;
-                    s.cv.notify_all();
-                    return Ok(());
+                Some(Output::Cmd(stdin)) => {
+                    stdin.write_all(&data).context("consumer stopped reading")?
                 }
-                let n = st.next;
-                if let Some((d, h)) = st.reorder.remove(&n) {
-                    st.next += 1;
-                    st.hashes.push(h);
-                    s.cv.notify_all();
-                    break (n, d, h);
-                }
-                st = s.cv.wait(st).unwrap();
             }
-        };
-        match &mut out {
-            Output::Discard => {}
-            Output::File => {
-                let fs = s.fsink.as_ref().unwrap();
-                fs.file
-                    .write_all_at(&data, idx * c)
-                    .context("writing data")?;
-                fs.journal.lock().unwrap().append(idx, hash)?;
-            }
-            Output::Cmd(stdin) => stdin.write_all(&data).context("consumer stopped reading")?,
         }
-    })();
-    drop(out);
-    if let Err(e) = res {
-        s.fail(format!("{e:#}"));
+        {
+            let mut pool = s.pool.lock().unwrap();
+            if pool.len() < (s.cap + s.req.streams as u64) as usize {
+                pool.push(data);
+            }
+        }
+        let mut st = s.state.lock().unwrap();
+        if st.window_waiters > 0 {
+            s.cv.notify_all(); // the window moved
+        }
+        let n = st.next;
+        if let Some((d, h)) = st.reorder.remove(&n) {
+            st.next += 1;
+            st.hashes.push(h);
+            (data, idx, hash) = (d, n, h);
+            continue;
+        }
+        st.writing = false;
+        if st.total == Some(st.next) {
+            st.writer_done = true;
+            s.cv.notify_all();
+        }
+        return Ok(());
     }
 }
 

@@ -458,7 +458,13 @@ fn attempt_once(
     let mut first_err: Option<anyhow::Error> = None;
     let mut note = |r: Result<()>, abort: &AtomicBool| {
         if let Err(e) = r {
-            if first_err.is_none() {
+            // Keep the most telling error: one of our own beats a broken
+            // send, which is usually just the consequence of an abort.
+            let is_send = |e: &anyhow::Error| format!("{e:#}").contains("sending data");
+            if first_err
+                .as_ref()
+                .is_none_or(|f| is_send(f) && !is_send(&e))
+            {
                 first_err = Some(e);
             }
             abort.store(true, Ordering::SeqCst);
@@ -558,8 +564,10 @@ fn write_frame(c: &TcpStream, hdr: FrameHdr, data: &[u8]) -> Result<()> {
 /// Test hook: reset the connection (RST, via SO_LINGER 0) once `after`
 /// bytes went out, to exercise recovery from a broken data stream.
 fn maybe_fault(c: &mut Option<Arc<TcpStream>>, fault: Option<u64>, mine: u64) -> Result<()> {
+    // One-shot per process, so a retry can succeed.
+    static FIRED: AtomicBool = AtomicBool::new(false);
     if let Some(after) = fault {
-        if mine >= after {
+        if mine >= after && !FIRED.swap(true, Ordering::SeqCst) {
             if let Some(s) = c.take() {
                 let _ = socket2::SockRef::from(s.as_ref()).set_linger(Some(Duration::ZERO));
                 drop(s);

@@ -236,6 +236,9 @@ fn validate(srv: &Server, req: &Request) -> Result<()> {
             srv.opts.max_chunk
         );
     }
+    if req.streams as u64 * req.chunk as u64 > 1 << 30 {
+        bail!("streams x chunk size exceeds 1 GiB of receive buffers");
+    }
     if req.session.len() != 32 {
         bail!("bad session id");
     }
@@ -598,10 +601,11 @@ fn prepare(srv: &Server, req: &Request) -> Result<Prepared> {
         start: Instant::now(),
         nchunks,
         fsink,
-        cap: std::env::var("XFER_CAP")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or((2 * req.streams as u64).max(8)),
+        // Reorder window in chunks: enough to ride out scheduling hiccups of
+        // one stream, bounded to 256 MiB of buffered data per session.
+        cap: (4 * req.streams as u64)
+            .max(16)
+            .min(((256u64 << 20) / req.chunk as u64).max(4)),
         state: Mutex::new(st),
         cv: Condvar::new(),
         slots: (0..req.streams)

@@ -436,6 +436,7 @@ fn attempt_once(
                 hash: o.hash,
                 hashes: hashes.clone(),
                 abort: abort.clone(),
+                zero: mem.map(|_| vec![0u8; chunk as usize]),
                 st: Mutex::new(SrcState {
                     reader,
                     mem_left: mem,
@@ -665,12 +666,13 @@ struct StreamSrc {
     hash: bool,
     hashes: Arc<Mutex<Vec<u64>>>,
     abort: Arc<AtomicBool>,
+    zero: Option<Vec<u8>>,
     st: Mutex<SrcState>,
 }
 
 impl StreamSrc {
     /// Fills `buf` with the next chunk; None at end of input.
-    fn next(&self, buf: &mut Vec<u8>) -> Result<Option<u64>> {
+    fn next(&self, buf: &mut Vec<u8>) -> Result<Option<(u64, usize)>> {
         let mut st = self.st.lock().unwrap();
         if let Some(e) = &st.error {
             bail!("{e}");
@@ -678,7 +680,6 @@ impl StreamSrc {
         if st.total.is_some() {
             return Ok(None);
         }
-        buf.resize(self.chunk, 0);
         let n = match st.mem_left {
             Some(left) => {
                 let n = left.min(self.chunk as u64) as usize;
@@ -686,6 +687,7 @@ impl StreamSrc {
                 n
             }
             None => {
+                buf.resize(self.chunk, 0);
                 // Fill whole chunks so chunk boundaries are the same on a
                 // re-run (pipe resume depends on it).
                 let mut n = 0;
@@ -703,7 +705,6 @@ impl StreamSrc {
                 n
             }
         };
-        buf.truncate(n);
         let seq = st.seq;
         if n > 0 {
             st.seq += 1;
@@ -729,7 +730,7 @@ impl StreamSrc {
             }
             st.total = Some(st.seq);
         }
-        Ok((n > 0).then_some(seq))
+        Ok((n > 0).then_some((seq, n)))
     }
 }
 
@@ -742,11 +743,16 @@ fn stream_sender(
     let mut c = Some(c);
     let mut mine = 0u64;
     let mut buf = Vec::with_capacity(src.chunk);
-    while let Some(seq) = src.next(&mut buf)? {
+    while let Some((seq, n)) = src.next(&mut buf)? {
         if src.abort.load(Ordering::Relaxed) {
             return Ok(());
         }
-        let h = if src.hash { chunk_hash(&buf) } else { 0 };
+        // mem: sends one shared zero buffer, like stripe mode does.
+        let buf = match &src.zero {
+            Some(z) => &z[..n],
+            None => &buf[..n],
+        };
+        let h = if src.hash { chunk_hash(buf) } else { 0 };
         if src.hash {
             let mut v = src.hashes.lock().unwrap();
             if v.len() <= seq as usize {
@@ -765,7 +771,7 @@ fn stream_sender(
                 len: buf.len() as u32,
                 hash: h,
             },
-            &buf,
+            buf,
         )
         .context("sending data")?;
         sent.fetch_add(buf.len() as u64, Ordering::Relaxed);

@@ -601,11 +601,9 @@ fn prepare(srv: &Server, req: &Request) -> Result<Prepared> {
         start: Instant::now(),
         nchunks,
         fsink,
-        // Reorder window in chunks: enough to ride out scheduling hiccups of
-        // one stream, bounded to 256 MiB of buffered data per session.
-        cap: (4 * req.streams as u64)
-            .max(16)
-            .min(((256u64 << 20) / req.chunk as u64).max(4)),
+        // Reorder window: enough to ride out a stream stalling for a few
+        // scheduler slices at tens of Gbit/s, bounded to 256 MiB per session.
+        cap: ((16u64 << 20) * req.streams as u64).clamp(64 << 20, 256 << 20) / req.chunk as u64,
         state: Mutex::new(st),
         cv: Condvar::new(),
         slots: (0..req.streams)

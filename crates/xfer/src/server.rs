@@ -684,7 +684,7 @@ fn receive_stream(s: &Session, conn: &mut TcpStream, stream: u32) -> Result<()> 
                     bail!("bad chunk index {} / length {}", h.index, h.len);
                 }
                 let b = &mut buf[..h.len as usize];
-                conn.read_exact(b).context("connection lost mid-chunk")?;
+                read_counted(conn, b, &slot.bytes)?;
                 if s.req.hash && chunk_hash(b) != h.hash {
                     bail!("chunk {} failed its integrity check", h.index);
                 }
@@ -707,8 +707,7 @@ fn receive_stream(s: &Session, conn: &mut TcpStream, stream: u32) -> Result<()> 
             Mode::Stream => {
                 let mut b = s.pool.lock().unwrap().pop().unwrap_or_default();
                 b.resize(h.len as usize, 0);
-                conn.read_exact(&mut b)
-                    .context("connection lost mid-chunk")?;
+                read_counted(conn, &mut b, &slot.bytes)?;
                 if s.req.hash && chunk_hash(&b) != h.hash {
                     bail!("chunk {} failed its integrity check", h.index);
                 }
@@ -731,16 +730,32 @@ fn receive_stream(s: &Session, conn: &mut TcpStream, stream: u32) -> Result<()> 
                     st.next += 1;
                     st.hashes.push(h.hash);
                     drop(st);
-                    // Count before writing: the bytes were received.
-                    slot.bytes.fetch_add(h.len as u64, Ordering::Relaxed);
                     drain(s, b, h.index, h.hash)?;
                     continue;
                 }
                 st.reorder.insert(h.index, (b, h.hash));
             }
         }
-        slot.bytes.fetch_add(h.len as u64, Ordering::Relaxed);
     }
+}
+
+/// Reads a payload in pieces, counting bytes as they arrive so per-interval
+/// goodput is not quantised to whole chunks.
+fn read_counted(conn: &mut TcpStream, buf: &mut [u8], counter: &AtomicU64) -> Result<()> {
+    let mut off = 0;
+    while off < buf.len() {
+        let end = (off + (256 << 10)).min(buf.len());
+        match conn.read(&mut buf[off..end]) {
+            Ok(0) => bail!("connection lost mid-chunk"),
+            Ok(n) => {
+                off += n;
+                counter.fetch_add(n as u64, Ordering::Relaxed);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(anyhow::Error::new(e).context("connection lost mid-chunk")),
+        }
+    }
+    Ok(())
 }
 
 /// Writes chunk `idx` and then every consecutive chunk already buffered,

@@ -79,6 +79,16 @@ pub fn serve(opts: ServeOpts) -> Result<()> {
         busy: Mutex::new(HashSet::new()),
         busy_cv: Condvar::new(),
     });
+    // Bounds threads (and memory) under a flood of connections, including
+    // unauthenticated ones.
+    static CONNS: AtomicU64 = AtomicU64::new(0);
+    const MAX_CONNS: u64 = 1024;
+    struct ConnSlot;
+    impl Drop for ConnSlot {
+        fn drop(&mut self) {
+            CONNS.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
     for conn in listener.incoming() {
         let conn = match conn {
             Ok(c) => c,
@@ -87,8 +97,15 @@ pub fn serve(opts: ServeOpts) -> Result<()> {
                 continue;
             }
         };
+        if CONNS.fetch_add(1, Ordering::SeqCst) >= MAX_CONNS {
+            CONNS.fetch_sub(1, Ordering::SeqCst);
+            eprintln!("xfer: too many connections; dropping one");
+            continue;
+        }
+        let slot = ConnSlot;
         let srv = srv.clone();
         std::thread::spawn(move || {
+            let _slot = slot;
             let peer = conn.peer_addr().map(|a| a.to_string()).unwrap_or_default();
             if let Err(e) = handle_conn(&srv, conn) {
                 eprintln!("xfer: {peer}: {e:#}");
@@ -236,8 +253,8 @@ fn validate(srv: &Server, req: &Request) -> Result<()> {
             srv.opts.max_chunk
         );
     }
-    if req.streams as u64 * req.chunk as u64 > 1 << 30 {
-        bail!("streams x chunk size exceeds 1 GiB of receive buffers");
+    if req.streams as u64 * req.chunk as u64 > 256 << 20 {
+        bail!("streams x chunk size exceeds 256 MiB of receive buffers; use a smaller --chunk");
     }
     if req.session.len() != 32 {
         bail!("bad session id");

@@ -300,6 +300,17 @@ mod tests {
     }
 
     #[test]
+    fn streaming_hash_matches_one_shot() {
+        // The receiver hashes payloads piecewise as they arrive.
+        let d: Vec<u8> = (0..1_000_003u32).map(|i| (i * 7 + i / 13) as u8).collect();
+        let mut h = xxhash_rust::xxh3::Xxh3::new();
+        for p in d.chunks(65_537) {
+            h.update(p);
+        }
+        assert_eq!(h.digest(), chunk_hash(&d));
+    }
+
+    #[test]
     fn frame_roundtrip() {
         let h = FrameHdr {
             kind: KIND_DATA,

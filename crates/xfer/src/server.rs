@@ -701,8 +701,8 @@ fn receive_stream(s: &Session, conn: &mut TcpStream, stream: u32) -> Result<()> 
                     bail!("bad chunk index {} / length {}", h.index, h.len);
                 }
                 let b = &mut buf[..h.len as usize];
-                read_counted(conn, b, &slot.bytes)?;
-                if s.req.hash && chunk_hash(b) != h.hash {
+                let got = read_counted(conn, b, &slot.bytes, s.req.hash)?;
+                if s.req.hash && got != h.hash {
                     bail!("chunk {} failed its integrity check", h.index);
                 }
                 if let Some(fs) = &s.fsink {
@@ -724,8 +724,8 @@ fn receive_stream(s: &Session, conn: &mut TcpStream, stream: u32) -> Result<()> 
             Mode::Stream => {
                 let mut b = s.pool.lock().unwrap().pop().unwrap_or_default();
                 b.resize(h.len as usize, 0);
-                read_counted(conn, &mut b, &slot.bytes)?;
-                if s.req.hash && chunk_hash(&b) != h.hash {
+                let got = read_counted(conn, &mut b, &slot.bytes, s.req.hash)?;
+                if s.req.hash && got != h.hash {
                     bail!("chunk {} failed its integrity check", h.index);
                 }
                 let mut st = s.state.lock().unwrap();
@@ -757,14 +757,24 @@ fn receive_stream(s: &Session, conn: &mut TcpStream, stream: u32) -> Result<()> 
 }
 
 /// Reads a payload in pieces, counting bytes as they arrive so per-interval
-/// goodput is not quantised to whole chunks.
-fn read_counted(conn: &mut TcpStream, buf: &mut [u8], counter: &AtomicU64) -> Result<()> {
+/// goodput is not quantised to whole chunks, and hashing each piece while it
+/// is still in cache. Returns the XXH3-64 of the payload (0 if not hashing).
+fn read_counted(
+    conn: &mut TcpStream,
+    buf: &mut [u8],
+    counter: &AtomicU64,
+    hash: bool,
+) -> Result<u64> {
+    let mut h = xxhash_rust::xxh3::Xxh3::new();
     let mut off = 0;
     while off < buf.len() {
         let end = (off + (256 << 10)).min(buf.len());
         match conn.read(&mut buf[off..end]) {
             Ok(0) => bail!("connection lost mid-chunk"),
             Ok(n) => {
+                if hash {
+                    h.update(&buf[off..off + n]);
+                }
                 off += n;
                 counter.fetch_add(n as u64, Ordering::Relaxed);
             }
@@ -772,7 +782,7 @@ fn read_counted(conn: &mut TcpStream, buf: &mut [u8], counter: &AtomicU64) -> Re
             Err(e) => return Err(anyhow::Error::new(e).context("connection lost mid-chunk")),
         }
     }
-    Ok(())
+    Ok(if hash { h.digest() } else { 0 })
 }
 
 /// Writes chunk `idx` and then every consecutive chunk already buffered,

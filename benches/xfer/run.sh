@@ -2,22 +2,23 @@
 # xfer benchmarks, each measured beside iperf3 in the same run (alternating,
 # so both see the same machine state). Prints markdown tables.
 #
-# Usage: benches/xfer/run.sh [mem] [modes] [hash] [paced]   (default: all)
-# Env:   REPS (3) repetitions per cell, median reported
+# Usage: benches/xfer/run.sh [mem] [modes] [paced]   (default: all)
+#        "mem" also gives hashing on vs off.
+# Env:   REPS (5) repetitions per cell, median reported
 #        SIZE (16G) bytes per xfer memory-to-memory run; T (4) iperf3 seconds
 #        PACED_RUNS (5), PACED_SIZE (1G), PACED_RATE (400M), PACED_P (4)
 # Needs: iperf3, jq; root for the veth/namespace rows (skipped otherwise).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
-REPS=${REPS:-3}
+REPS=${REPS:-5}
 SIZE=${SIZE:-16G}
 T=${T:-4}
 PACED_RUNS=${PACED_RUNS:-5}
 PACED_SIZE=${PACED_SIZE:-1G}
 PACED_RATE=${PACED_RATE:-400M}
 PACED_P=${PACED_P:-4}
-SECTIONS=${*:-mem modes hash paced}
+SECTIONS=${*:-mem modes paced}
 
 for t in iperf3 jq; do
     command -v $t >/dev/null || { echo "missing $t (apt-get install -y $t)" >&2; exit 1; }
@@ -101,19 +102,20 @@ echo "xfer $SIZE mem:->discard per run, iperf3 -t $T; median of $REPS alternatin
 echo
 
 if [[ " $SECTIONS " == *" mem "* ]]; then
-    echo "### Memory to memory: xfer (stripe, hashing on) vs iperf3 -P N"
+    echo "### Memory to memory (stripe): xfer with and without hashing vs iperf3 -P N"
     echo
-    echo "| path | streams | iperf3 Gbit/s | xfer Gbit/s | xfer / iperf3 |"
-    echo "|---|---|---|---|---|"
+    echo "| path | streams | iperf3 Gbit/s | xfer --no-hash Gbit/s | xfer (hashing) Gbit/s | no-hash / iperf3 | hashing / iperf3 | hashing on / off |"
+    echo "|---|---|---|---|---|---|---|---|"
     for p in "${PATHS[@]}"; do
         for n in 1 4 8; do
-            : >"$TMP/a"; : >"$TMP/b"
+            : >"$TMP/a"; : >"$TMP/b"; : >"$TMP/c"
             for _ in $(seq "$REPS"); do
                 iperf_gbps "$p" "$n" >>"$TMP/a"
-                xfer_gbps "$p" -P "$n" "mem:$SIZE" >>"$TMP/b"
+                xfer_gbps "$p" -P "$n" --no-hash "mem:$SIZE" >>"$TMP/b"
+                xfer_gbps "$p" -P "$n" "mem:$SIZE" >>"$TMP/c"
             done
-            a=$(median <"$TMP/a"); b=$(median <"$TMP/b")
-            echo "| $p | $n | $(fmt "$a") | $(fmt "$b") | $(ratio "$b" "$a") |"
+            a=$(median <"$TMP/a"); b=$(median <"$TMP/b"); c=$(median <"$TMP/c")
+            echo "| $p | $n | $(fmt "$a") | $(fmt "$b") | $(fmt "$c") | $(ratio "$b" "$a") | $(ratio "$c" "$a") | $(ratio "$c" "$b") |"
         done
     done
     echo
@@ -131,26 +133,6 @@ if [[ " $SECTIONS " == *" modes "* ]]; then
                 iperf_gbps "$p" "$n" >>"$TMP/a"
                 xfer_gbps "$p" -P "$n" --mode stripe "mem:$SIZE" >>"$TMP/b"
                 xfer_gbps "$p" -P "$n" --mode stream "mem:$SIZE" >>"$TMP/c"
-            done
-            a=$(median <"$TMP/a"); b=$(median <"$TMP/b"); c=$(median <"$TMP/c")
-            echo "| $p | $n | $(fmt "$a") | $(fmt "$b") | $(fmt "$c") | $(ratio "$c" "$b") |"
-        done
-    done
-    echo
-fi
-
-if [[ " $SECTIONS " == *" hash "* ]]; then
-    echo "### Hashing on vs off (stripe)"
-    echo
-    echo "| path | streams | iperf3 Gbit/s | hash off Gbit/s | hash on Gbit/s | on / off |"
-    echo "|---|---|---|---|---|---|"
-    for p in "${PATHS[@]}"; do
-        for n in 1 4; do
-            : >"$TMP/a"; : >"$TMP/b"; : >"$TMP/c"
-            for _ in $(seq "$REPS"); do
-                iperf_gbps "$p" "$n" >>"$TMP/a"
-                xfer_gbps "$p" -P "$n" --no-hash "mem:$SIZE" >>"$TMP/b"
-                xfer_gbps "$p" -P "$n" "mem:$SIZE" >>"$TMP/c"
             done
             a=$(median <"$TMP/a"); b=$(median <"$TMP/b"); c=$(median <"$TMP/c")
             echo "| $p | $n | $(fmt "$a") | $(fmt "$b") | $(fmt "$c") | $(ratio "$c" "$b") |"

@@ -236,6 +236,12 @@ fn connect(o: &SendOpts, addr: SocketAddr, data: bool) -> Result<TcpStream> {
     s.connect_timeout(&addr.into(), Duration::from_secs(10))
         .with_context(|| format!("connecting to {addr}"))?;
     s.set_nodelay(true)?;
+    s.set_tcp_keepalive(
+        &socket2::TcpKeepalive::new()
+            .with_time(Duration::from_secs(30))
+            .with_interval(Duration::from_secs(10))
+            .with_retries(6),
+    )?;
     let mut t: TcpStream = s.into();
     t.set_read_timeout(Some(Duration::from_secs(30)))?;
     client_handshake(&mut t, &o.auth)?;
@@ -490,11 +496,9 @@ fn attempt_once(
         );
     }
     // The server's verdict explains most failures better than our EPIPE.
-    ctrl.set_read_timeout(Some(if first_err.is_some() {
-        Duration::from_secs(5)
-    } else {
-        Duration::from_secs(24 * 3600)
-    }))?;
+    // Without an error the verdict can take a while (fsync of a big file);
+    // keepalive, not a timeout, catches a receiver host that vanished.
+    ctrl.set_read_timeout(first_err.as_ref().map(|_| Duration::from_secs(5)))?;
     let done: Result<Done> = recv_msg(&mut ctrl);
     let elapsed = data_start.elapsed().as_secs_f64();
     sampler_stop.store(true, Ordering::SeqCst);

@@ -122,7 +122,13 @@ fn handle_conn(srv: &Arc<Server>, mut conn: TcpStream) -> Result<()> {
     server_handshake(&mut conn, &srv.opts.auth)?;
     let open: Open = recv_msg(&mut conn)?;
     conn.set_read_timeout(None)?;
-    let _ = socket2::SockRef::from(&conn).set_keepalive(true);
+    // A client host that vanishes without a FIN/RST must not pin a session.
+    let _ = socket2::SockRef::from(&conn).set_tcp_keepalive(
+        &socket2::TcpKeepalive::new()
+            .with_time(Duration::from_secs(30))
+            .with_interval(Duration::from_secs(10))
+            .with_retries(6),
+    );
     match open {
         Open::Control(req) => handle_control(srv, conn, req),
         Open::Data { session, stream } => {

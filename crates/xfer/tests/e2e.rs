@@ -724,10 +724,18 @@ fn pacing_rate_and_deadline() {
         ],
     ));
     let t = json(&js);
+    // The rate covers what is left of the deadline once connected, so it is
+    // at least size/deadline (more if process start-up and setup were slow),
+    // and the data phase then takes size/rate.
     let rate = t["run"]["rate"].as_f64().unwrap();
-    assert!(rate > 67e6 && rate < 75e6, "rate {rate}");
+    let bits = 8.0 * 8.0 * 1048576.0;
+    assert!(rate >= bits / 1.0 && rate < 3.0 * bits, "rate {rate}");
     let ct = t["run"]["completion_time"].as_f64().unwrap();
-    assert!(ct > 0.85 && ct < 1.1, "completion {ct}");
+    let want = bits / rate;
+    assert!(
+        ct > want * 0.9 && ct < want * 1.3,
+        "completion {ct} vs {want}"
+    );
     let e = failed(&xfer_in(
         &[],
         &td,

@@ -495,6 +495,14 @@ fn attempt_once(
             &abort,
         );
     }
+    // The receiver commits (renames into place, lets a consumer finish) only
+    // once our digest arrives and matches its own.
+    if first_err.is_none() {
+        let e2e = o.hash.then(|| e2e_digest(&hashes.lock().unwrap()));
+        if let Err(e) = send_msg(&mut ctrl, &Finish { e2e }) {
+            first_err = Some(e.context("sending end-to-end hash"));
+        }
+    }
     // The server's verdict explains most failures better than our EPIPE.
     // Without an error the verdict can take a while (fsync of a big file);
     // keepalive, not a timeout, catches a receiver host that vanished.

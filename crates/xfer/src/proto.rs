@@ -194,6 +194,12 @@ pub enum Reply {
     Reject(String),
 }
 
+/// Sent by the client on the control connection after all data.
+#[derive(Serialize, Deserialize, Debug)]
+pub struct Finish {
+    pub e2e: Option<String>,
+}
+
 #[derive(Serialize, Deserialize, Debug, Clone)]
 pub struct FlowReport {
     pub stream: u32,

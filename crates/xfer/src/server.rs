@@ -172,6 +172,8 @@ struct State {
     reorder: BTreeMap<u64, (Vec<u8>, u64)>,
     /// A data thread is writing chunks out in order (the "write token").
     writing: bool,
+    /// The sender's end-to-end digest (inner None: hashing off), once sent.
+    finish: Option<Option<String>>,
     /// Threads blocked on the reorder window; waking nobody is cheaper.
     window_waiters: u32,
     writer_done: bool,
@@ -350,8 +352,14 @@ fn handle_control(srv: &Arc<Server>, mut conn: TcpStream, req: Request) -> Resul
         let s = session.clone();
         let mut c = conn.try_clone()?;
         std::thread::spawn(move || {
-            let mut b = [0u8; 1];
-            let _ = c.read(&mut b);
+            // The client's only message: its end-to-end digest, once all data
+            // is sent. Nothing is committed before it arrives and matches.
+            if let Ok(f) = recv_msg::<_, Finish>(&mut c) {
+                s.state.lock().unwrap().finish = Some(f.e2e);
+                s.cv.notify_all();
+                let mut b = [0u8; 1];
+                let _ = c.read(&mut b);
+            }
             s.fail("client closed the control connection".into());
         })
     };
@@ -368,32 +376,47 @@ fn handle_control(srv: &Arc<Server>, mut conn: TcpStream, req: Request) -> Resul
             if st.failed.is_some() {
                 break;
             }
-            if st.ended == req.streams {
-                if req.mode == Mode::Stripe {
-                    if st.have_count < session.nchunks {
-                        let missing = session.nchunks - st.have_count;
-                        drop(st);
-                        session.fail(format!("sender finished but {missing} chunks are missing"));
-                    }
-                    break;
-                } else if st.writer_done {
-                    break;
-                }
+            let data_done = st.ended == req.streams && (req.mode == Mode::Stripe || st.writer_done);
+            if data_done && req.mode == Mode::Stripe && st.have_count < session.nchunks {
+                let missing = session.nchunks - st.have_count;
+                drop(st);
+                session.fail(format!("sender finished but {missing} chunks are missing"));
+                break;
+            }
+            if data_done && st.finish.is_some() {
+                break;
             }
             st = session.cv.wait(st).unwrap();
         }
     }
-    // Closing the consumer's stdin tells it the stream is complete.
-    session.output.lock().unwrap().take();
-    let mut result: Result<()> = match session.state.lock().unwrap().failed.clone() {
-        Some(e) => Err(anyhow!(e)),
-        None => Ok(()),
+    let mut mismatch = false;
+    let mut result: Result<()> = {
+        let st = session.state.lock().unwrap();
+        match (&st.failed, &st.finish) {
+            (Some(e), _) => Err(anyhow!(e.clone())),
+            (None, Some(Some(theirs))) if req.hash => {
+                let mine = e2e_digest(&st.hashes);
+                if *theirs == mine {
+                    Ok(())
+                } else {
+                    mismatch = true;
+                    Err(anyhow!(
+                        "END-TO-END HASH MISMATCH (sender {theirs}, receiver {mine}): the data \
+                         differs from the source; nothing was committed"
+                    ))
+                }
+            }
+            (None, Some(None)) if req.hash => Err(anyhow!("sender sent no end-to-end hash")),
+            _ => Ok(()),
+        }
     };
     if let Some(c) = child.as_mut() {
         if result.is_err() {
             // A consumer must not mistake a truncated stream for a complete one.
             let _ = c.kill();
         }
+        // Closing the consumer's stdin tells it the stream is complete.
+        session.output.lock().unwrap().take();
         match c.wait() {
             Ok(st) if !st.success() && result.is_ok() => {
                 result = Err(anyhow!("consumer command failed: {st}"))
@@ -411,7 +434,15 @@ fn handle_control(srv: &Arc<Server>, mut conn: TcpStream, req: Request) -> Resul
                 Ok(())
             })();
         }
+    } else if mismatch {
+        // The journal vouched for data that does not match the source (a
+        // producer that changed): forget it so the next attempt starts fresh.
+        if let Some(fs) = &session.fsink {
+            safepath::unlink(&fs.dir, &fs.jname);
+            safepath::unlink(&fs.dir, &fs.part);
+        }
     }
+    session.output.lock().unwrap().take();
     // Stop accepting a failure from the watcher from now on.
     {
         let mut st = session.state.lock().unwrap();
@@ -429,7 +460,7 @@ fn handle_control(srv: &Arc<Server>, mut conn: TcpStream, req: Request) -> Resul
     let goodput = sampler.join().unwrap_or_default();
     let elapsed = session.now();
     let st = session.state.lock().unwrap();
-    let e2e = (req.hash && result.is_ok()).then(|| e2e_digest(&st.hashes));
+    let e2e = req.hash.then(|| e2e_digest(&st.hashes));
     let flows: Vec<FlowReport> = session
         .slots
         .iter()

@@ -951,3 +951,62 @@ fn netns_resume_after_killing_sender() {
     same(&td.p("src.bin"), &td.root().join("r.bin"));
     assert!(json(&js)["run"]["resumed_bytes"].as_u64().unwrap() >= 4 << 20);
 }
+
+#[test]
+fn pipe_resume_deterministic_and_changed_producer() {
+    let td = TempDir::new("piperesume");
+    let srv = Server::start(&td, &[]);
+    let d = data(12 * 1024 * 1024, 12);
+    std::fs::write(td.p("gen.bin"), &d).unwrap();
+    let cmd = ["--from-cmd", "cat gen.bin"];
+    // Interrupted: the receiver keeps a verified prefix.
+    let dest = srv.dest("/p.bin");
+    let e = failed(&xfer(
+        &td,
+        &[
+            cmd[0],
+            cmd[1],
+            "--retries",
+            "0",
+            "--fault-reset-after",
+            "2M",
+            &dest,
+        ],
+    ));
+    assert!(e.contains("injected"), "{e}");
+    // Same producer output: resumes from the prefix, bit-exact.
+    let js = td.p("p.json");
+    let jss = js.display().to_string();
+    ok(&xfer(
+        &td,
+        &[cmd[0], cmd[1], "--resume", "--json", &jss, &dest],
+    ));
+    same(&td.p("gen.bin"), &td.root().join("p.bin"));
+    assert!(json(&js)["run"]["resumed_bytes"].as_u64().unwrap() > 0);
+    // Changed producer output: the end-to-end hash catches it, nothing is
+    // committed, and the next attempt starts from scratch.
+    let dest = srv.dest("/q.bin");
+    failed(&xfer(
+        &td,
+        &[
+            cmd[0],
+            cmd[1],
+            "--retries",
+            "0",
+            "--fault-reset-after",
+            "2M",
+            &dest,
+        ],
+    ));
+    let mut d2 = d.clone();
+    d2[10] ^= 1;
+    std::fs::write(td.p("gen.bin"), &d2).unwrap();
+    let e = failed(&xfer(&td, &[cmd[0], cmd[1], "--resume", &dest]));
+    assert!(e.contains("END-TO-END HASH MISMATCH"), "{e}");
+    assert!(
+        !td.root().join("q.bin").exists(),
+        "mismatching data must not be committed"
+    );
+    ok(&xfer(&td, &[cmd[0], cmd[1], "--resume", &dest]));
+    same(&td.p("gen.bin"), &td.root().join("q.bin"));
+}

@@ -1,0 +1,365 @@
+//! xfer: parallel-stream transfer of files and pipes, paced to a rate or a
+//! deadline. See docs/xfer.md.
+
+mod client;
+mod journal;
+mod proto;
+mod safepath;
+mod server;
+mod sock;
+mod trace;
+mod util;
+
+use anyhow::{bail, Context, Result};
+use clap::{Parser, Subcommand, ValueEnum};
+use proto::{Auth, Mode, Sink};
+use std::path::PathBuf;
+
+#[derive(Parser)]
+#[command(
+    name = "xfer",
+    version,
+    about = "Parallel-stream transfer of files and pipes, paced to a rate or a deadline"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum ModeArg {
+    Stripe,
+    Stream,
+}
+
+// Parsed once per process; boxing the big variant would buy nothing.
+#[allow(clippy::large_enum_variant)]
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run the receiver daemon.
+    Serve {
+        /// Address to listen on (port 0 picks a free port, printed on stdout).
+        #[arg(long, default_value = "0.0.0.0:7447")]
+        listen: String,
+        /// Directory that received files are confined to.
+        #[arg(long, default_value = ".")]
+        root: PathBuf,
+        /// File holding the shared key (at least 16 bytes).
+        #[arg(long)]
+        key_file: Option<PathBuf>,
+        /// Run without a key (only allowed on a loopback address).
+        #[arg(long)]
+        insecure: bool,
+        /// Allow clients to run --to-cmd consumers (as this user, in --root).
+        #[arg(long)]
+        allow_cmd: bool,
+        /// Largest chunk a client may use.
+        #[arg(long, default_value = "16M")]
+        max_chunk: String,
+        /// Maximum concurrent sessions.
+        #[arg(long, default_value_t = 16)]
+        max_sessions: usize,
+        /// Receive buffer per data socket (default: kernel autotuning).
+        #[arg(long)]
+        rcvbuf: Option<String>,
+    },
+    /// Send a file, stdin, or a command's output to a server.
+    #[command(
+        after_help = "SRC: a file, '-' (stdin) or mem:SIZE (zeros, for benchmarks); omit with --from-cmd.\n\
+DEST: HOST:PORT:/path (relative to the server's --root), or HOST:PORT with --to-cmd or --discard."
+    )]
+    Send {
+        /// [SRC] DEST
+        #[arg(required = true, num_args = 1..=2)]
+        args: Vec<String>,
+        /// Number of parallel data connections.
+        #[arg(short = 'P', long = "parallel", default_value_t = 4)]
+        parallel: u32,
+        /// stripe (file in N contiguous ranges) or stream (sequenced chunks);
+        /// default: stripe for files, stream for pipes.
+        #[arg(long, value_enum)]
+        mode: Option<ModeArg>,
+        /// Chunk size (unit of hashing, resume and reordering).
+        #[arg(long, default_value = "1M")]
+        chunk: String,
+        /// Aggregate goodput target in bit/s, e.g. 400M (paced per socket).
+        #[arg(long)]
+        rate: Option<String>,
+        /// Finish by this time, e.g. 120s: sets the rate from size and deadline.
+        #[arg(long, conflicts_with = "rate")]
+        deadline: Option<String>,
+        /// Expected size of a pipe (needed with --deadline).
+        #[arg(long)]
+        size: Option<String>,
+        /// TCP congestion control (e.g. bbr, cubic, reno).
+        #[arg(long)]
+        cc: Option<String>,
+        /// Send buffer per data socket (default: kernel autotuning).
+        #[arg(long)]
+        sndbuf: Option<String>,
+        /// Receive buffer per data socket (default: kernel autotuning).
+        #[arg(long)]
+        rcvbuf: Option<String>,
+        /// Turn off per-chunk and end-to-end hashing.
+        #[arg(long)]
+        no_hash: bool,
+        /// Start from scratch even if the receiver holds verified chunks.
+        #[arg(long)]
+        no_resume: bool,
+        /// Resume a pipe from the receiver's verified prefix (the producer
+        /// must emit the same bytes again; the end-to-end hash checks it).
+        #[arg(long, conflicts_with = "no_resume")]
+        resume: bool,
+        /// Reconnect and resume this many times after a broken connection.
+        #[arg(long, default_value_t = 3)]
+        retries: u32,
+        /// Producer command whose stdout is sent (run with sh -c).
+        #[arg(long)]
+        from_cmd: Option<String>,
+        /// Consumer command run by the server, fed the data on stdin.
+        #[arg(long)]
+        to_cmd: Option<String>,
+        /// Let the server throw the data away (memory-to-memory tests).
+        #[arg(long)]
+        discard: bool,
+        #[arg(long)]
+        key_file: Option<PathBuf>,
+        /// Send without a key (only to a loopback address).
+        #[arg(long)]
+        insecure: bool,
+        /// Write a trace (run, flows, goodput, tcp tables) as JSON.
+        #[arg(long)]
+        json: Option<PathBuf>,
+        /// Sampling interval for goodput and TCP_INFO.
+        #[arg(long, default_value = "0.5s")]
+        interval: String,
+        /// No progress bar.
+        #[arg(long)]
+        no_progress: bool,
+        /// No summary line.
+        #[arg(short, long)]
+        quiet: bool,
+        #[arg(long, hide = true)]
+        fault_reset_after: Option<String>,
+    },
+}
+
+fn load_auth(key_file: &Option<PathBuf>, insecure: bool) -> Result<Auth> {
+    match (key_file, insecure) {
+        (Some(_), true) => bail!("--key-file and --insecure are mutually exclusive"),
+        (Some(p), false) => {
+            let k =
+                std::fs::read(p).with_context(|| format!("reading key file {}", p.display()))?;
+            let k = k.trim_ascii().to_vec();
+            if k.len() < 16 {
+                bail!(
+                    "key in {} is too short (need at least 16 bytes)",
+                    p.display()
+                );
+            }
+            Ok(Auth::Key(k))
+        }
+        (None, true) => Ok(Auth::Insecure),
+        (None, false) => bail!("no key: pass --key-file FILE (or --insecure, loopback only)"),
+    }
+}
+
+fn bytes_opt(s: &Option<String>) -> Result<Option<usize>> {
+    s.as_deref()
+        .map(|x| util::parse_size(x).map(|v| v as usize))
+        .transpose()
+}
+
+/// HOST:PORT[:PATH], with [v6] hosts.
+fn parse_remote(s: &str) -> Option<(String, u16, Option<String>)> {
+    let (host, rest) = if let Some(r) = s.strip_prefix('[') {
+        let (h, rest) = r.split_once(']')?;
+        (h.to_string(), rest.strip_prefix(':')?)
+    } else {
+        let (h, rest) = s.split_once(':')?;
+        (h.to_string(), rest)
+    };
+    let (port, path) = match rest.split_once(':') {
+        Some((p, path)) => (p, Some(path.to_string())),
+        None => (rest, None),
+    };
+    let port: u16 = port.parse().ok()?;
+    if host.is_empty() {
+        return None;
+    }
+    Some((host, port, path))
+}
+
+fn run() -> Result<()> {
+    let cli = Cli::parse();
+    match cli.cmd {
+        Cmd::Serve {
+            listen,
+            root,
+            key_file,
+            insecure,
+            allow_cmd,
+            max_chunk,
+            max_sessions,
+            rcvbuf,
+        } => {
+            let max_chunk = util::parse_size(&max_chunk)?;
+            if max_chunk == 0 || max_chunk > proto::MAX_CHUNK as u64 {
+                bail!("--max-chunk must be between 1 and 16M");
+            }
+            server::serve(server::ServeOpts {
+                listen,
+                root,
+                auth: load_auth(&key_file, insecure)?,
+                allow_cmd,
+                max_chunk: max_chunk as u32,
+                max_sessions,
+                rcvbuf: bytes_opt(&rcvbuf)?,
+            })
+        }
+        Cmd::Send {
+            args,
+            parallel,
+            mode,
+            chunk,
+            rate,
+            deadline,
+            size,
+            cc,
+            sndbuf,
+            rcvbuf,
+            no_hash,
+            no_resume,
+            resume,
+            retries,
+            from_cmd,
+            to_cmd,
+            discard,
+            key_file,
+            insecure,
+            json,
+            interval,
+            no_progress,
+            quiet,
+            fault_reset_after,
+        } => {
+            let (src, dest) = match (&from_cmd, args.as_slice()) {
+                (Some(c), [d]) => (client::SrcSpec::Cmd(c.clone()), d.clone()),
+                (Some(_), _) => bail!("with --from-cmd give only DEST"),
+                (None, [s, d]) => {
+                    let src = if s == "-" {
+                        client::SrcSpec::Stdin
+                    } else if let Some(n) = s.strip_prefix("mem:") {
+                        client::SrcSpec::Mem(util::parse_size(n)?)
+                    } else {
+                        if !std::path::Path::new(s).exists() && parse_remote(s).is_some() {
+                            bail!("receiving from a server (SRC = HOST:PORT:/path) is not supported; run `xfer send` on the sending host");
+                        }
+                        client::SrcSpec::Path(PathBuf::from(s))
+                    };
+                    (src, d.clone())
+                }
+                (None, _) => bail!("usage: xfer send SRC DEST (or --from-cmd CMD DEST)"),
+            };
+            let Some((host, port, path)) = parse_remote(&dest) else {
+                bail!("DEST {dest:?} must be HOST:PORT:/path or HOST:PORT (local copies: use cp)");
+            };
+            let path = path.filter(|p| !p.is_empty());
+            let sink = match (path, to_cmd, discard) {
+                (Some(p), None, false) => {
+                    // The path is always inside the server's root; a leading
+                    // '/' just means "the root".
+                    let p = p.trim_start_matches('/').to_string();
+                    if p.is_empty() {
+                        bail!("DEST path names no file");
+                    }
+                    Sink::Path(p)
+                }
+                (None, Some(c), false) => Sink::Cmd(c),
+                (None, None, true) => Sink::Discard,
+                (None, None, false) => {
+                    bail!("DEST {dest:?} has no path: add :/path, --to-cmd or --discard")
+                }
+                _ => bail!("give exactly one of a DEST path, --to-cmd or --discard"),
+            };
+            if parallel == 0 || parallel > 128 {
+                bail!("-P must be between 1 and 128");
+            }
+            let chunk = util::parse_size(&chunk)?;
+            if chunk < 4096 || chunk > proto::MAX_CHUNK as u64 {
+                bail!("--chunk must be between 4K and 16M");
+            }
+            let interval = util::parse_duration(&interval)?;
+            if interval.as_millis() < 10 {
+                bail!("--interval must be at least 10ms");
+            }
+            client::send(client::SendOpts {
+                src,
+                host,
+                port,
+                sink,
+                streams: parallel,
+                mode: mode.map(|m| match m {
+                    ModeArg::Stripe => Mode::Stripe,
+                    ModeArg::Stream => Mode::Stream,
+                }),
+                chunk: chunk as u32,
+                rate_bps: rate.as_deref().map(util::parse_rate).transpose()?,
+                deadline: deadline.as_deref().map(util::parse_duration).transpose()?,
+                size: size.as_deref().map(util::parse_size).transpose()?,
+                cc,
+                sndbuf: bytes_opt(&sndbuf)?,
+                rcvbuf: bytes_opt(&rcvbuf)?,
+                hash: !no_hash,
+                resume: if no_resume {
+                    Some(false)
+                } else if resume {
+                    Some(true)
+                } else {
+                    None
+                },
+                retries,
+                auth: load_auth(&key_file, insecure)?,
+                json,
+                interval,
+                progress: !no_progress,
+                quiet,
+                fault_reset_after: fault_reset_after
+                    .as_deref()
+                    .map(util::parse_size)
+                    .transpose()?,
+                args: std::env::args().collect(),
+            })
+        }
+    }
+}
+
+fn main() {
+    if let Err(e) = run() {
+        eprintln!("xfer: error: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_remote;
+
+    #[test]
+    fn remotes() {
+        assert_eq!(
+            parse_remote("h:7447:/a/b"),
+            Some(("h".into(), 7447, Some("/a/b".into())))
+        );
+        assert_eq!(
+            parse_remote("127.0.0.1:9"),
+            Some(("127.0.0.1".into(), 9, None))
+        );
+        assert_eq!(
+            parse_remote("[::1]:9:x"),
+            Some(("::1".into(), 9, Some("x".into())))
+        );
+        assert_eq!(parse_remote("file.txt"), None);
+        assert_eq!(parse_remote("a:b:c"), None);
+    }
+}

@@ -1,0 +1,336 @@
+//! Wire protocol: authentication handshake, length-prefixed JSON control
+//! messages, and binary data frames.
+
+use anyhow::{bail, Context, Result};
+use hmac::{Hmac, Mac};
+use serde::{de::DeserializeOwned, Deserialize, Serialize};
+use sha2::Sha256;
+use std::io::{Read, Write};
+
+type HmacSha256 = Hmac<Sha256>;
+
+const HELLO_MAGIC: &[u8; 6] = b"XFER1\n";
+/// Control messages are small; the bound stops a peer from making us
+/// allocate arbitrary memory.
+pub const MAX_CTRL_LEN: usize = 4 << 20;
+/// Hard upper bound on a data chunk; the server may lower it.
+pub const MAX_CHUNK: u32 = 16 << 20;
+
+pub const FRAME_MAGIC: u32 = 0x5846_5231; // "XFR1"
+pub const FRAME_HDR_LEN: usize = 32;
+pub const KIND_DATA: u8 = 1;
+pub const KIND_END: u8 = 2;
+
+/// Shared-secret HMAC challenge–response, mutual: the server proves it holds
+/// the key too, so a client never streams data into an impostor.
+#[derive(Clone)]
+pub enum Auth {
+    Key(Vec<u8>),
+    Insecure,
+}
+
+fn mac(key: &[u8], label: &[u8], a: &[u8], b: &[u8]) -> HmacSha256 {
+    let mut m = HmacSha256::new_from_slice(key).expect("hmac accepts any key length");
+    m.update(label);
+    m.update(a);
+    m.update(b);
+    m
+}
+
+pub fn server_handshake<S: Read + Write>(s: &mut S, auth: &Auth) -> Result<()> {
+    let nonce_s: [u8; 32] = crate::util::random_bytes()?;
+    let mut hello = Vec::with_capacity(39);
+    hello.extend_from_slice(HELLO_MAGIC);
+    hello.push(matches!(auth, Auth::Key(_)) as u8);
+    hello.extend_from_slice(&nonce_s);
+    s.write_all(&hello)?;
+    let mut resp = [0u8; 64];
+    s.read_exact(&mut resp).context("reading client auth")?;
+    let (nonce_c, mac_c) = resp.split_at(32);
+    match auth {
+        Auth::Key(k) => {
+            if mac(k, b"xfer-v1 client", &nonce_s, nonce_c)
+                .verify_slice(mac_c)
+                .is_err()
+            {
+                let _ = s.write_all(&[0]);
+                bail!("authentication failed (wrong key)");
+            }
+            let tag = mac(k, b"xfer-v1 server", nonce_c, &nonce_s)
+                .finalize()
+                .into_bytes();
+            let mut out = vec![1u8];
+            out.extend_from_slice(&tag);
+            s.write_all(&out)?;
+        }
+        Auth::Insecure => {
+            let mut out = vec![1u8];
+            out.extend_from_slice(&[0u8; 32]);
+            s.write_all(&out)?;
+        }
+    }
+    Ok(())
+}
+
+pub fn client_handshake<S: Read + Write>(s: &mut S, auth: &Auth) -> Result<()> {
+    let mut hello = [0u8; 39];
+    s.read_exact(&mut hello)
+        .context("reading server hello (is this an xfer server?)")?;
+    if &hello[..6] != HELLO_MAGIC {
+        bail!("peer is not an xfer server (bad greeting)");
+    }
+    let server_wants_key = hello[6] == 1;
+    let nonce_s = &hello[7..39];
+    let nonce_c: [u8; 32] = crate::util::random_bytes()?;
+    let mut out = Vec::with_capacity(64);
+    out.extend_from_slice(&nonce_c);
+    match (auth, server_wants_key) {
+        (Auth::Key(k), true) => out.extend_from_slice(
+            &mac(k, b"xfer-v1 client", nonce_s, &nonce_c)
+                .finalize()
+                .into_bytes(),
+        ),
+        (Auth::Key(_), false) => {
+            bail!("server runs without a key (--insecure) but we have one; refusing to downgrade")
+        }
+        (Auth::Insecure, true) => bail!("server requires a shared key: pass --key-file"),
+        (Auth::Insecure, false) => out.extend_from_slice(&[0u8; 32]),
+    }
+    s.write_all(&out)?;
+    let mut resp = [0u8; 33];
+    match s.read_exact(&mut resp[..1]) {
+        Ok(()) if resp[0] == 1 => {}
+        _ => bail!("server rejected authentication (wrong key?)"),
+    }
+    s.read_exact(&mut resp[1..])
+        .context("reading server proof")?;
+    if let Auth::Key(k) = auth {
+        mac(k, b"xfer-v1 server", &nonce_c, nonce_s)
+            .verify_slice(&resp[1..])
+            .map_err(|_| anyhow::anyhow!("server failed to prove it holds the key"))?;
+    }
+    Ok(())
+}
+
+pub fn send_msg<W: Write, T: Serialize>(w: &mut W, msg: &T) -> Result<()> {
+    let body = serde_json::to_vec(msg)?;
+    let mut buf = Vec::with_capacity(body.len() + 4);
+    buf.extend_from_slice(&(body.len() as u32).to_be_bytes());
+    buf.extend_from_slice(&body);
+    w.write_all(&buf)?;
+    w.flush()?;
+    Ok(())
+}
+
+pub fn recv_msg<R: Read, T: DeserializeOwned>(r: &mut R) -> Result<T> {
+    let mut len = [0u8; 4];
+    r.read_exact(&mut len).context("connection closed")?;
+    let len = u32::from_be_bytes(len) as usize;
+    if len > MAX_CTRL_LEN {
+        bail!("control message too large ({len} bytes)");
+    }
+    let mut body = vec![0u8; len];
+    r.read_exact(&mut body).context("connection closed")?;
+    serde_json::from_slice(&body).context("malformed control message")
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    Stripe,
+    Stream,
+}
+
+impl Mode {
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Stripe => "stripe",
+            Mode::Stream => "stream",
+        }
+    }
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone)]
+#[serde(rename_all = "lowercase")]
+pub enum Sink {
+    /// Relative to the server's root.
+    Path(String),
+    /// Shell command run by the server (needs `serve --allow-cmd`).
+    Cmd(String),
+    Discard,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone)]
+pub struct Request {
+    pub session: String,
+    pub streams: u32,
+    pub mode: Mode,
+    pub chunk: u32,
+    /// Known for files; None for pipes of unknown length.
+    pub size: Option<u64>,
+    pub sink: Sink,
+    /// Identifies the source for resume (size, mtime, chunk size...).
+    pub src_id: String,
+    pub hash: bool,
+    pub resume: bool,
+    pub interval_ms: u64,
+}
+
+/// First message on every connection after authentication.
+#[derive(Serialize, Deserialize, Debug)]
+pub enum Open {
+    Control(Request),
+    Data { session: String, stream: u32 },
+}
+
+#[derive(Serialize, Deserialize, Debug)]
+pub enum Reply {
+    /// `have` lists half-open ranges of chunk indices already verified.
+    Accept {
+        have: Vec<(u64, u64)>,
+        resumed_bytes: u64,
+    },
+    Joined,
+    Reject(String),
+}
+
+/// Sent by the client on the control connection after all data.
+#[derive(Serialize, Deserialize, Debug)]
+pub struct Finish {
+    pub e2e: Option<String>,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone)]
+pub struct FlowReport {
+    pub stream: u32,
+    pub start: f64,
+    pub end: f64,
+    pub bytes: u64,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone)]
+pub struct GoodputSample {
+    pub t: f64,
+    pub stream: u32,
+    pub bytes: u64,
+}
+
+#[derive(Serialize, Deserialize, Debug)]
+pub struct Done {
+    pub error: Option<String>,
+    /// End-to-end digest (hex) over all chunk hashes in order, if hashing.
+    pub e2e: Option<String>,
+    pub bytes: u64,
+    pub total_size: u64,
+    pub elapsed: f64,
+    pub flows: Vec<FlowReport>,
+    pub goodput: Vec<GoodputSample>,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct FrameHdr {
+    pub kind: u8,
+    /// Chunk index (stripe) or sequence number (stream); for END frames in
+    /// stream mode, the total number of chunks.
+    pub index: u64,
+    pub len: u32,
+    pub hash: u64,
+}
+
+impl FrameHdr {
+    pub fn encode(&self) -> [u8; FRAME_HDR_LEN] {
+        let mut b = [0u8; FRAME_HDR_LEN];
+        b[0..4].copy_from_slice(&FRAME_MAGIC.to_be_bytes());
+        b[4] = self.kind;
+        b[8..16].copy_from_slice(&self.index.to_le_bytes());
+        b[16..20].copy_from_slice(&self.len.to_le_bytes());
+        b[24..32].copy_from_slice(&self.hash.to_le_bytes());
+        b
+    }
+
+    pub fn decode(b: &[u8; FRAME_HDR_LEN]) -> Result<Self> {
+        if u32::from_be_bytes(b[0..4].try_into().unwrap()) != FRAME_MAGIC {
+            bail!("corrupt data frame header (bad magic)");
+        }
+        Ok(FrameHdr {
+            kind: b[4],
+            index: u64::from_le_bytes(b[8..16].try_into().unwrap()),
+            len: u32::from_le_bytes(b[16..20].try_into().unwrap()),
+            hash: u64::from_le_bytes(b[24..32].try_into().unwrap()),
+        })
+    }
+}
+
+/// Combines per-chunk hashes (in chunk order) into the end-to-end digest.
+pub fn e2e_digest(hashes: &[u64]) -> String {
+    let mut h = xxhash_rust::xxh3::Xxh3::new();
+    for x in hashes {
+        h.update(&x.to_le_bytes());
+    }
+    format!("{:032x}", h.digest128())
+}
+
+pub fn chunk_hash(data: &[u8]) -> u64 {
+    xxhash_rust::xxh3::xxh3_64(data)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::net::UnixStream;
+
+    fn pair(server: Auth, client: Auth) -> (Result<()>, Result<()>) {
+        let (mut a, mut b) = UnixStream::pair().unwrap();
+        let t = std::thread::spawn(move || server_handshake(&mut a, &server));
+        let c = client_handshake(&mut b, &client);
+        drop(b);
+        (t.join().unwrap(), c)
+    }
+
+    #[test]
+    fn handshake_ok_and_wrong_key() {
+        let (s, c) = pair(
+            Auth::Key(b"k1k1k1k1k1k1k1k1".to_vec()),
+            Auth::Key(b"k1k1k1k1k1k1k1k1".to_vec()),
+        );
+        assert!(s.is_ok() && c.is_ok());
+        let (s, c) = pair(
+            Auth::Key(b"k1k1k1k1k1k1k1k1".to_vec()),
+            Auth::Key(b"k2k2k2k2k2k2k2k2".to_vec()),
+        );
+        assert!(s.is_err() && c.is_err());
+        let (s, c) = pair(Auth::Key(b"k1k1k1k1k1k1k1k1".to_vec()), Auth::Insecure);
+        assert!(s.is_err() && c.is_err());
+        let (_, c) = pair(Auth::Insecure, Auth::Key(b"k1k1k1k1k1k1k1k1".to_vec()));
+        assert!(c.is_err());
+    }
+
+    #[test]
+    fn streaming_hash_matches_one_shot() {
+        // The receiver hashes payloads piecewise as they arrive.
+        let d: Vec<u8> = (0..1_000_003u32).map(|i| (i * 7 + i / 13) as u8).collect();
+        let mut h = xxhash_rust::xxh3::Xxh3::new();
+        for p in d.chunks(65_537) {
+            h.update(p);
+        }
+        assert_eq!(h.digest(), chunk_hash(&d));
+    }
+
+    #[test]
+    fn frame_roundtrip() {
+        let h = FrameHdr {
+            kind: KIND_DATA,
+            index: 7,
+            len: 1 << 20,
+            hash: 0xdead_beef,
+        };
+        let d = FrameHdr::decode(&h.encode()).unwrap();
+        assert_eq!(
+            (d.kind, d.index, d.len, d.hash),
+            (KIND_DATA, 7, 1 << 20, 0xdead_beef)
+        );
+        let mut bad = h.encode();
+        bad[0] ^= 1;
+        assert!(FrameHdr::decode(&bad).is_err());
+    }
+}

@@ -1,0 +1,143 @@
+//! Parsing of human-friendly sizes, rates and durations, plus small helpers.
+
+use anyhow::{bail, Context, Result};
+use std::io::Read;
+use std::time::Duration;
+
+/// Sizes are bytes; K/M/G/T suffixes are binary (KiB, MiB, ...), matching how
+/// people think about file and chunk sizes.
+pub fn parse_size(s: &str) -> Result<u64> {
+    let t = s.trim();
+    let lower = t.to_ascii_lowercase();
+    let num_end = lower
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(lower.len());
+    let (num, suf) = lower.split_at(num_end);
+    let mult: u64 = match suf.trim_end_matches('b').trim_end_matches('i') {
+        "" => 1,
+        "k" => 1 << 10,
+        "m" => 1 << 20,
+        "g" => 1 << 30,
+        "t" => 1 << 40,
+        _ => bail!("invalid size {s:?} (examples: 4096, 64K, 1M, 1G)"),
+    };
+    let v: f64 = num
+        .parse()
+        .with_context(|| format!("invalid size {s:?} (examples: 4096, 64K, 1M, 1G)"))?;
+    if !(v.is_finite() && v >= 0.0) {
+        bail!("invalid size {s:?}");
+    }
+    Ok((v * mult as f64).round() as u64)
+}
+
+/// Rates are bits per second with decimal suffixes (k, M, G), as network
+/// people write them: `400M` = 400 Mbit/s.
+pub fn parse_rate(s: &str) -> Result<u64> {
+    let t = s.trim();
+    let lower = t.to_ascii_lowercase();
+    let lower = lower
+        .trim_end_matches("bit/s")
+        .trim_end_matches("bps")
+        .trim_end_matches("bit");
+    let num_end = lower
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(lower.len());
+    let (num, suf) = lower.split_at(num_end);
+    let mult: f64 = match suf {
+        "" => 1.0,
+        "k" => 1e3,
+        "m" => 1e6,
+        "g" => 1e9,
+        "t" => 1e12,
+        _ => bail!("invalid rate {s:?} (bits per second, examples: 400M, 2.5G)"),
+    };
+    let v: f64 = num
+        .parse()
+        .with_context(|| format!("invalid rate {s:?} (bits per second, examples: 400M, 2.5G)"))?;
+    let r = v * mult;
+    if !(r.is_finite() && r >= 1000.0) {
+        bail!("invalid rate {s:?}: must be at least 1k (bits per second)");
+    }
+    Ok(r.round() as u64)
+}
+
+/// Durations: `120s`, `2m`, `1h`, `500ms`, or a bare number of seconds.
+pub fn parse_duration(s: &str) -> Result<Duration> {
+    let lower = s.trim().to_ascii_lowercase();
+    let num_end = lower
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(lower.len());
+    let (num, suf) = lower.split_at(num_end);
+    let mult = match suf {
+        "" | "s" => 1.0,
+        "ms" => 1e-3,
+        "m" | "min" => 60.0,
+        "h" => 3600.0,
+        _ => bail!("invalid duration {s:?} (examples: 120s, 2m, 1h, 500ms)"),
+    };
+    let v: f64 = num
+        .parse()
+        .with_context(|| format!("invalid duration {s:?} (examples: 120s, 2m, 1h)"))?;
+    let secs = v * mult;
+    if !(secs.is_finite() && secs > 0.0) {
+        bail!("invalid duration {s:?}: must be positive");
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+pub fn random_bytes<const N: usize>() -> Result<[u8; N]> {
+    let mut b = [0u8; N];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut b))
+        .context("reading /dev/urandom")?;
+    Ok(b)
+}
+
+pub fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+pub fn human_bytes(n: u64) -> String {
+    let f = n as f64;
+    if f >= (1u64 << 30) as f64 {
+        format!("{:.2} GiB", f / (1u64 << 30) as f64)
+    } else if f >= (1u64 << 20) as f64 {
+        format!("{:.2} MiB", f / (1u64 << 20) as f64)
+    } else {
+        format!("{n} B")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("4096").unwrap(), 4096);
+        assert_eq!(parse_size("64K").unwrap(), 65536);
+        assert_eq!(parse_size("1MiB").unwrap(), 1 << 20);
+        assert_eq!(parse_size("1.5G").unwrap(), 3 << 29);
+        assert!(parse_size("12X").is_err());
+        assert!(parse_size("").is_err());
+    }
+
+    #[test]
+    fn rates() {
+        assert_eq!(parse_rate("400M").unwrap(), 400_000_000);
+        assert_eq!(parse_rate("2.5G").unwrap(), 2_500_000_000);
+        assert_eq!(parse_rate("100Mbit/s").unwrap(), 100_000_000);
+        assert!(parse_rate("fast").is_err());
+        assert!(parse_rate("0").is_err());
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("120s").unwrap(), Duration::from_secs(120));
+        assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
+        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
+        assert_eq!(parse_duration("7").unwrap(), Duration::from_secs(7));
+        assert!(parse_duration("-1s").is_err());
+        assert!(parse_duration("soon").is_err());
+    }
+}

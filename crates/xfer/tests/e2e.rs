@@ -1,0 +1,1012 @@
+//! End-to-end tests: real `xfer` processes over loopback and over a veth
+//! pair between two network namespaces created (and removed) by the test.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_xfer");
+static COUNTER: AtomicU32 = AtomicU32::new(0);
+
+struct TempDir(PathBuf);
+impl TempDir {
+    fn new(tag: &str) -> TempDir {
+        let n = COUNTER.fetch_add(1, Ordering::SeqCst);
+        let p = std::env::temp_dir().join(format!("xfert-{}-{tag}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(p.join("root")).unwrap();
+        std::fs::write(p.join("key"), "test-key-0123456789abcdef\n").unwrap();
+        std::fs::write(p.join("badkey"), "wrong-key-0123456789abcdef\n").unwrap();
+        TempDir(p)
+    }
+    fn root(&self) -> PathBuf {
+        self.0.join("root")
+    }
+    fn key(&self) -> String {
+        self.0.join("key").display().to_string()
+    }
+    fn p(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+}
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Deterministic pseudo-random data (xorshift), so corruption is visible.
+fn data(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed | 1;
+    let mut v = Vec::with_capacity(len + 8);
+    while v.len() < len {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        v.extend_from_slice(&x.to_le_bytes());
+    }
+    v.truncate(len);
+    v
+}
+
+/// A running `xfer serve`; killed (by its own PID) and reaped on drop.
+struct Server {
+    child: Child,
+    addr: String,
+}
+
+impl Server {
+    fn start(td: &TempDir, extra: &[&str]) -> Server {
+        Self::start_with(td, &[], "127.0.0.1:0", extra)
+    }
+
+    fn start_with(td: &TempDir, prefix: &[&str], listen: &str, extra: &[&str]) -> Server {
+        let log = std::fs::File::create(td.p(&format!(
+            "server-{}.log",
+            COUNTER.fetch_add(1, Ordering::SeqCst)
+        )))
+        .unwrap();
+        let (prog, pre_args) = match prefix.split_first() {
+            Some((p, rest)) => (
+                p.to_string(),
+                rest.iter()
+                    .map(|s| s.to_string())
+                    .chain([BIN.to_string()])
+                    .collect(),
+            ),
+            None => (BIN.to_string(), Vec::new()),
+        };
+        let root = td.root().display().to_string();
+        let key = td.key();
+        let mut args: Vec<&str> = vec![
+            "serve",
+            "--listen",
+            listen,
+            "--root",
+            &root,
+            "--key-file",
+            &key,
+        ];
+        args.extend_from_slice(extra);
+        let mut child = Command::new(prog)
+            .args(&pre_args)
+            .args(&args)
+            .stdout(Stdio::piped())
+            .stderr(log)
+            .spawn()
+            .expect("spawn server");
+        // Readiness signal: the server prints its bound address on stdout.
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let addr = line
+            .trim()
+            .strip_prefix("xfer: listening on ")
+            .unwrap_or_else(|| panic!("unexpected server output {line:?}"))
+            .to_string();
+        Server { child, addr }
+    }
+
+    fn dest(&self, path: &str) -> String {
+        format!("{}:{path}", self.addr)
+    }
+
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn xfer(td: &TempDir, args: &[&str]) -> Output {
+    xfer_in(&[], td, args, None)
+}
+
+fn xfer_in(prefix: &[&str], td: &TempDir, args: &[&str], stdin: Option<&[u8]>) -> Output {
+    let key = td.key();
+    let (prog, mut all): (String, Vec<String>) = match prefix.split_first() {
+        Some((p, rest)) => (
+            p.to_string(),
+            rest.iter()
+                .map(|s| s.to_string())
+                .chain([BIN.to_string()])
+                .collect(),
+        ),
+        None => (BIN.to_string(), Vec::new()),
+    };
+    all.push("send".into());
+    if !args.contains(&"--key-file") {
+        all.extend(["--key-file".to_string(), key]);
+    }
+    all.extend(args.iter().map(|s| s.to_string()));
+    let mut c = Command::new(prog)
+        .args(&all)
+        .current_dir(&td.0)
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    if let Some(d) = stdin {
+        let mut si = c.stdin.take().unwrap();
+        let d = d.to_vec();
+        std::thread::spawn(move || {
+            let _ = si.write_all(&d);
+        });
+    }
+    c.wait_with_output().unwrap()
+}
+
+fn ok(o: &Output) -> String {
+    let e = String::from_utf8_lossy(&o.stderr).to_string();
+    assert!(o.status.success(), "xfer failed: {e}");
+    e
+}
+
+fn failed(o: &Output) -> String {
+    let e = String::from_utf8_lossy(&o.stderr).to_string();
+    assert!(!o.status.success(), "xfer unexpectedly succeeded: {e}");
+    assert!(!e.contains("panicked"), "panic instead of an error: {e}");
+    e
+}
+
+fn json(p: &Path) -> serde_json::Value {
+    serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap()
+}
+
+fn same(a: &Path, b: &Path) {
+    let (x, y) = (std::fs::read(a).unwrap(), std::fs::read(b).unwrap());
+    assert!(
+        x == y,
+        "{} and {} differ ({} vs {} bytes)",
+        a.display(),
+        b.display(),
+        x.len(),
+        y.len()
+    );
+}
+
+fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
+    let t = Instant::now();
+    while !f() {
+        assert!(t.elapsed() < timeout, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Number of records in a receiver journal (0 if absent).
+fn journal_records(p: &Path) -> u64 {
+    let Ok(b) = std::fs::read(p) else { return 0 };
+    if b.len() < 11 {
+        return 0;
+    }
+    let hl = u32::from_le_bytes(b[7..11].try_into().unwrap()) as usize;
+    (b.len().saturating_sub(11 + hl) / 16) as u64
+}
+
+#[test]
+fn file_1_and_8_streams_bit_exact_with_trace() {
+    let td = TempDir::new("file");
+    let srv = Server::start(&td, &[]);
+    // Not a multiple of the chunk size, to exercise the short last chunk.
+    std::fs::write(td.p("src.bin"), data(20 * 1024 * 1024 + 12345, 1)).unwrap();
+    for p in ["1", "8"] {
+        let dst = format!("/out/p{p}.bin");
+        let js = td.p(&format!("trace{p}.json"));
+        let js_s = js.display().to_string();
+        ok(&xfer(
+            &td,
+            &[
+                "-P",
+                p,
+                "--interval",
+                "50ms",
+                "--json",
+                &js_s,
+                "src.bin",
+                &srv.dest(&dst),
+            ],
+        ));
+        same(&td.p("src.bin"), &td.root().join(&dst[1..]));
+        let t = json(&js);
+        assert_eq!(t["run"]["tool"], "xfer");
+        assert_eq!(t["run"]["mode"], "stripe");
+        assert_eq!(t["run"]["bytes"], 20 * 1024 * 1024 + 12345);
+        assert_eq!(
+            t["flows"].as_array().unwrap().len(),
+            p.parse::<usize>().unwrap()
+        );
+        let sum: u64 = t["flows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| f["bytes"].as_u64().unwrap())
+            .sum();
+        assert_eq!(sum, 20 * 1024 * 1024 + 12345);
+        let gsum: u64 = t["goodput"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|g| g["bytes"].as_u64().unwrap())
+            .sum();
+        assert_eq!(gsum, sum, "goodput samples must account for every byte");
+        for k in ["t", "flow_id", "bytes", "goodput_mbps"] {
+            assert!(t["goodput"][0].get(k).is_some(), "goodput row lacks {k}");
+        }
+        assert!(t["run"]["e2e_hash"].as_str().unwrap().len() == 32);
+    }
+    // Nothing but the two files is left behind (no part files, no journals).
+    let mut left: Vec<_> = std::fs::read_dir(td.root().join("out"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    left.sort();
+    assert_eq!(left, ["p1.bin", "p8.bin"]);
+}
+
+#[test]
+fn pipes_stdin_and_from_cmd_to_cmd() {
+    let td = TempDir::new("pipe");
+    let srv = Server::start(&td, &["--allow-cmd"]);
+    let d = data(9 * 1024 * 1024 + 7, 2);
+    std::fs::write(td.p("src.bin"), &d).unwrap();
+    for p in ["1", "8"] {
+        let dst = format!("/stdin{p}.bin");
+        ok(&xfer_in(
+            &[],
+            &td,
+            &["-P", p, "-", &srv.dest(&dst)],
+            Some(&d),
+        ));
+        same(&td.p("src.bin"), &td.root().join(&dst[1..]));
+    }
+    // Producer on this side, consumer on the server side.
+    std::fs::create_dir_all(td.p("tree/sub")).unwrap();
+    std::fs::write(td.p("tree/sub/a.bin"), data(3 * 1024 * 1024, 3)).unwrap();
+    std::fs::write(td.p("tree/b.txt"), "hello").unwrap();
+    std::fs::create_dir_all(td.root().join("dst")).unwrap();
+    ok(&xfer(
+        &td,
+        &[
+            "-P",
+            "8",
+            "--from-cmd",
+            "tar cf - tree",
+            &srv.addr,
+            "--to-cmd",
+            "tar xf - -C dst",
+        ],
+    ));
+    same(
+        &td.p("tree/sub/a.bin"),
+        &td.root().join("dst/tree/sub/a.bin"),
+    );
+    same(&td.p("tree/b.txt"), &td.root().join("dst/tree/b.txt"));
+    // A failing producer fails the transfer loudly and leaves no file.
+    let e = failed(&xfer(
+        &td,
+        &[
+            "--from-cmd",
+            "head -c 3000000 src.bin; exit 3",
+            &srv.dest("/bad.bin"),
+        ],
+    ));
+    assert!(e.contains("producer command failed"), "{e}");
+    assert!(!td.root().join("bad.bin").exists());
+    // A server without --allow-cmd refuses consumers.
+    let srv2 = Server::start(&td, &[]);
+    let e = failed(&xfer(
+        &td,
+        &["--from-cmd", "true", &srv2.addr, "--to-cmd", "cat"],
+    ));
+    assert!(e.contains("--allow-cmd"), "{e}");
+}
+
+#[test]
+fn stream_mode_file_and_memory() {
+    let td = TempDir::new("stream");
+    let srv = Server::start(&td, &[]);
+    std::fs::write(td.p("src.bin"), data(8 * 1024 * 1024 + 1, 4)).unwrap();
+    ok(&xfer(
+        &td,
+        &[
+            "-P",
+            "4",
+            "--mode",
+            "stream",
+            "--chunk",
+            "64K",
+            "src.bin",
+            &srv.dest("/s.bin"),
+        ],
+    ));
+    same(&td.p("src.bin"), &td.root().join("s.bin"));
+    ok(&xfer(
+        &td,
+        &[
+            "-P",
+            "3",
+            "--mode",
+            "stream",
+            "mem:10M",
+            &srv.addr,
+            "--discard",
+        ],
+    ));
+    ok(&xfer(
+        &td,
+        &["-P", "2", "--no-hash", "mem:10M", &srv.addr, "--discard"],
+    ));
+    // Empty input is a valid stream.
+    ok(&xfer_in(
+        &[],
+        &td,
+        &["-", &srv.dest("/empty.bin")],
+        Some(b""),
+    ));
+    assert_eq!(
+        std::fs::metadata(td.root().join("empty.bin"))
+            .unwrap()
+            .len(),
+        0
+    );
+}
+
+fn resume_common(kill_receiver: bool) {
+    let td = TempDir::new(if kill_receiver {
+        "killrecv"
+    } else {
+        "killsend"
+    });
+    let mut srv = Server::start(&td, &[]);
+    let size = 24 * 1024 * 1024;
+    std::fs::write(td.p("src.bin"), data(size, 5)).unwrap();
+    let journal = td.root().join(".r.bin.xfer-journal");
+    // Paced slowly so it is surely still running when killed.
+    let mut c = Command::new(BIN)
+        .args([
+            "send",
+            "--key-file",
+            &td.key(),
+            "--retries",
+            "0",
+            "-P",
+            "4",
+            "--rate",
+            "40M",
+            "src.bin",
+            &srv.dest("/r.bin"),
+        ])
+        .current_dir(&td.0)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_until(
+        "verified chunks in the journal",
+        Duration::from_secs(30),
+        || journal_records(&journal) >= 4,
+    );
+    if kill_receiver {
+        srv.kill();
+        let out = c.wait_with_output().unwrap();
+        failed(&out);
+        srv = Server::start(&td, &[]);
+    } else {
+        c.kill().unwrap();
+        c.wait().unwrap();
+    }
+    assert!(
+        !td.root().join("r.bin").exists(),
+        "incomplete file must not appear under its name"
+    );
+    let js = td.p("resume.json");
+    ok(&xfer(
+        &td,
+        &[
+            "-P",
+            "4",
+            "--json",
+            &js.display().to_string(),
+            "src.bin",
+            &srv.dest("/r.bin"),
+        ],
+    ));
+    same(&td.p("src.bin"), &td.root().join("r.bin"));
+    let t = json(&js);
+    let resumed = t["run"]["resumed_bytes"].as_u64().unwrap();
+    assert!(
+        resumed >= 4 << 20 && resumed < size as u64,
+        "resumed {resumed}"
+    );
+    assert_eq!(t["run"]["bytes"].as_u64().unwrap() + resumed, size as u64);
+    assert!(!journal.exists());
+    drop(srv);
+}
+
+#[test]
+fn resume_after_killing_sender() {
+    resume_common(false);
+}
+
+#[test]
+fn resume_after_killing_receiver() {
+    resume_common(true);
+}
+
+#[test]
+fn resume_rejects_changed_partial_data() {
+    // If the partial file on the receiver was tampered with, re-verification
+    // drops those chunks instead of trusting the journal.
+    let td = TempDir::new("tamper");
+    let srv = Server::start(&td, &[]);
+    std::fs::write(td.p("src.bin"), data(8 * 1024 * 1024, 6)).unwrap();
+    let e = failed(&xfer(
+        &td,
+        &[
+            "--retries",
+            "0",
+            "--fault-reset-after",
+            "2M",
+            "-P",
+            "1",
+            "src.bin",
+            &srv.dest("/t.bin"),
+        ],
+    ));
+    assert!(e.contains("injected"), "{e}");
+    let part = td.root().join(".t.bin.xfer-part");
+    let mut p = std::fs::read(&part).unwrap();
+    p[100] ^= 0xff; // corrupt verified chunk 0
+    std::fs::write(&part, p).unwrap();
+    let js = td.p("t.json");
+    ok(&xfer(
+        &td,
+        &[
+            "-P",
+            "1",
+            "--json",
+            &js.display().to_string(),
+            "src.bin",
+            &srv.dest("/t.bin"),
+        ],
+    ));
+    same(&td.p("src.bin"), &td.root().join("t.bin"));
+    let resumed = json(&js)["run"]["resumed_bytes"].as_u64().unwrap();
+    assert!(
+        resumed < 2 << 20,
+        "corrupted chunk must be re-sent (resumed {resumed})"
+    );
+}
+
+#[test]
+fn data_connection_reset_fails_loudly_or_recovers() {
+    let td = TempDir::new("reset");
+    let srv = Server::start(&td, &["--allow-cmd"]);
+    std::fs::write(td.p("src.bin"), data(16 * 1024 * 1024, 7)).unwrap();
+    // Without retries: a loud failure, and no file under the final name.
+    let e = failed(&xfer(
+        &td,
+        &[
+            "--retries",
+            "0",
+            "--fault-reset-after",
+            "1M",
+            "-P",
+            "4",
+            "src.bin",
+            &srv.dest("/x.bin"),
+        ],
+    ));
+    assert!(e.contains("injected connection reset"), "{e}");
+    assert!(!td.root().join("x.bin").exists());
+    // The part file holds only verified chunks (or holes); the journal says which.
+    // With retries: the transfer reconnects, resumes and completes bit-exact.
+    let e = ok(&xfer(
+        &td,
+        &[
+            "--fault-reset-after",
+            "1M",
+            "-P",
+            "4",
+            "src.bin",
+            &srv.dest("/y.bin"),
+        ],
+    ));
+    assert!(e.contains("retrying"), "{e}");
+    same(&td.p("src.bin"), &td.root().join("y.bin"));
+    // A pipe into a consumer cannot be rewound: it fails loudly and the
+    // consumer is killed rather than seeing a clean end of stream.
+    std::fs::write(td.root().join("marker"), "").unwrap();
+    let e = failed(&xfer(
+        &td,
+        &[
+            "--fault-reset-after",
+            "1M",
+            "-P",
+            "4",
+            "--from-cmd",
+            "cat src.bin",
+            &srv.addr,
+            "--to-cmd",
+            "cat > piped.bin && rm marker",
+        ],
+    ));
+    assert!(e.contains("injected"), "{e}");
+    // The consumer never reached its success path.
+    wait_until(
+        "server to finish the failed session",
+        Duration::from_secs(10),
+        || std::fs::metadata(td.root().join("piped.bin")).is_ok(),
+    );
+    assert!(
+        td.root().join("marker").exists(),
+        "consumer must not complete on a broken stream"
+    );
+}
+
+#[test]
+fn wrong_key_rejected() {
+    let td = TempDir::new("auth");
+    let srv = Server::start(&td, &[]);
+    std::fs::write(td.p("src.bin"), data(1 << 20, 8)).unwrap();
+    let bad = td.p("badkey").display().to_string();
+    let e = failed(&xfer(
+        &td,
+        &["--key-file", &bad, "src.bin", &srv.dest("/k.bin")],
+    ));
+    assert!(e.contains("rejected authentication"), "{e}");
+    let e = failed(&xfer(
+        &td,
+        &[
+            "--key-file",
+            &bad,
+            "--insecure",
+            "src.bin",
+            &srv.dest("/k.bin"),
+        ],
+    ));
+    assert!(e.contains("mutually exclusive"), "{e}");
+    // No key at all: the client must say the server wants one.
+    let o = Command::new(BIN)
+        .args(["send", "--insecure", "src.bin", &srv.dest("/k.bin")])
+        .current_dir(&td.0)
+        .output()
+        .unwrap();
+    let e = failed(&o);
+    assert!(e.contains("requires a shared key"), "{e}");
+    assert!(
+        std::fs::read_dir(td.root()).unwrap().next().is_none(),
+        "nothing may be written"
+    );
+    // Keyless servers only on loopback.
+    let o = Command::new(BIN)
+        .args(["serve", "--insecure", "--listen", "0.0.0.0:0"])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&o.stderr).contains("only allowed on a loopback"));
+    // And a keyed client refuses a keyless server (no silent downgrade).
+    let mut c = Command::new(BIN)
+        .args([
+            "serve",
+            "--insecure",
+            "--listen",
+            "127.0.0.1:0",
+            "--root",
+            &td.root().display().to_string(),
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(c.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let addr = line
+        .trim()
+        .strip_prefix("xfer: listening on ")
+        .unwrap()
+        .to_string();
+    let e = failed(&xfer(&td, &["src.bin", &format!("{addr}:/k.bin")]));
+    assert!(e.contains("refusing to downgrade"), "{e}");
+    let o = Command::new(BIN)
+        .args(["send", "--insecure", "src.bin", &format!("{addr}:/k.bin")])
+        .current_dir(&td.0)
+        .output()
+        .unwrap();
+    ok(&o);
+    c.kill().unwrap();
+    c.wait().unwrap();
+}
+
+#[test]
+fn path_traversal_rejected() {
+    let td = TempDir::new("paths");
+    let srv = Server::start(&td, &[]);
+    std::fs::write(td.p("src.bin"), data(100_000, 9)).unwrap();
+    std::fs::create_dir_all(td.p("outside")).unwrap();
+    std::os::unix::fs::symlink(td.p("outside"), td.root().join("link")).unwrap();
+    std::os::unix::fs::symlink(td.p("outside/f"), td.root().join("flink")).unwrap();
+    for (dest, why) in [
+        ("/../escape.bin", "'..'"),
+        ("a/../../escape.bin", "'..'"),
+        ("/link/f", "symlink"),
+        ("/flink", "symlink"),
+    ] {
+        let e = failed(&xfer(&td, &["src.bin", &srv.dest(dest)]));
+        assert!(
+            e.contains("rejected") || e.contains("symlink"),
+            "{dest}: {e}"
+        );
+        assert!(e.contains(why), "{dest}: {e}");
+    }
+    assert!(
+        std::fs::read_dir(td.p("outside")).unwrap().next().is_none(),
+        "wrote outside the root"
+    );
+    assert!(!td.p("escape.bin").exists() && !td.0.parent().unwrap().join("escape.bin").exists());
+}
+
+#[test]
+fn pacing_rate_and_deadline() {
+    let td = TempDir::new("pace");
+    let srv = Server::start(&td, &[]);
+    let js = td.p("r.json");
+    let jss = js.display().to_string();
+    // 6 MiB at 100 Mbit/s: 0.503 s of payload.
+    ok(&xfer(
+        &td,
+        &[
+            "-P",
+            "2",
+            "--rate",
+            "100M",
+            "--json",
+            &jss,
+            "mem:6M",
+            &srv.addr,
+            "--discard",
+        ],
+    ));
+    let t = json(&js);
+    let ct = t["run"]["completion_time"].as_f64().unwrap();
+    let ideal = 6.0 * 1048576.0 * 8.0 / 100e6;
+    assert!(
+        ct > ideal * 0.95 && ct < ideal * 1.5,
+        "completion {ct} vs {ideal}"
+    );
+    assert_eq!(t["run"]["rate"], 100_000_000);
+    // Deadline: the rate follows from size and time.
+    ok(&xfer(
+        &td,
+        &[
+            "-P",
+            "2",
+            "--deadline",
+            "1s",
+            "--json",
+            &jss,
+            "mem:8M",
+            &srv.addr,
+            "--discard",
+        ],
+    ));
+    let t = json(&js);
+    // The rate covers what is left of the deadline once connected, so it is
+    // at least size/deadline (more if process start-up and setup were slow),
+    // and the data phase then takes size/rate.
+    let rate = t["run"]["rate"].as_f64().unwrap();
+    let bits = 8.0 * 8.0 * 1048576.0;
+    assert!(rate >= bits / 1.0 && rate < 3.0 * bits, "rate {rate}");
+    let ct = t["run"]["completion_time"].as_f64().unwrap();
+    let want = bits / rate;
+    assert!(
+        ct > want * 0.9 && ct < want * 1.3,
+        "completion {ct} vs {want}"
+    );
+    let e = failed(&xfer_in(
+        &[],
+        &td,
+        &["--deadline", "5s", "-", &srv.dest("/p.bin")],
+        Some(b"x"),
+    ));
+    assert!(e.contains("needs --size"), "{e}");
+    let e = failed(&xfer(
+        &td,
+        &["--cc", "no-such-cc", "mem:1M", &srv.addr, "--discard"],
+    ));
+    assert!(e.contains("not available in this kernel"), "{e}");
+    ok(&xfer(
+        &td,
+        &["--cc", "reno", "mem:1M", &srv.addr, "--discard"],
+    ));
+    let e = failed(&xfer(
+        &td,
+        &["--rate", "fast", "mem:1M", &srv.addr, "--discard"],
+    ));
+    assert!(e.contains("invalid rate"), "{e}");
+}
+
+// ---- network namespaces -------------------------------------------------
+
+struct Netns {
+    a: String,
+    b: String,
+}
+
+impl Netns {
+    /// None (with a message) when the test cannot create namespaces.
+    fn create() -> Option<Netns> {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc_geteuid() } != 0 {
+            eprintln!("skipping netns test: not root");
+            return None;
+        }
+        if Command::new("ip").arg("-V").output().is_err() {
+            eprintln!("skipping netns test: `ip` not found");
+            return None;
+        }
+        let n = COUNTER.fetch_add(1, Ordering::SeqCst);
+        let pid = std::process::id();
+        let ns = Netns {
+            a: format!("xfert-{pid}-{n}-a"),
+            b: format!("xfert-{pid}-{n}-b"),
+        };
+        let (va, vb) = (format!("xa{pid}x{n}"), format!("xb{pid}x{n}"));
+        let steps: Vec<Vec<&str>> = vec![
+            vec!["netns", "add", &ns.a],
+            vec!["netns", "add", &ns.b],
+            vec![
+                "link", "add", &va, "netns", &ns.a, "type", "veth", "peer", "name", &vb, "netns",
+                &ns.b,
+            ],
+            vec!["-n", &ns.a, "addr", "add", "10.201.0.1/24", "dev", &va],
+            vec!["-n", &ns.b, "addr", "add", "10.201.0.2/24", "dev", &vb],
+            vec!["-n", &ns.a, "link", "set", &va, "up"],
+            vec!["-n", &ns.b, "link", "set", &vb, "up"],
+            vec!["-n", &ns.a, "link", "set", "lo", "up"],
+            vec!["-n", &ns.b, "link", "set", "lo", "up"],
+        ];
+        let mut err = None;
+        for s in steps {
+            let o = Command::new("ip").args(&s).output().unwrap();
+            if !o.status.success() {
+                err = Some(format!("ip {s:?}: {}", String::from_utf8_lossy(&o.stderr)));
+                break;
+            }
+        }
+        match err {
+            None => Some(ns),
+            Some(msg) => {
+                drop(ns); // removes whatever was created
+                if msg.contains("Operation not permitted") {
+                    eprintln!("skipping netns test: {msg}");
+                    return None;
+                }
+                panic!("{msg}");
+            }
+        }
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        // Deleting a namespace also deletes its end of the veth pair.
+        for n in [&self.a, &self.b] {
+            let _ = Command::new("ip").args(["netns", "del", n]).output();
+        }
+    }
+}
+
+extern "C" {
+    #[link_name = "geteuid"]
+    fn libc_geteuid() -> u32;
+}
+
+#[test]
+fn netns_file_and_pipe_1_and_8_streams() {
+    let Some(ns) = Netns::create() else { return };
+    let td = TempDir::new("netns");
+    let srv = Server::start_with(
+        &td,
+        &["ip", "netns", "exec", &ns.b],
+        "10.201.0.2:0",
+        &["--allow-cmd"],
+    );
+    assert!(srv.addr.starts_with("10.201.0.2:"));
+    let d = data(16 * 1024 * 1024 + 3, 10);
+    std::fs::write(td.p("src.bin"), &d).unwrap();
+    let inns = ["ip", "netns", "exec", ns.a.as_str()];
+    for p in ["1", "8"] {
+        let f = format!("/f{p}.bin");
+        ok(&xfer_in(
+            &inns,
+            &td,
+            &["-P", p, "src.bin", &srv.dest(&f)],
+            None,
+        ));
+        same(&td.p("src.bin"), &td.root().join(&f[1..]));
+        let f = format!("/pipe{p}.bin");
+        ok(&xfer_in(
+            &inns,
+            &td,
+            &["-P", p, "-", &srv.dest(&f)],
+            Some(&d),
+        ));
+        same(&td.p("src.bin"), &td.root().join(&f[1..]));
+    }
+    ok(&xfer_in(
+        &inns,
+        &td,
+        &[
+            "-P",
+            "8",
+            "--from-cmd",
+            "cat src.bin",
+            &srv.addr,
+            "--to-cmd",
+            "cat > cmd.bin",
+        ],
+        None,
+    ));
+    same(&td.p("src.bin"), &td.root().join("cmd.bin"));
+    // The namespaces really are separate: loopback in A has no server.
+    let port = srv.addr.rsplit(':').next().unwrap();
+    let e = failed(&xfer_in(
+        &inns,
+        &td,
+        &[
+            "--retries",
+            "0",
+            "src.bin",
+            &format!("127.0.0.1:{port}:/n.bin"),
+        ],
+        None,
+    ));
+    assert!(e.contains("connecting"), "{e}");
+    drop(srv);
+}
+
+#[test]
+fn netns_resume_after_killing_sender() {
+    let Some(ns) = Netns::create() else { return };
+    let td = TempDir::new("netnsresume");
+    let srv = Server::start_with(&td, &["ip", "netns", "exec", &ns.b], "10.201.0.2:0", &[]);
+    std::fs::write(td.p("src.bin"), data(16 * 1024 * 1024, 11)).unwrap();
+    let journal = td.root().join(".r.bin.xfer-journal");
+    let mut c = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &ns.a,
+            BIN,
+            "send",
+            "--key-file",
+            &td.key(),
+            "--rate",
+            "40M",
+            "-P",
+            "8",
+            "src.bin",
+            &srv.dest("/r.bin"),
+        ])
+        .current_dir(&td.0)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_until(
+        "verified chunks in the journal",
+        Duration::from_secs(30),
+        || journal_records(&journal) >= 4,
+    );
+    c.kill().unwrap();
+    c.wait().unwrap();
+    let js = td.p("r.json");
+    ok(&xfer_in(
+        &["ip", "netns", "exec", &ns.a],
+        &td,
+        &[
+            "-P",
+            "8",
+            "--json",
+            &js.display().to_string(),
+            "src.bin",
+            &srv.dest("/r.bin"),
+        ],
+        None,
+    ));
+    same(&td.p("src.bin"), &td.root().join("r.bin"));
+    assert!(json(&js)["run"]["resumed_bytes"].as_u64().unwrap() >= 4 << 20);
+}
+
+#[test]
+fn pipe_resume_deterministic_and_changed_producer() {
+    let td = TempDir::new("piperesume");
+    let srv = Server::start(&td, &[]);
+    let d = data(12 * 1024 * 1024, 12);
+    std::fs::write(td.p("gen.bin"), &d).unwrap();
+    let cmd = ["--from-cmd", "cat gen.bin"];
+    // Interrupted: the receiver keeps a verified prefix.
+    let dest = srv.dest("/p.bin");
+    let e = failed(&xfer(
+        &td,
+        &[
+            cmd[0],
+            cmd[1],
+            "--retries",
+            "0",
+            "--fault-reset-after",
+            "2M",
+            &dest,
+        ],
+    ));
+    assert!(e.contains("injected"), "{e}");
+    // Same producer output: resumes from the prefix, bit-exact.
+    let js = td.p("p.json");
+    let jss = js.display().to_string();
+    ok(&xfer(
+        &td,
+        &[cmd[0], cmd[1], "--resume", "--json", &jss, &dest],
+    ));
+    same(&td.p("gen.bin"), &td.root().join("p.bin"));
+    assert!(json(&js)["run"]["resumed_bytes"].as_u64().unwrap() > 0);
+    // Changed producer output: the end-to-end hash catches it, nothing is
+    // committed, and the next attempt starts from scratch.
+    let dest = srv.dest("/q.bin");
+    failed(&xfer(
+        &td,
+        &[
+            cmd[0],
+            cmd[1],
+            "--retries",
+            "0",
+            "--fault-reset-after",
+            "2M",
+            &dest,
+        ],
+    ));
+    let mut d2 = d.clone();
+    d2[10] ^= 1;
+    std::fs::write(td.p("gen.bin"), &d2).unwrap();
+    let e = failed(&xfer(&td, &[cmd[0], cmd[1], "--resume", &dest]));
+    assert!(e.contains("END-TO-END HASH MISMATCH"), "{e}");
+    assert!(
+        !td.root().join("q.bin").exists(),
+        "mismatching data must not be committed"
+    );
+    ok(&xfer(&td, &[cmd[0], cmd[1], "--resume", &dest]));
+    same(&td.p("gen.bin"), &td.root().join("q.bin"));
+}

@@ -10,6 +10,7 @@
 //! header), the convention of seed 001, which sets rates as fractions of r_Eth. Packets
 //! leave in FIFO order, so a packet's release time is known when it enters the gate.
 
+use crate::config::LimiterConfig;
 use crate::time::Time;
 
 /// Bytes of Ethernet header a qdisc counts on top of the IP packet.
@@ -40,6 +41,17 @@ pub enum Gate {
 }
 
 impl Gate {
+    pub fn from_config(cfg: &LimiterConfig) -> Self {
+        match *cfg {
+            LimiterConfig::Pacer { rate_bps } => Gate::pacer(rate_bps),
+            LimiterConfig::TokenBucket {
+                rate_bps,
+                burst_bytes,
+                tick_ns,
+            } => Gate::token_bucket(rate_bps, burst_bytes as f64, tick_ns),
+        }
+    }
+
     pub fn pacer(rate_bps: f64) -> Self {
         Gate::Pacer {
             fs_per_byte: (8e15 / rate_bps).round() as u64,

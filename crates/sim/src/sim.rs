@@ -15,7 +15,7 @@ use rand_core::{Rng, SeedableRng};
 use rand_pcg::Pcg64Mcg;
 
 use crate::cc;
-use crate::config::{ConfigError, FlowConfig, FlowRole, LimiterConfig, SimConfig};
+use crate::config::{ConfigError, FlowConfig, FlowRole, SimConfig};
 use crate::gate::Gate;
 use crate::link::{Link, Offer};
 use crate::tcp::{AckSegment, CaState, Receiver, Segment, Sender};
@@ -147,16 +147,7 @@ impl Simulation {
         let rng = Pcg64Mcg::seed_from_u64(cfg.seed);
         let fo = cfg.frame_overhead;
         let b = &cfg.bottleneck;
-        let shaper = |l: &crate::config::LinkConfig| {
-            l.shaper.as_ref().map(|g| match *g {
-                LimiterConfig::Pacer { rate_bps } => Gate::pacer(rate_bps),
-                LimiterConfig::TokenBucket {
-                    rate_bps,
-                    burst_bytes,
-                    tick_ns,
-                } => Gate::token_bucket(rate_bps, burst_bytes as f64, tick_ns),
-            })
-        };
+        let shaper = |l: &crate::config::LinkConfig| l.shaper.as_ref().map(Gate::from_config);
         let mut first = Link::new(b.rate_bps, fo, Some(b.buffer_pkts), b.loss_rate)
             .measure(cfg.measure.link_interval_ns);
         if let Some(g) = shaper(b) {
@@ -193,14 +184,7 @@ impl Simulation {
             let cc = cc::by_name(&fc.variant).expect("validated");
             let tcp_iv = cfg.measure.tcp_interval_ns;
             let reverse = fc.role == FlowRole::Reverse;
-            let gate = fc.limiter.as_ref().map(|l| match *l {
-                LimiterConfig::Pacer { rate_bps } => Gate::pacer(rate_bps),
-                LimiterConfig::TokenBucket {
-                    rate_bps,
-                    burst_bytes,
-                    tick_ns,
-                } => Gate::token_bucket(rate_bps, burst_bytes as f64, tick_ns),
-            });
+            let gate = fc.limiter.as_ref().map(Gate::from_config);
             flows.push(Flow {
                 cfg: fc.clone(),
                 last_seg_len,

@@ -266,7 +266,7 @@ impl CongestionControl for Cubic {
         }
         // Concave and convex regions (RFC 9438 §4.4, §4.5).
         let target = self.w_cubic(t + rtt).clamp(window, 1.5 * window);
-        grow(w, &mut self.frac, acked as f64 * (target - window) / cwnd);
+        w.grow_fraction(&mut self.frac, acked as f64 * (target - window) / cwnd);
     }
 
     /// β_cubic·cwnd (at least two segments); records W_max with fast convergence and ends
@@ -296,21 +296,6 @@ impl CongestionControl for Cubic {
     fn on_recovery_exit(&mut self, _w: &mut Window, _now: Time) {
         self.epoch_start = None;
         self.frac = 0.0;
-    }
-}
-
-/// Tolerance for the floating-point sum of per-segment fractions (a window's worth of
-/// `x/w` terms must add up to `x`).
-const EPS: f64 = 1e-9;
-
-/// Adds `inc` segments to the real-valued window `cwnd + frac`, moving whole segments into
-/// `cwnd`.
-fn grow(w: &mut Window, frac: &mut f64, inc: f64) {
-    *frac += inc;
-    if *frac >= 1.0 - EPS {
-        let whole = (*frac + EPS).floor();
-        w.cwnd = w.cwnd.saturating_add(whole as u32);
-        *frac = (*frac - whole).max(0.0);
     }
 }
 

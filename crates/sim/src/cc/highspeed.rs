@@ -112,7 +112,7 @@ impl CongestionControl for HighSpeed {
         for _ in 0..acked {
             let cwnd = w.cwnd.max(1);
             let inc = self.a_for(cwnd) / cwnd as f64;
-            grow(w, &mut self.frac, inc);
+            w.grow_fraction(&mut self.frac, inc);
         }
     }
 
@@ -132,45 +132,10 @@ impl CongestionControl for HighSpeed {
     }
 }
 
-/// Tolerance for the floating-point sum of per-segment fractions (a window's worth of
-/// `x/w` terms must add up to `x`).
-const EPS: f64 = 1e-9;
-
-/// Adds `inc` segments to the real-valued window `cwnd + frac`, moving whole segments into
-/// `cwnd`.
-fn grow(w: &mut Window, frac: &mut f64, inc: f64) {
-    *frac += inc;
-    if *frac >= 1.0 - EPS {
-        let whole = (*frac + EPS).floor();
-        w.cwnd = w.cwnd.saturating_add(whole as u32);
-        *frac = (*frac - whole).max(0.0);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn ack(acked: u32) -> Ack {
-        Ack {
-            now: 0,
-            acked,
-            rtt: Some(1),
-            min_rtt: 1,
-            in_flight: 0,
-            cwnd_limited: true,
-        }
-    }
-
-    /// One round trip: the whole window acknowledged by ACKs of two segments.
-    fn round(h: &mut HighSpeed, w: &mut Window) {
-        let mut left = w.cwnd;
-        while left > 0 {
-            let n = left.min(2);
-            left -= n;
-            h.on_ack(w, &ack(n));
-        }
-    }
+    use crate::cc::testing::{ack, round};
 
     #[test]
     fn a_and_b_match_rfc3649_table() {

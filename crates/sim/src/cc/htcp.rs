@@ -173,11 +173,7 @@ impl CongestionControl for Htcp {
             }
         }
         let alpha = self.alpha(ack.now);
-        grow(
-            w,
-            &mut self.frac,
-            acked as f64 * alpha / w.cwnd.max(1) as f64,
-        );
+        w.grow_fraction(&mut self.frac, acked as f64 * alpha / w.cwnd.max(1) as f64);
     }
 
     /// A congestion event: β ← RTT_min/RTT_max clamped to [0.5, 0.8] (or 0.5 by the
@@ -207,21 +203,6 @@ impl CongestionControl for Htcp {
 
     fn on_recovery_exit(&mut self, _w: &mut Window, _now: Time) {
         self.frac = 0.0;
-    }
-}
-
-/// Tolerance for the floating-point sum of per-segment fractions (a window's worth of
-/// `x/w` terms must add up to `x`).
-const EPS: f64 = 1e-9;
-
-/// Adds `inc` segments to the real-valued window `cwnd + frac`, moving whole segments into
-/// `cwnd`.
-fn grow(w: &mut Window, frac: &mut f64, inc: f64) {
-    *frac += inc;
-    if *frac >= 1.0 - EPS {
-        let whole = (*frac + EPS).floor();
-        w.cwnd = w.cwnd.saturating_add(whole as u32);
-        *frac = (*frac - whole).max(0.0);
     }
 }
 

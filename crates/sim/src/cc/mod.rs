@@ -57,6 +57,19 @@ impl Window {
         left
     }
 
+    /// Adds `inc` segments to the real-valued window `cwnd + frac`, moving whole segments
+    /// into `cwnd`: for laws that grow by fractions of a segment per ACK (BIC, CUBIC,
+    /// HighSpeed, H-TCP). A window's worth of `x/w` terms adds up to `x` within `EPS`.
+    pub fn grow_fraction(&mut self, frac: &mut f64, inc: f64) {
+        const EPS: f64 = 1e-9;
+        *frac += inc;
+        if *frac >= 1.0 - EPS {
+            let whole = (*frac + EPS).floor();
+            self.cwnd = self.cwnd.saturating_add(whole as u32);
+            *frac = (*frac - whole).max(0.0);
+        }
+    }
+
     /// Additive increase of one segment per `w` segments acknowledged (Linux
     /// `tcp_cong_avoid_ai`): counting acknowledged segments rather than ACKs keeps the
     /// growth at one segment per window even with delayed ACKs.
@@ -126,6 +139,34 @@ pub fn by_name(name: &str) -> Option<Box<dyn CongestionControl>> {
         "htcp" => Some(Box::new(htcp::Htcp::default())),
         "scalable" => Some(Box::new(scalable::Scalable)),
         _ => None,
+    }
+}
+
+/// Synthetic ACK sequences for the congestion-control unit tests.
+#[cfg(test)]
+pub(crate) mod testing {
+    use super::*;
+
+    /// An ACK of `acked` segments from a window-limited sender.
+    pub fn ack(acked: u32) -> Ack {
+        Ack {
+            now: 0,
+            acked,
+            rtt: Some(1),
+            min_rtt: 1,
+            in_flight: 0,
+            cwnd_limited: true,
+        }
+    }
+
+    /// One round trip: the whole window acknowledged by ACKs of two segments.
+    pub fn round(cc: &mut dyn CongestionControl, w: &mut Window) {
+        let mut left = w.cwnd;
+        while left > 0 {
+            let n = left.min(2);
+            left -= n;
+            cc.on_ack(w, &ack(n));
+        }
     }
 }
 

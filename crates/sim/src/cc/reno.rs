@@ -42,17 +42,7 @@ impl CongestionControl for Reno {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn ack(acked: u32) -> Ack {
-        Ack {
-            now: 0,
-            acked,
-            rtt: Some(1),
-            min_rtt: 1,
-            in_flight: 0,
-            cwnd_limited: true,
-        }
-    }
+    use crate::cc::testing::ack;
 
     #[test]
     fn slow_start_doubles_per_window() {

@@ -61,17 +61,7 @@ impl CongestionControl for Scalable {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn ack(acked: u32) -> Ack {
-        Ack {
-            now: 0,
-            acked,
-            rtt: Some(1),
-            min_rtt: 1,
-            in_flight: 0,
-            cwnd_limited: true,
-        }
-    }
+    use crate::cc::testing::ack;
 
     /// One round trip: the whole window acknowledged by ACKs of two segments.
     fn round(s: &mut Scalable, w: &mut Window) {

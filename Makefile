@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml
 # Builds the Rust extension in release mode and installs xferlab (editable) into .venv,
 # with its dependencies and the test extras (pyproject.toml).
 build: $(STAMP)
-	$(VENV)/bin/maturin develop --release -q --extras test
+	PIP_QUIET=1 PIP_DISABLE_PIP_VERSION_CHECK=1 $(VENV)/bin/maturin develop --release -q --extras test
 
 install: build
 

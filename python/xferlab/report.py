@@ -71,8 +71,8 @@ def fig_goodput(trace: Trace, resolved: dict, m: dict) -> bytes:
             bott["t"] + resolved["link_interval_s"] / 2,
             bott["throughput_mbps"],
             color="C1",
-            lw=0.5,
-            alpha=0.6,
+            lw=0.4,
+            alpha=0.35,
             label="bottleneck throughput X(t)",
         )
     ax1.axhline(resolved["ideal_goodput_mbps"], color="k", ls="--", lw=0.8, label="ideal goodput r_TP")

@@ -242,7 +242,7 @@ def compute(trace: Trace, resolved: dict, window=None) -> dict:
         "jain_index": jain_index([r["mean_goodput_mbps"] for r in flow_rows]),
         "jain_index_per_transfer": jain_index([r["mean_goodput_mbps"] for r in transfer_rows]),
         "mean_flow_goodput_mbps": mean([r["mean_goodput_mbps"] for r in flow_rows]),
-        "mean_flow_cov": float(np.nanmean([r["cov"] for r in flow_rows])) if flow_rows else math.nan,
+        "mean_flow_cov": _nanmean([r["cov"] for r in flow_rows]),
         "retransmissions": int(flows["retransmissions"].sum()),
         "timeouts": int(flows["timeouts"].sum()),
         "bottleneck_drops": int(bott["drops"].sum()),
@@ -268,6 +268,13 @@ def compute(trace: Trace, resolved: dict, window=None) -> dict:
             stats["makespan_deficiency"] = deficiency(stats["makespan_s"], stats["ideal_makespan_s"])
         out["completion"] = stats
     return clean(out)
+
+
+def _nanmean(values) -> float:
+    """Mean of the values that are defined (NaN when none is)."""
+    a = np.asarray(values, dtype=float)
+    a = a[~np.isnan(a)]
+    return float(a.mean()) if a.size else math.nan
 
 
 def _by_variant(flow_rows: list[dict]) -> dict:

@@ -45,6 +45,13 @@ pub enum SrcSpec {
     Stdin,
     Mem(u64),
     Cmd(String),
+    /// Pull the file named by `sink` from the server (see pull.rs).
+    Pull(PullDest),
+}
+
+pub enum PullDest {
+    File(std::path::PathBuf),
+    Stdout,
 }
 
 /// What one attempt needs from the source.
@@ -62,21 +69,21 @@ enum Source {
     },
 }
 
-struct Outcome {
-    done: Done,
-    resumed: u64,
-    elapsed: f64,
-    rate_bps: Option<u64>,
-    mode: Mode,
-    tcp: Vec<trace::TcpRow>,
-    e2e: Option<String>,
+pub(crate) struct Outcome {
+    pub done: Done,
+    pub resumed: u64,
+    pub elapsed: f64,
+    pub rate_bps: Option<u64>,
+    pub mode: Mode,
+    pub tcp: Vec<trace::TcpRow>,
+    pub e2e: Option<String>,
 }
 
 #[derive(Debug)]
-struct AttemptError {
-    err: anyhow::Error,
+pub(crate) struct AttemptError {
+    pub err: anyhow::Error,
     /// True once data moved: a retry can then resume from the journal.
-    retriable: bool,
+    pub retriable: bool,
 }
 
 impl<E: Into<anyhow::Error>> From<E> for AttemptError {
@@ -104,7 +111,11 @@ pub fn send(o: SendOpts) -> Result<()> {
     }
     let mut attempt = 0;
     let out = loop {
-        match attempt_once(&o, addr, t0) {
+        let r = match &o.src {
+            SrcSpec::Pull(dest) => crate::pull::pull_once(&o, dest, addr, t0),
+            _ => attempt_once(&o, addr, t0),
+        };
+        match r {
             Ok(out) => break out,
             Err(e) if e.retriable && attempt < o.retries => {
                 attempt += 1;
@@ -183,6 +194,7 @@ fn open_source(o: &SendOpts) -> Result<Source> {
             child: None,
         },
         SrcSpec::Mem(n) => Source::Mem { size: *n },
+        SrcSpec::Pull(_) => bail!("internal error: a pull has no local source"),
         SrcSpec::Cmd(c) => {
             let mut ch = Command::new("sh")
                 .arg("-c")
@@ -211,11 +223,12 @@ fn src_id(o: &SendOpts, src: &Source) -> String {
         }
         (SrcSpec::Cmd(c), _) => format!("cmd:{c}"),
         (SrcSpec::Mem(n), _) => format!("mem:{n}"),
+        (SrcSpec::Pull(_), _) => "pull".into(),
         _ => "stdin".into(),
     }
 }
 
-fn connect(o: &SendOpts, addr: SocketAddr, data: bool) -> Result<TcpStream> {
+pub(crate) fn connect(o: &SendOpts, addr: SocketAddr, data: bool) -> Result<TcpStream> {
     let s = socket2::Socket::new(
         socket2::Domain::for_address(addr),
         socket2::Type::STREAM,
@@ -292,6 +305,8 @@ fn attempt_once(
         hash: o.hash,
         resume,
         interval_ms: o.interval.as_millis() as u64,
+        pull: false,
+        cc: None,
     };
     let mut ctrl = connect(o, addr, false)?;
     send_msg(&mut ctrl, &Open::Control(req))?;
@@ -299,6 +314,7 @@ fn attempt_once(
         Reply::Accept {
             have,
             resumed_bytes,
+            ..
         } => (have, resumed_bytes),
         Reply::Reject(m) => return Err(anyhow!("server refused: {m}").into()),
         Reply::Joined => return Err(anyhow!("protocol error").into()),
@@ -325,28 +341,11 @@ fn attempt_once(
         conns.push(Arc::new(c));
     }
 
-    // Pacing: aggregate goodput split evenly, scaled up by frame overhead so
-    // the payload arrives at the requested rate (pacing counts every byte).
     let data_start = Instant::now();
     let remaining = known_size.map(|s| s.saturating_sub(resumed));
-    let rate_bps = match (o.rate_bps, o.deadline) {
-        (Some(r), _) => Some(r),
-        (None, Some(dl)) => {
-            let rem = remaining
-                .ok_or_else(|| anyhow!("--deadline with a pipe of unknown size needs --size"))?;
-            let left = dl.as_secs_f64() - t0.elapsed().as_secs_f64();
-            // Aim slightly early: ramp-up and the final acknowledgement cost time.
-            let left = left - (left * 0.005).min(0.25);
-            if left <= 0.0 {
-                return Err(anyhow!("deadline already passed").into());
-            }
-            Some(((rem as f64 * 8.0 / left).ceil() as u64).max(1000))
-        }
-        _ => None,
-    };
+    let rate_bps = target_rate(o, remaining, t0)?;
     if let Some(r) = rate_bps {
-        let overhead = (o.chunk as f64 + FRAME_HDR_LEN as f64) / o.chunk as f64;
-        let per = (r as f64 / 8.0 / o.streams as f64 * overhead).ceil() as u64;
+        let per = pacing_per_socket(o, r);
         for c in &conns {
             sock::set_pacing(c.as_ref(), per)?;
         }
@@ -555,16 +554,48 @@ fn attempt_once(
     })
 }
 
-struct StripeCtx {
-    file: Option<Arc<File>>,
-    zero: Option<Arc<Vec<u8>>>,
-    chunk: u64,
-    size: u64,
-    hash: bool,
-    hashes: Arc<Mutex<Vec<u64>>>,
-    sent: Arc<AtomicU64>,
-    abort: Arc<AtomicBool>,
-    fault: Option<u64>,
+/// Goodput target in bit/s from --rate, or from --deadline and the bytes
+/// still to send.
+pub(crate) fn target_rate(
+    o: &SendOpts,
+    remaining: Option<u64>,
+    t0: Instant,
+) -> Result<Option<u64>> {
+    Ok(match (o.rate_bps, o.deadline) {
+        (Some(r), _) => Some(r),
+        (None, Some(dl)) => {
+            let rem = remaining
+                .ok_or_else(|| anyhow!("--deadline with a pipe of unknown size needs --size"))?;
+            let left = dl.as_secs_f64() - t0.elapsed().as_secs_f64();
+            // Aim slightly early: ramp-up and the final acknowledgement cost time.
+            let left = left - (left * 0.005).min(0.25);
+            if left <= 0.0 {
+                bail!("deadline already passed");
+            }
+            Some(((rem as f64 * 8.0 / left).ceil() as u64).max(1000))
+        }
+        _ => None,
+    })
+}
+
+/// Pacing: aggregate goodput split evenly, scaled up by frame overhead so
+/// the payload arrives at the requested rate (pacing counts every byte).
+pub(crate) fn pacing_per_socket(o: &SendOpts, rate_bps: u64) -> u64 {
+    let overhead = (o.chunk as f64 + FRAME_HDR_LEN as f64) / o.chunk as f64;
+    (rate_bps as f64 / 8.0 / o.streams as f64 * overhead).ceil() as u64
+}
+
+/// One stripe sender's share of the work; the server uses it for pulls.
+pub(crate) struct StripeCtx {
+    pub file: Option<Arc<File>>,
+    pub zero: Option<Arc<Vec<u8>>>,
+    pub chunk: u64,
+    pub size: u64,
+    pub hash: bool,
+    pub hashes: Arc<Mutex<Vec<u64>>>,
+    pub sent: Arc<AtomicU64>,
+    pub abort: Arc<AtomicBool>,
+    pub fault: Option<u64>,
 }
 
 fn write_frame(c: &TcpStream, hdr: FrameHdr, data: &[u8]) -> Result<()> {
@@ -591,7 +622,7 @@ fn maybe_fault(c: &mut Option<Arc<TcpStream>>, fault: Option<u64>, mine: u64) ->
     Ok(())
 }
 
-fn stripe_sender(c: Arc<TcpStream>, chunks: Vec<u64>, x: StripeCtx) -> Result<()> {
+pub(crate) fn stripe_sender(c: Arc<TcpStream>, chunks: Vec<u64>, x: StripeCtx) -> Result<()> {
     let mut buf = vec![0u8; x.chunk as usize];
     let mut c = Some(c);
     let mut mine = 0u64;
@@ -640,7 +671,7 @@ fn stripe_sender(c: Arc<TcpStream>, chunks: Vec<u64>, x: StripeCtx) -> Result<()
     .context("sending data")
 }
 
-struct SharedFile(Arc<File>, u64);
+pub(crate) struct SharedFile(pub Arc<File>, pub u64);
 impl Read for SharedFile {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         let n = self.0.read_at(buf, self.1)?;
@@ -672,7 +703,7 @@ impl Drop for SrcState {
 
 /// The source of stream mode, shared by all sender threads: each takes the
 /// next chunk itself, which avoids a reader thread and a hand-off per chunk.
-struct StreamSrc {
+pub(crate) struct StreamSrc {
     chunk: usize,
     skip: u64,
     hash: bool,
@@ -683,6 +714,32 @@ struct StreamSrc {
 }
 
 impl StreamSrc {
+    /// A plain reader (no producer, nothing to skip), as the server uses for pulls.
+    pub(crate) fn plain(
+        reader: Box<dyn Read + Send>,
+        chunk: usize,
+        hash: bool,
+        hashes: Arc<Mutex<Vec<u64>>>,
+        abort: Arc<AtomicBool>,
+    ) -> StreamSrc {
+        StreamSrc {
+            chunk,
+            skip: 0,
+            hash,
+            hashes,
+            abort,
+            zero: None,
+            st: Mutex::new(SrcState {
+                reader,
+                mem_left: None,
+                seq: 0,
+                total: None,
+                child: None,
+                error: None,
+            }),
+        }
+    }
+
     /// Fills `buf` with the next chunk; None at end of input.
     fn next(&self, buf: &mut Vec<u8>) -> Result<Option<(u64, usize)>> {
         let mut st = self.st.lock().unwrap();
@@ -746,7 +803,7 @@ impl StreamSrc {
     }
 }
 
-fn stream_sender(
+pub(crate) fn stream_sender(
     c: Arc<TcpStream>,
     src: Arc<StreamSrc>,
     sent: Arc<AtomicU64>,
@@ -807,7 +864,7 @@ fn stream_sender(
     .context("sending data")
 }
 
-fn sample_tcp(
+pub(crate) fn sample_tcp(
     conns: Vec<Weak<TcpStream>>,
     stop: Arc<AtomicBool>,
     iv: Duration,
@@ -840,7 +897,7 @@ fn sample_tcp(
     out
 }
 
-fn progress_bar(
+pub(crate) fn progress_bar(
     o: &SendOpts,
     size: Option<u64>,
     resumed: u64,

@@ -4,6 +4,7 @@
 mod client;
 mod journal;
 mod proto;
+mod pull;
 mod safepath;
 mod server;
 mod sock;
@@ -63,10 +64,11 @@ enum Cmd {
         #[arg(long)]
         rcvbuf: Option<String>,
     },
-    /// Send a file, stdin, or a command's output to a server.
+    /// Send a file, stdin, or a command's output to a server, or pull a file from it.
     #[command(
         after_help = "SRC: a file, '-' (stdin) or mem:SIZE (zeros, for benchmarks); omit with --from-cmd.\n\
-DEST: HOST:PORT:/path (relative to the server's --root), or HOST:PORT with --to-cmd or --discard."
+DEST: HOST:PORT:/path (relative to the server's --root), or HOST:PORT with --to-cmd or --discard.\n\
+Pull: SRC = HOST:PORT:/path, DEST = a local file or '-' (stdout)."
     )]
     Send {
         /// [SRC] DEST
@@ -243,20 +245,47 @@ fn run() -> Result<()> {
             quiet,
             fault_reset_after,
         } => {
+            let is_remote = |s: &str| {
+                !std::path::Path::new(s).exists()
+                    && parse_remote(s).is_some_and(|(_, _, p)| p.is_some())
+            };
             let (src, dest) = match (&from_cmd, args.as_slice()) {
                 (Some(c), [d]) => (client::SrcSpec::Cmd(c.clone()), d.clone()),
                 (Some(_), _) => bail!("with --from-cmd give only DEST"),
+                // Pull: SRC is on the server, DEST is local (or stdout).
+                (None, [s, d]) if is_remote(s) => {
+                    if is_remote(d) {
+                        bail!("SRC and DEST are both remote; one must be local");
+                    }
+                    let bad = [
+                        (to_cmd.is_some(), "--to-cmd"),
+                        (discard, "--discard"),
+                        (resume, "--resume"),
+                        (size.is_some(), "--size"),
+                        (json.is_some(), "--json"),
+                        (fault_reset_after.is_some(), "--fault-reset-after"),
+                    ];
+                    if let Some((_, name)) = bad.iter().find(|b| b.0) {
+                        bail!("{name} does not apply to a pull (SRC = HOST:PORT:/path)");
+                    }
+                    let local = if d == "-" {
+                        client::PullDest::Stdout
+                    } else {
+                        client::PullDest::File(PathBuf::from(d))
+                    };
+                    (client::SrcSpec::Pull(local), s.clone())
+                }
                 (None, [s, d]) => {
                     let src = if s == "-" {
                         client::SrcSpec::Stdin
                     } else if let Some(n) = s.strip_prefix("mem:") {
                         client::SrcSpec::Mem(util::parse_size(n)?)
                     } else {
-                        if !std::path::Path::new(s).exists() && parse_remote(s).is_some() {
-                            bail!("receiving from a server (SRC = HOST:PORT:/path) is not supported; run `xfer send` on the sending host");
-                        }
                         client::SrcSpec::Path(PathBuf::from(s))
                     };
+                    if d == "-" {
+                        bail!("DEST - (stdout) needs a remote SRC (HOST:PORT:/path)");
+                    }
                     (src, d.clone())
                 }
                 (None, _) => bail!("usage: xfer send SRC DEST (or --from-cmd CMD DEST)"),
@@ -271,7 +300,7 @@ fn run() -> Result<()> {
                     // '/' just means "the root".
                     let p = p.trim_start_matches('/').to_string();
                     if p.is_empty() {
-                        bail!("DEST path names no file");
+                        bail!("remote path names no file");
                     }
                     Sink::Path(p)
                 }

@@ -174,6 +174,12 @@ pub struct Request {
     pub hash: bool,
     pub resume: bool,
     pub interval_ms: u64,
+    /// Pull: the server sends the file named by `sink` (see `Start`).
+    #[serde(default)]
+    pub pull: bool,
+    /// Pull: congestion control for the server's data sockets.
+    #[serde(default)]
+    pub cc: Option<String>,
 }
 
 /// First message on every connection after authentication.
@@ -189,9 +195,19 @@ pub enum Reply {
     Accept {
         have: Vec<(u64, u64)>,
         resumed_bytes: u64,
+        /// Pull: size of the file the server will send.
+        #[serde(default)]
+        size: Option<u64>,
     },
     Joined,
     Reject(String),
+}
+
+/// Pull: sent by the client once all data streams joined; the server then
+/// starts sending, paced to `pacing` bytes/s per socket if set.
+#[derive(Serialize, Deserialize, Debug)]
+pub struct Start {
+    pub pacing: Option<u64>,
 }
 
 /// Sent by the client on the control connection after all data.

@@ -12,24 +12,24 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 /// Splits a client-supplied relative path into checked components.
 pub fn components(rel: &str) -> Result<Vec<String>> {
     if rel.is_empty() {
-        bail!("empty destination path");
+        bail!("empty path");
     }
     if rel.len() > 4096 || rel.contains('\0') {
-        bail!("invalid destination path");
+        bail!("invalid path");
     }
     if rel.starts_with('/') {
-        bail!("absolute destination path {rel:?} rejected: paths are relative to the server root");
+        bail!("absolute path {rel:?} rejected: paths are relative to the server root");
     }
     let mut out = Vec::new();
     for c in rel.split('/') {
         match c {
             "" | "." => continue,
-            ".." => bail!("destination path {rel:?} rejected: '..' is not allowed"),
+            ".." => bail!("path {rel:?} rejected: '..' is not allowed"),
             _ => out.push(c.to_string()),
         }
     }
     if out.is_empty() {
-        bail!("destination path {rel:?} names no file");
+        bail!("path {rel:?} names no file");
     }
     Ok(out)
 }
@@ -61,6 +61,29 @@ pub fn open_root(root: &std::path::Path) -> Result<OwnedFd> {
 /// Opens (creating as needed) the parent directory of `rel` under `root`
 /// and returns it with the final file name.
 pub fn open_parent(root: &OwnedFd, rel: &str) -> Result<(OwnedFd, String)> {
+    walk(root, rel, true)
+}
+
+/// Opens an existing regular file `rel` under `root` for reading (pulls),
+/// with the same confinement as writes and no directories created.
+pub fn open_read(root: &OwnedFd, rel: &str) -> Result<File> {
+    let (dir, name) = walk(root, rel, false)?;
+    let f = match open_file(&dir, &name, libc::O_RDONLY | libc::O_NONBLOCK) {
+        Err(e)
+            if e.downcast_ref::<std::io::Error>().map(|e| e.kind())
+                == Some(std::io::ErrorKind::NotFound) =>
+        {
+            bail!("{rel:?}: no such file under the server root")
+        }
+        r => r?,
+    };
+    if !f.metadata()?.is_file() {
+        bail!("{rel:?} is not a regular file");
+    }
+    Ok(f)
+}
+
+fn walk(root: &OwnedFd, rel: &str, create: bool) -> Result<(OwnedFd, String)> {
     let comps = components(rel)?;
     let (name, dirs) = comps.split_last().unwrap();
     // SAFETY: dup of a valid descriptor.
@@ -69,7 +92,9 @@ pub fn open_parent(root: &OwnedFd, rel: &str) -> Result<(OwnedFd, String)> {
     for d in dirs {
         let c = cstr(d)?;
         // SAFETY: valid dirfd and C string.
-        unsafe { libc::mkdirat(cur.as_raw_fd(), c.as_ptr(), 0o755) };
+        if create {
+            unsafe { libc::mkdirat(cur.as_raw_fd(), c.as_ptr(), 0o755) };
+        }
         let fd = unsafe {
             libc::openat(
                 cur.as_raw_fd(),
@@ -81,9 +106,10 @@ pub fn open_parent(root: &OwnedFd, rel: &str) -> Result<(OwnedFd, String)> {
             let e = std::io::Error::last_os_error();
             match e.raw_os_error() {
                 Some(libc::ELOOP) | Some(libc::ENOTDIR) => {
-                    bail!(
-                        "destination path {rel:?} rejected: {d:?} is a symlink or not a directory"
-                    )
+                    bail!("path {rel:?} rejected: {d:?} is a symlink or not a directory")
+                }
+                Some(libc::ENOENT) if !create => {
+                    bail!("{rel:?}: no such file under the server root")
                 }
                 _ => bail!("cannot open directory {d:?} of {rel:?}: {e}"),
             }
@@ -192,6 +218,14 @@ mod tests {
         let (d, n) = open_parent(&r, "sub/dir/ok").unwrap();
         open_file(&d, &n, libc::O_RDWR | libc::O_CREAT).unwrap();
         assert!(root.join("sub/dir/ok").exists());
+        // Reads: same confinement, nothing created, clear "missing" error.
+        assert!(open_read(&r, "sub/dir/ok").is_ok());
+        assert!(open_read(&r, "link/f").is_err());
+        assert!(open_read(&r, "flink").is_err());
+        assert!(open_read(&r, "sub").is_err());
+        let e = open_read(&r, "new/missing").unwrap_err().to_string();
+        assert!(e.contains("no such file"), "{e}");
+        assert!(!root.join("new").exists());
         assert!(!outside.join("f").exists());
         std::fs::remove_dir_all(&base).unwrap();
     }

@@ -1,5 +1,6 @@
 //! `xfer serve`: the receiver daemon.
 
+use crate::client;
 use crate::journal::{self, Journal};
 use crate::proto::*;
 use crate::safepath;
@@ -13,7 +14,7 @@ use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{mpsc, Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 pub struct ServeOpts {
@@ -32,7 +33,12 @@ struct Server {
     sessions: Mutex<HashMap<String, Arc<Session>>>,
     busy: Mutex<HashSet<String>>,
     busy_cv: Condvar,
+    /// Pull sessions: stream count and where their data connections go.
+    pulls: Mutex<HashMap<String, (u32, DataTx)>>,
 }
+
+/// Hands a pull's data connections (stream index, socket) to its control thread.
+type DataTx = mpsc::Sender<(u32, TcpStream)>;
 
 pub fn serve(opts: ServeOpts) -> Result<()> {
     let root = std::fs::canonicalize(&opts.root)
@@ -78,6 +84,7 @@ pub fn serve(opts: ServeOpts) -> Result<()> {
         sessions: Mutex::new(HashMap::new()),
         busy: Mutex::new(HashSet::new()),
         busy_cv: Condvar::new(),
+        pulls: Mutex::new(HashMap::new()),
     });
     // Bounds threads (and memory) under a flood of connections, including
     // unauthenticated ones.
@@ -132,6 +139,16 @@ fn handle_conn(srv: &Arc<Server>, mut conn: TcpStream) -> Result<()> {
     match open {
         Open::Control(req) => handle_control(srv, conn, req),
         Open::Data { session, stream } => {
+            let pull = srv.pulls.lock().unwrap().get(&session).cloned();
+            if let Some((streams, tx)) = pull {
+                if stream >= streams {
+                    send_msg(&mut conn, &Reply::Reject("bad data stream".into()))?;
+                    bail!("bad data stream {stream}");
+                }
+                send_msg(&mut conn, &Reply::Joined)?;
+                let _ = tx.send((stream, conn));
+                return Ok(());
+            }
             let s = srv.sessions.lock().unwrap().get(&session).cloned();
             let Some(s) = s else {
                 send_msg(&mut conn, &Reply::Reject("unknown session".into()))?;
@@ -267,7 +284,7 @@ fn validate(srv: &Server, req: &Request) -> Result<()> {
     if req.session.len() != 32 {
         bail!("bad session id");
     }
-    if req.mode == Mode::Stripe && req.size.is_none() {
+    if req.mode == Mode::Stripe && req.size.is_none() && !req.pull {
         bail!("stripe mode needs a known size");
     }
     if let Some(sz) = req.size {
@@ -294,12 +311,16 @@ fn handle_control(srv: &Arc<Server>, mut conn: TcpStream, req: Request) -> Resul
         send_msg(&mut conn, &Reply::Reject(format!("{e:#}")))?;
         return Err(e);
     }
-    if srv.sessions.lock().unwrap().len() >= srv.opts.max_sessions {
+    let active = srv.sessions.lock().unwrap().len() + srv.pulls.lock().unwrap().len();
+    if active >= srv.opts.max_sessions {
         send_msg(
             &mut conn,
             &Reply::Reject("server busy (too many sessions)".into()),
         )?;
         bail!("too many sessions");
+    }
+    if req.pull {
+        return handle_pull(srv, conn, req);
     }
     let mut _busy = None;
     if let Sink::Path(p) = &req.sink {
@@ -344,6 +365,7 @@ fn handle_control(srv: &Arc<Server>, mut conn: TcpStream, req: Request) -> Resul
         &Reply::Accept {
             have,
             resumed_bytes,
+            size: None,
         },
     )?;
 
@@ -900,4 +922,176 @@ fn sample_goodput(s: &Session) -> Vec<GoodputSample> {
             return out;
         }
     }
+}
+
+struct PullGuard<'a>(&'a Server, String);
+impl Drop for PullGuard<'_> {
+    fn drop(&mut self) {
+        self.0.pulls.lock().unwrap().remove(&self.1);
+    }
+}
+
+/// A pull: the server is the sender. It opens the file under the same
+/// confinement as writes, waits for the client's data connections and its
+/// `Start`, then runs the client's stripe or stream senders on them.
+fn handle_pull(srv: &Arc<Server>, mut conn: TcpStream, req: Request) -> Result<()> {
+    let opened = (|| {
+        let Sink::Path(p) = &req.sink else {
+            bail!("a pull needs a file path");
+        };
+        let file = safepath::open_read(&srv.root, p)?;
+        let size = file.metadata()?.len();
+        if size.div_ceil(req.chunk as u64) > (1 << 32) {
+            bail!("too many chunks; use a larger --chunk");
+        }
+        Ok((Arc::new(file), size))
+    })();
+    let (file, size) = match opened {
+        Ok(x) => x,
+        Err(e) => {
+            send_msg(&mut conn, &Reply::Reject(format!("{e:#}")))?;
+            return Err(e);
+        }
+    };
+    let id = req.session.clone();
+    let (tx, rx) = mpsc::channel();
+    srv.pulls
+        .lock()
+        .unwrap()
+        .insert(id.clone(), (req.streams, tx));
+    let _pg = PullGuard(srv, id.clone());
+    send_msg(
+        &mut conn,
+        &Reply::Accept {
+            have: Vec::new(),
+            resumed_bytes: 0,
+            size: Some(size),
+        },
+    )?;
+    let n = req.streams as usize;
+    let mut slots: Vec<Option<TcpStream>> = (0..n).map(|_| None).collect();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while slots.iter().any(|c| c.is_none()) {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let (i, c) = rx
+            .recv_timeout(left)
+            .map_err(|_| anyhow!("pull {}: data connections did not arrive", &id[..8]))?;
+        if slots[i as usize].is_some() {
+            bail!("pull {}: duplicate data stream {i}", &id[..8]);
+        }
+        slots[i as usize] = Some(c);
+    }
+    let conns: Vec<Arc<TcpStream>> = slots.into_iter().map(|c| Arc::new(c.unwrap())).collect();
+    conn.set_read_timeout(Some(Duration::from_secs(30)))?;
+    let start: Start = recv_msg(&mut conn)?;
+    conn.set_read_timeout(None)?;
+    for c in &conns {
+        if let Some(cc) = &req.cc {
+            crate::sock::set_cc(c.as_ref(), cc)?;
+        }
+        if let Some(p) = start.pacing {
+            crate::sock::set_pacing(c.as_ref(), p)?;
+        }
+    }
+
+    let t0 = Instant::now();
+    let abort = Arc::new(AtomicBool::new(false));
+    let sent = Arc::new(AtomicU64::new(0));
+    let chunk = req.chunk as u64;
+    let hashes = Arc::new(Mutex::new(Vec::new()));
+    // The client only closes the control connection when it gives up (or
+    // after our verdict): stop sending then.
+    let watcher = {
+        let (mut c, abort) = (conn.try_clone()?, abort.clone());
+        let weak: Vec<_> = conns.iter().map(Arc::downgrade).collect();
+        std::thread::spawn(move || {
+            let _ = c.read(&mut [0u8; 1]);
+            abort.store(true, Ordering::SeqCst);
+            for w in &weak {
+                if let Some(c) = w.upgrade() {
+                    let _ = c.shutdown(Shutdown::Both);
+                }
+            }
+        })
+    };
+    let mut handles = Vec::new();
+    match req.mode {
+        Mode::Stripe => {
+            let nchunks = size.div_ceil(chunk);
+            *hashes.lock().unwrap() = vec![0; nchunks as usize];
+            let all: Vec<u64> = (0..nchunks).collect();
+            let per = all.len().div_ceil(n).max(1);
+            let mut groups: Vec<Vec<u64>> = all.chunks(per).map(|c| c.to_vec()).collect();
+            groups.resize(n, Vec::new());
+            for (c, g) in conns.into_iter().zip(groups) {
+                let ctx = client::StripeCtx {
+                    file: Some(file.clone()),
+                    zero: None,
+                    chunk,
+                    size,
+                    hash: req.hash,
+                    hashes: hashes.clone(),
+                    sent: sent.clone(),
+                    abort: abort.clone(),
+                    fault: None,
+                };
+                handles.push(std::thread::spawn(move || client::stripe_sender(c, g, ctx)));
+            }
+        }
+        Mode::Stream => {
+            let src = Arc::new(client::StreamSrc::plain(
+                Box::new(client::SharedFile(file.clone(), 0)),
+                chunk as usize,
+                req.hash,
+                hashes.clone(),
+                abort.clone(),
+            ));
+            for c in conns {
+                let (src, sent) = (src.clone(), sent.clone());
+                handles.push(std::thread::spawn(move || {
+                    client::stream_sender(c, src, sent, None)
+                }));
+            }
+        }
+    }
+    let mut error = None;
+    for h in handles {
+        if let Err(e) = h.join().unwrap_or_else(|_| Err(anyhow!("worker panicked"))) {
+            error.get_or_insert(format!("{e:#}"));
+        }
+    }
+    if error.is_none() && abort.load(Ordering::SeqCst) {
+        error = Some("client went away".into());
+    }
+    let bytes = sent.load(Ordering::Relaxed);
+    let elapsed = t0.elapsed().as_secs_f64();
+    let p = match &req.sink {
+        Sink::Path(p) => p.as_str(),
+        _ => "",
+    };
+    match &error {
+        None => eprintln!(
+            "xfer: session {}: {} <- {p} in {elapsed:.3} s ({} streams, {}, pull)",
+            &id[..8],
+            crate::util::human_bytes(bytes),
+            req.streams,
+            req.mode.name()
+        ),
+        Some(e) => eprintln!("xfer: pull {} of {p} failed: {e}", &id[..8]),
+    }
+    let done = Done {
+        error,
+        e2e: req.hash.then(|| e2e_digest(&hashes.lock().unwrap())),
+        bytes,
+        total_size: size,
+        elapsed,
+        flows: Vec::new(),
+        goodput: Vec::new(),
+    };
+    let _ = send_msg(&mut conn, &done);
+    // Wait (briefly) for the client to read the verdict and close.
+    let _ = conn.set_read_timeout(Some(Duration::from_secs(10)));
+    let _ = conn.shutdown(Shutdown::Write);
+    let _ = watcher.join();
+    Ok(())
 }

@@ -82,6 +82,7 @@ pub fn build(
         crate::client::SrcSpec::Stdin => "-".into(),
         crate::client::SrcSpec::Mem(n) => format!("mem:{n}"),
         crate::client::SrcSpec::Cmd(c) => format!("cmd:{c}"),
+        crate::client::SrcSpec::Pull(_) => "pull".into(),
     };
     let dest = match &o.sink {
         Sink::Path(p) => format!("{}:{}:/{}", o.host, o.port, p),

@@ -1010,3 +1010,167 @@ fn pipe_resume_deterministic_and_changed_producer() {
     ok(&xfer(&td, &[cmd[0], cmd[1], "--resume", &dest]));
     same(&td.p("gen.bin"), &td.root().join("q.bin"));
 }
+
+/// No local file, temporary or final, may be left after a failed pull.
+fn no_local_output(td: &TempDir, name: &str) {
+    assert!(!td.p(name).exists(), "{name} was created");
+    assert!(
+        !td.p(&format!(".{name}.xfer-part")).exists(),
+        "temporary file of {name} left behind"
+    );
+}
+
+#[test]
+fn pull_file_1_and_8_streams_and_stdout() {
+    let td = TempDir::new("pull");
+    let srv = Server::start(&td, &[]);
+    // 24 MiB plus a short last chunk.
+    let d = data((24 << 20) + 12_345, 21);
+    std::fs::create_dir_all(td.root().join("sub")).unwrap();
+    std::fs::write(td.root().join("sub/src.bin"), &d).unwrap();
+    for p in ["1", "8"] {
+        let name = format!("pulled-{p}.bin");
+        let e = ok(&xfer(&td, &["-P", p, &srv.dest("/sub/src.bin"), &name]));
+        assert!(e.contains("verified"), "{e}");
+        same(&td.root().join("sub/src.bin"), &td.p(&name));
+        assert!(!td.p(&format!(".{name}.xfer-part")).exists());
+    }
+    // Stream mode into a file, with a small chunk.
+    ok(&xfer(
+        &td,
+        &[
+            "-P",
+            "3",
+            "--mode",
+            "stream",
+            "--chunk",
+            "256K",
+            &srv.dest("sub/src.bin"),
+            "stream.bin",
+        ],
+    ));
+    same(&td.root().join("sub/src.bin"), &td.p("stream.bin"));
+    // To stdout, in order; nothing else may go to stdout.
+    for p in ["1", "8"] {
+        let o = xfer(&td, &["-P", p, &srv.dest("/sub/src.bin"), "-"]);
+        ok(&o);
+        assert!(o.stdout == d, "stdout differs ({} bytes)", o.stdout.len());
+    }
+    // Pacing applies to the server's sockets: 8 MiB at 100 Mbit/s takes ~0.67 s.
+    std::fs::write(td.root().join("small.bin"), &d[..8 << 20]).unwrap();
+    let t = Instant::now();
+    ok(&xfer(
+        &td,
+        &[
+            "-P",
+            "2",
+            "--rate",
+            "100M",
+            &srv.dest("/small.bin"),
+            "paced.bin",
+        ],
+    ));
+    let el = t.elapsed().as_secs_f64();
+    assert!((0.55..5.0).contains(&el), "paced pull took {el:.3} s");
+    same(&td.root().join("small.bin"), &td.p("paced.bin"));
+}
+
+#[test]
+fn pull_refuses_missing_escaping_and_wrong_key() {
+    let td = TempDir::new("pullbad");
+    let srv = Server::start(&td, &[]);
+    std::fs::write(td.root().join("ok.bin"), data(1 << 20, 22)).unwrap();
+    std::fs::create_dir_all(td.p("outside")).unwrap();
+    std::fs::write(td.p("outside/secret"), b"secret").unwrap();
+    std::fs::write(td.p("secret2"), b"secret").unwrap();
+    std::os::unix::fs::symlink(td.p("outside"), td.root().join("link")).unwrap();
+    std::os::unix::fs::symlink(td.p("outside/secret"), td.root().join("flink")).unwrap();
+
+    let o = xfer(&td, &[&srv.dest("/missing.bin"), "out.bin"]);
+    let e = failed(&o);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(e.contains("no such file"), "{e}");
+    no_local_output(&td, "out.bin");
+    let e = failed(&xfer(&td, &[&srv.dest("/nodir/missing.bin"), "-"]));
+    assert!(e.contains("no such file"), "{e}");
+
+    for (src, why) in [
+        ("/../secret2", "'..'"),
+        ("a/../../secret2", "'..'"),
+        ("/link/secret", "symlink"),
+        ("/flink", "symlink"),
+    ] {
+        let o = xfer(&td, &[&srv.dest(src), "out.bin"]);
+        let e = failed(&o);
+        assert!(e.contains(why), "{src}: {e}");
+        no_local_output(&td, "out.bin");
+        let o = xfer(&td, &[&srv.dest(src), "-"]);
+        failed(&o);
+        assert!(o.stdout.is_empty(), "{src}: data went to stdout");
+    }
+    // A directory is not a file.
+    let e = failed(&xfer(&td, &[&srv.dest("/"), "out.bin"]));
+    assert!(e.contains("names no file"), "{e}");
+    std::fs::create_dir_all(td.root().join("d")).unwrap();
+    let e = failed(&xfer(&td, &[&srv.dest("/d"), "out.bin"]));
+    assert!(e.contains("not a regular file"), "{e}");
+    no_local_output(&td, "out.bin");
+
+    let bad = td.p("badkey").display().to_string();
+    let o = xfer(&td, &["--key-file", &bad, &srv.dest("/ok.bin"), "out.bin"]);
+    let e = failed(&o);
+    assert!(e.contains("rejected authentication"), "{e}");
+    no_local_output(&td, "out.bin");
+    let o = xfer(&td, &["--key-file", &bad, &srv.dest("/ok.bin"), "-"]);
+    failed(&o);
+    assert!(o.stdout.is_empty());
+    // Control: the same pull with the right key works.
+    ok(&xfer(&td, &[&srv.dest("/ok.bin"), "out.bin"]));
+    same(&td.root().join("ok.bin"), &td.p("out.bin"));
+}
+
+#[test]
+fn pull_fails_cleanly_when_server_dies() {
+    let td = TempDir::new("pulldie");
+    std::fs::write(td.root().join("big.bin"), data(32 << 20, 23)).unwrap();
+    for (mode, dest) in [("stripe", "out.bin"), ("stream", "-")] {
+        let mut srv = Server::start(&td, &[]);
+        let src = srv.dest("/big.bin");
+        // Paced to ~5 s, so the server is killed mid-transfer.
+        let args: Vec<String> = [
+            "send",
+            "--key-file",
+            &td.key(),
+            "-P",
+            "4",
+            "--mode",
+            mode,
+            "--rate",
+            "50M",
+            &src,
+            dest,
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let c = Command::new(BIN)
+            .args(&args)
+            .current_dir(&td.0)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(700));
+        srv.kill();
+        let t = Instant::now();
+        let o = c.wait_with_output().unwrap();
+        assert!(t.elapsed() < Duration::from_secs(10), "client hung");
+        let e = failed(&o);
+        assert!(o.stdout.len() < 32 << 20, "{mode}: complete output?");
+        assert!(
+            e.contains("connection lost") || e.contains("closed"),
+            "{mode}: {e}"
+        );
+        no_local_output(&td, "out.bin");
+    }
+}

@@ -685,7 +685,10 @@ fn pacing_rate_and_deadline() {
     let srv = Server::start(&td, &[]);
     let js = td.p("r.json");
     let jss = js.display().to_string();
-    // 6 MiB at 100 Mbit/s: 0.503 s of payload.
+    // 16 MiB at 100 Mbit/s: 1.34 s of payload. On loopback the MSS is ~64 KB, so
+    // the initial window of each stream (10 segments, ~640 KB) can leave before
+    // pacing takes hold: up to ~8 % early here, which the lower bound allows.
+    // (The precision of pacing is measured on 1 GiB in BENCHMARKS.md.)
     ok(&xfer(
         &td,
         &[
@@ -695,16 +698,16 @@ fn pacing_rate_and_deadline() {
             "100M",
             "--json",
             &jss,
-            "mem:6M",
+            "mem:16M",
             &srv.addr,
             "--discard",
         ],
     ));
     let t = json(&js);
     let ct = t["run"]["completion_time"].as_f64().unwrap();
-    let ideal = 6.0 * 1048576.0 * 8.0 / 100e6;
+    let ideal = 16.0 * 1048576.0 * 8.0 / 100e6;
     assert!(
-        ct > ideal * 0.95 && ct < ideal * 1.5,
+        ct > ideal * 0.88 && ct < ideal * 1.5,
         "completion {ct} vs {ideal}"
     );
     assert_eq!(t["run"]["rate"], 100_000_000);

@@ -94,16 +94,9 @@ impl CongestionControl for Bic {
     }
 
     fn on_ack(&mut self, w: &mut Window, ack: &Ack) {
-        if !ack.cwnd_limited {
+        let Some(acked) = w.slow_start_then_avoid(ack) else {
             return;
-        }
-        let mut acked = ack.acked;
-        if w.in_slow_start() {
-            acked = w.slow_start(acked);
-            if acked == 0 {
-                return;
-            }
-        }
+        };
         for _ in 0..acked {
             if self.round_left == 0 {
                 self.round_cwnd = w.cwnd.max(1);

@@ -97,16 +97,9 @@ impl CongestionControl for HighSpeed {
     }
 
     fn on_ack(&mut self, w: &mut Window, ack: &Ack) {
-        if !ack.cwnd_limited {
+        let Some(acked) = w.slow_start_then_avoid(ack) else {
             return;
-        }
-        let mut acked = ack.acked;
-        if w.in_slow_start() {
-            acked = w.slow_start(acked);
-            if acked == 0 {
-                return;
-            }
-        }
+        };
         // w ← w + a(w)/w per acknowledged segment (RFC 3649 §5), a(w) re-evaluated as the
         // window grows.
         for _ in 0..acked {

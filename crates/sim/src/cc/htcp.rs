@@ -162,16 +162,9 @@ impl CongestionControl for Htcp {
                 }
             }
         }
-        if !ack.cwnd_limited {
+        let Some(acked) = w.slow_start_then_avoid(ack) else {
             return;
-        }
-        let mut acked = ack.acked;
-        if w.in_slow_start() {
-            acked = w.slow_start(acked);
-            if acked == 0 {
-                return;
-            }
-        }
+        };
         let alpha = self.alpha(ack.now);
         w.grow_fraction(&mut self.frac, acked as f64 * alpha / w.cwnd.max(1) as f64);
     }

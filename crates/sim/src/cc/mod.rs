@@ -57,6 +57,21 @@ impl Window {
         left
     }
 
+    /// The common start of a window-growth law (Linux `tcp_reno_cong_avoid` and the
+    /// modules built on it): nothing grows unless the sender was window-limited; below
+    /// `ssthresh` the window slow-starts. Returns the acknowledged segments left for
+    /// congestion avoidance, or `None` when there are none.
+    pub fn slow_start_then_avoid(&mut self, ack: &Ack) -> Option<u32> {
+        if !ack.cwnd_limited {
+            return None;
+        }
+        let mut acked = ack.acked;
+        if self.in_slow_start() {
+            acked = self.slow_start(acked);
+        }
+        (acked > 0).then_some(acked)
+    }
+
     /// Adds `inc` segments to the real-valued window `cwnd + frac`, moving whole segments
     /// into `cwnd`: for laws that grow by fractions of a segment per ACK (BIC, CUBIC,
     /// HighSpeed, H-TCP). A window's worth of `x/w` terms adds up to `x` within `EPS`.

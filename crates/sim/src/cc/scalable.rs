@@ -38,16 +38,9 @@ impl CongestionControl for Scalable {
     }
 
     fn on_ack(&mut self, w: &mut Window, ack: &Ack) {
-        if !ack.cwnd_limited {
+        let Some(acked) = w.slow_start_then_avoid(ack) else {
             return;
-        }
-        let mut acked = ack.acked;
-        if w.in_slow_start() {
-            acked = w.slow_start(acked);
-            if acked == 0 {
-                return;
-            }
-        }
+        };
         let cwnd = w.cwnd;
         w.cong_avoid_ai(cwnd.min(AI_CNT), acked);
     }

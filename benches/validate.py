@@ -20,6 +20,7 @@ sys.path.insert(0, str(ROOT / "python"))
 import yaml  # noqa: E402
 from xferlab import metrics, models, scenario  # noqa: E402
 from xferlab.backends import sim  # noqa: E402
+from xferlab.demo import TABLE2_VARIANTS  # noqa: E402
 from xferlab.trace import Trace  # noqa: E402
 
 PAPER = yaml.safe_load((ROOT / "python/xferlab/data/seed_results.yaml").read_text())
@@ -114,12 +115,11 @@ def table2(quick: bool) -> str:
     active. Same RTTs, flows, and buffer in BDP; windows (BDP in packets) 10× smaller, so
     congestion epochs are 10× shorter and the 600 s window holds several of them."""
     paper = PAPER["variants_vs_rtt_gtrcnet10"]
-    names = {"reno": "reno", "bic": "bic", "cubic": "cubic", "hstcp": "highspeed", "htcp": "htcp", "scalable": "scalable"}
     rows = [
         "| variant | RTT | buffer | flow mean, paper (of 941) | sim (of 94.1) | Jain, paper | sim | CoV, paper | sim |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    for key, variant in names.items():
+    for key, variant in TABLE2_VARIANTS.items():
         for j, rtt in enumerate(paper["rtt_ms"]):
             for buffer in ("1.0bdp", "0.1bdp"):
                 if quick and (variant not in ("reno", "cubic") or rtt > 50 or buffer != "0.1bdp"):
@@ -158,12 +158,11 @@ def table2_full_rate(quick: bool) -> str:
     switch-like buffer of 1 000 packets at both RTTs, pairs 50 s apart (the seed: 200 s) and
     a 300 s window with all 12 active (the seed: ~600 s)."""
     paper = PAPER["variants_vs_rtt_gtrcnet10"]
-    names = {"reno": "reno", "bic": "bic", "cubic": "cubic", "hstcp": "highspeed", "htcp": "htcp", "scalable": "scalable"}
     rows = [
         "| variant | RTT | flow mean, paper | sim | Jain, paper | sim | CoV, paper | sim |",
         "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    for key, variant in names.items():
+    for key, variant in TABLE2_VARIANTS.items():
         for j, rtt in enumerate(paper["rtt_ms"]):
             if quick and variant not in ("reno", "cubic"):
                 continue

@@ -1,0 +1,1 @@
+"""Real Linux TCP in network namespaces: the emulation backend's host-side pieces."""

@@ -1,0 +1,137 @@
+"""What the emulation backend does to the host: one lock, one name prefix, one command runner.
+
+Everything the netns backend creates on the host is named with :data:`PREFIX` (network
+namespaces, BPF congestion controls are ``xl_*``) and is created while holding the host lock
+(:func:`host_lock`).  Holding the lock proves that no other xferlab emulation is running, so
+whatever carries the prefix at that moment is a leftover of a crashed run and may be removed
+(:func:`cleanup_leftovers`).  Nothing without the prefix is ever touched.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import os
+import shutil
+import signal
+import subprocess
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+#: Prefix of every network namespace the backend creates.
+PREFIX = "xl-"
+#: Prefix of every BPF congestion control the backend registers (kernel names are ≤ 15 chars).
+BPF_PREFIX = "xl_"
+#: Host state: the lock file.  Every process a run starts lives inside one of its namespaces,
+#: so deleting the namespaces (after killing their PIDs) leaves nothing behind.
+STATE_DIR = Path(os.environ.get("XFERLAB_STATE_DIR", "/run/xferlab"))
+LOCK_FILE = "netns.lock"
+
+
+class HostError(Exception):
+    """The host cannot run an emulation (not root, a tool missing, a command failed)."""
+
+
+def require_root() -> None:
+    if os.geteuid() != 0:
+        raise HostError("the netns backend needs root (network namespaces, qdiscs, iptables, BPF); run it with sudo")
+
+
+def require_tools(*tools: str) -> None:
+    missing = [t for t in tools if shutil.which(t) is None]
+    if missing:
+        raise HostError(f"the netns backend needs {', '.join(missing)} on PATH (Debian: apt-get install {' '.join(missing)})")
+
+
+@contextlib.contextmanager
+def host_lock(wait: bool = True) -> Iterator[None]:
+    """Exclusive lock over all emulation on this host (flock: released if the holder dies)."""
+    STATE_DIR.mkdir(parents=True, exist_ok=True)
+    fd = os.open(STATE_DIR / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except OSError as e:
+            if e.errno in (errno.EAGAIN, errno.EACCES):
+                raise HostError("another xferlab emulation is running on this host") from None
+            raise
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        yield
+    finally:
+        os.close(fd)
+
+
+def sh(args: Sequence[str], ns: str | None = None, check: bool = True, timeout: float = 30) -> str:
+    """Runs a command (inside namespace ``ns`` when given) and returns its stdout."""
+    cmd = (["ip", "netns", "exec", ns] if ns else []) + list(args)
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except FileNotFoundError:
+        raise HostError(f"{args[0]}: command not found") from None
+    except subprocess.TimeoutExpired:
+        raise HostError(f"`{' '.join(cmd)}` took more than {timeout:.0f} s") from None
+    if check and p.returncode != 0:
+        raise HostError(f"`{' '.join(cmd)}` failed: {p.stderr.strip() or p.stdout.strip()}")
+    return p.stdout
+
+
+def namespaces() -> list[str]:
+    out = sh(["ip", "netns", "list"], check=False)
+    return [line.split()[0] for line in out.splitlines() if line.strip()]
+
+
+def own_namespaces() -> list[str]:
+    return [n for n in namespaces() if n.startswith(PREFIX)]
+
+
+def pids_in_namespace(ns: str) -> list[int]:
+    out = sh(["ip", "netns", "pids", ns], check=False)
+    return [int(x) for x in out.split() if x.isdigit()]
+
+
+def kill_pids(pids: Sequence[int], sig: int = signal.SIGKILL) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, sig)
+
+
+def delete_namespace(ns: str) -> None:
+    """Kills what runs inside ``ns`` (by PID) and deletes it; its veths, qdiscs and rules go with it."""
+    if not ns.startswith(PREFIX):  # never touch what is not ours
+        raise ValueError(f"refusing to delete namespace {ns!r}: not created by xferlab")
+    kill_pids(pids_in_namespace(ns))
+    sh(["ip", "netns", "del", ns], check=False)
+
+
+def own_bpf_congestion_controls() -> list[str]:
+    """Names of registered struct_ops congestion controls carrying the xferlab prefix."""
+    path = Path("/proc/sys/net/ipv4/tcp_available_congestion_control")
+    try:
+        names = path.read_text().split()
+    except OSError:
+        return []
+    return [n for n in names if n.startswith(BPF_PREFIX)]
+
+
+def unregister_bpf(name: str) -> None:
+    if not name.startswith(BPF_PREFIX):
+        raise ValueError(f"refusing to unregister {name!r}: not registered by xferlab")
+    if shutil.which("bpftool"):
+        sh(["bpftool", "struct_ops", "unregister", "name", name], check=False)
+
+
+def cleanup_leftovers() -> list[str]:
+    """Removes what crashed runs left behind.  Call only while holding :func:`host_lock`.
+
+    Returns a description of each thing removed (empty when the host was clean).
+    """
+    removed = []
+    for ns in own_namespaces():
+        delete_namespace(ns)
+        removed.append(f"namespace {ns}")
+    for name in own_bpf_congestion_controls():
+        unregister_bpf(name)
+        removed.append(f"congestion control {name}")
+    return removed

@@ -1,0 +1,311 @@
+"""iperf3 JSON (``iperf3 -J``, iperf3 ≥ 3.1) → Trace tables.
+
+Accepted files: one JSON document as ``iperf3 -J`` prints it, files written with
+``-J --logfile`` (several documents one after the other), or any concatenation of them.
+
+Which side measured what:
+
+* the **receiver** intervals (bytes per interval as read by the receiving socket) give the
+  goodput. They are the client's own intervals with ``-R``, or the server's, which
+  ``--get-server-output`` puts in ``server_output_json`` when the server runs with ``-J``.
+  Without them the sender intervals stand in (bytes written, a little ahead of the
+  receiver); which was used is recorded per flow.
+* the **sender** intervals (the client's, or the server's with ``-R``) give the Linux
+  TCP_INFO samples: ``snd_cwnd`` (bytes → segments via the MSS), ``rtt``/``rttvar`` (µs),
+  ``retransmits`` per interval. iperf3 does not report ssthresh, the RTO, the data in
+  flight or the congestion state: ssthresh is null, rto_ms NaN, in_flight and ca_state 0.
+
+The netns backend calls :func:`tables_from_runs` with one :class:`Iperf3Flow` per stream;
+``xferlab import iperf3`` is built on the same functions (:func:`entries_from_docs`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+
+from .common import ImportLogError, goodput_rows, rebin, table
+
+#: Linux MSS over a 1500-byte MTU with timestamps, when the document does not say.
+DEFAULT_MSS = 1448
+
+
+@dataclass
+class Iperf3Flow:
+    """One TCP stream of one iperf3 test, placed in a run.
+
+    ``doc`` is the client's JSON (with or without ``server_output_json``); ``start_s`` the
+    offset of this test's start from the run's t = 0; ``mss`` None = from the document.
+    ``index`` is the stream's position in the document's ``intervals[].streams`` (None:
+    0 for a ``-P 1`` test, else ``stream``)."""
+
+    doc: dict
+    flow_id: int
+    pair: int
+    stream: int
+    variant: str
+    role: str = "transfer"
+    start_s: float = 0.0
+    volume_bytes: int | None = None
+    source: str = ""
+    sink: str = ""
+    mss: int | None = None
+    index: int | None = None
+
+
+# ----------------------------------------------------------------------------- reading
+
+
+def load_docs(path: str | Path) -> list[dict]:
+    """The iperf3 documents of a file (one, or several concatenated as ``--logfile``
+    writes them). Raises :class:`ImportLogError` naming the file when it is missing,
+    unreadable, not JSON, not iperf3, or an iperf3 error report."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except FileNotFoundError:
+        raise ImportLogError(f"{p}: no such file") from None
+    except (IsADirectoryError, PermissionError, UnicodeDecodeError, OSError) as e:
+        raise ImportLogError(f"{p}: cannot read: {e}") from None
+    decoder = json.JSONDecoder()
+    docs, i = [], 0
+    while True:
+        while i < len(text) and text[i].isspace():
+            i += 1
+        if i >= len(text):
+            break
+        try:
+            doc, i = decoder.raw_decode(text, i)
+        except json.JSONDecodeError as e:
+            raise ImportLogError(f"{p}: not iperf3 JSON output (iperf3 -J): {e}") from None
+        docs.append(doc)
+    if not docs:
+        raise ImportLogError(f"{p}: empty file, expected iperf3 JSON output (iperf3 -J)")
+    for n, doc in enumerate(docs, 1):
+        where = f"{p}" + (f" (document {n})" if len(docs) > 1 else "")
+        if not isinstance(doc, dict) or "start" not in doc or "intervals" not in doc:
+            raise ImportLogError(f"{where}: not iperf3 JSON output (no 'start' and 'intervals')")
+        if doc.get("error"):
+            raise ImportLogError(f"{where}: iperf3 reported an error: {doc['error']}")
+        ts = doc["start"].get("test_start", {})
+        if ts.get("protocol", "TCP") != "TCP":
+            raise ImportLogError(f"{where}: a {ts.get('protocol')} test; only TCP tests can be imported")
+        if ts.get("bidir"):
+            raise ImportLogError(f"{where}: a --bidir test; import the two directions as separate tests")
+        if not doc.get("end") or not doc["end"].get("streams"):
+            raise ImportLogError(f"{where}: the test did not finish (no 'end' section)")
+    return docs
+
+
+def is_reverse(doc: dict) -> bool:
+    return bool(doc["start"].get("test_start", {}).get("reverse"))
+
+
+def sides(doc: dict) -> tuple[dict | None, dict | None]:
+    """(sender document, receiver document) of a client document; either may be None
+    when the other end's output was not collected."""
+    remote = doc.get("server_output_json")
+    if isinstance(remote, dict) and not remote.get("intervals"):
+        remote = None
+    return (remote, doc) if is_reverse(doc) else (doc, remote)
+
+
+def n_streams(doc: dict) -> int:
+    return len(doc["end"]["streams"])
+
+
+def doc_mss(doc: dict) -> int:
+    for d in (doc, doc.get("server_output_json") or {}):
+        mss = (d.get("start") or {}).get("tcp_mss_default") or (d.get("start") or {}).get("tcp_mss")
+        if mss:
+            return int(mss)
+    return DEFAULT_MSS
+
+
+def doc_variant(doc: dict) -> str:
+    """The sender's congestion control, as iperf3 reports it."""
+    end, ts = doc.get("end", {}), doc["start"].get("test_start", {})
+    return end.get("sender_tcp_congestion") or ts.get("congestion") or "unknown"
+
+
+def doc_volume(doc: dict) -> int | None:
+    """The ``-n BYTES`` of a volume-bound test (all streams together), else None."""
+    return int(doc["start"].get("test_start", {}).get("bytes") or 0) or None
+
+
+def doc_min_rtt_s(docs: list[dict]) -> float | None:
+    """The smallest RTT any sender saw (``end.streams[].sender.min_rtt``, µs), in s."""
+    rtts = []
+    for doc in docs:
+        sender, _ = sides(doc)
+        for s in (sender or {}).get("end", {}).get("streams", []):
+            v = (s.get("sender") or {}).get("min_rtt")
+            if v:
+                rtts.append(v / 1e6)
+    return min(rtts) if rtts else None
+
+
+def _stream_intervals(d: dict, index: int) -> list[dict]:
+    out = []
+    for iv in d.get("intervals", []):
+        streams = iv.get("streams", [])
+        if index < len(streams) and not streams[index].get("omitted"):
+            out.append(streams[index])
+    return out
+
+
+def _end_stream(d: dict | None, index: int, side: str) -> dict:
+    if not d:
+        return {}
+    streams = d.get("end", {}).get("streams", [])
+    return (streams[index].get(side) or {}) if index < len(streams) else {}
+
+
+def _index(e: Iperf3Flow) -> int:
+    n = n_streams(e.doc)
+    i = e.index if e.index is not None else (0 if n == 1 else e.stream)
+    if not 0 <= i < n:
+        raise ImportLogError(f"flow {e.flow_id}: stream {i} is not in the iperf3 test ({n} streams)")
+    return i
+
+
+# ----------------------------------------------------------------------------- tables
+
+
+def tables_from_runs(entries: list[Iperf3Flow], *, goodput_interval_s: float, end_s: float | None) -> dict[str, pa.Table]:
+    """The ``flows``, ``goodput``, ``tcp`` (and an empty ``link``) tables of a run made of
+    iperf3 streams. Goodput is re-binned onto the run's grid (t = k·interval from the run's
+    t = 0, start of the cell); tcp samples are taken at the sender's interval ends, shifted
+    by ``start_s``. With ``end_s``, everything after it is cut off."""
+    flows, goodput, tcp = [], [], []
+    for e in entries:
+        i = _index(e)
+        sender, receiver = sides(e.doc)
+        mss = int(e.mss or doc_mss(e.doc))
+        measured = receiver if receiver is not None else sender
+        ivs = _stream_intervals(measured, i)
+        if not ivs:
+            raise ImportLogError(f"flow {e.flow_id}: the iperf3 test has no intervals")
+        rx = [(e.start_s + float(v["start"]), e.start_s + float(v["end"]), float(v["bytes"])) for v in ivs]
+        start = e.start_s + float(ivs[0]["start"])
+        end = max(b for _, b, _ in rx)
+        if end_s is not None:
+            end = min(end, end_s)
+        local = e.doc
+        rx_end = _end_stream(local, i, "receiver")
+        tx_end = _end_stream(sender, i, "sender") or _end_stream(local, i, "sender")
+        if receiver is not None:
+            received = int(sum(v["bytes"] for v in _stream_intervals(receiver, i)))
+            received = max(received, int(rx_end.get("bytes") or 0))
+        else:
+            received = int(rx_end.get("bytes") or sum(v["bytes"] for v in ivs))
+        sent = int(tx_end.get("bytes") or 0)
+        tx_ivs = _stream_intervals(sender, i) if sender is not None else []
+        retrans = tx_end.get("retransmits")
+        if retrans is None:
+            retrans = sum(int(v.get("retransmits") or 0) for v in tx_ivs)
+        completion = None
+        if e.volume_bytes is not None:
+            completion = float(tx_end.get("seconds") or (end - start))
+        flows.append(
+            {
+                "flow_id": e.flow_id,
+                "pair": e.pair,
+                "stream": e.stream,
+                "source": e.source,
+                "sink": e.sink,
+                "variant": e.variant,
+                "role": e.role,
+                "start": start,
+                "end": end,
+                "bytes": received,
+                "volume_bytes": e.volume_bytes,
+                "completion_time": completion,
+                "segments_sent": math.ceil(sent / mss) if sent else 0,
+                "retransmissions": int(retrans or 0),
+                "fast_recoveries": 0,
+                "timeouts": 0,
+            }
+        )
+        goodput += goodput_rows(e.flow_id, rebin(rx, goodput_interval_s, start, end), goodput_interval_s)
+        total = 0
+        for v in tx_ivs:
+            t = e.start_s + float(v["end"])
+            total += int(v.get("retransmits") or 0)
+            if "snd_cwnd" not in v or (end_s is not None and t > end_s + 1e-9):
+                continue
+            tcp.append(
+                {
+                    "t": t,
+                    "flow_id": e.flow_id,
+                    "cwnd": round(int(v["snd_cwnd"]) / mss),
+                    "ssthresh": None,
+                    "srtt_ms": float(v.get("rtt") or 0) / 1e3,
+                    "rto_ms": math.nan,
+                    "in_flight": 0,
+                    "retransmissions": total,
+                    "ca_state": 0,
+                }
+            )
+    tcp.sort(key=lambda r: (r["t"], r["flow_id"]))
+    return {
+        "flows": table("flows", flows),
+        "goodput": table("goodput", goodput),
+        "link": table("link", []),
+        "tcp": table("tcp", tcp),
+    }
+
+
+def goodput_side(entries: list[Iperf3Flow]) -> dict[int, str]:
+    """Per flow, which side's intervals gave the goodput: "receiver" or "sender"."""
+    return {e.flow_id: ("receiver" if sides(e.doc)[1] is not None else "sender") for e in entries}
+
+
+# ----------------------------------------------------------------------------- import
+
+
+def entries_from_docs(docs: list[dict], offsets: list[float] | None = None) -> list[Iperf3Flow]:
+    """One pair per iperf3 test and one flow per stream. Tests are placed in time by
+    ``start.timestamp.timesecs`` (1 s resolution; the earliest at t = 0) unless
+    ``offsets`` (seconds, one per test) are given."""
+    if offsets is not None and len(offsets) != len(docs):
+        raise ImportLogError(f"{len(offsets)} offsets given for {len(docs)} iperf3 tests")
+    if offsets is None:
+        stamps = [(d["start"].get("timestamp") or {}).get("timesecs") for d in docs]
+        if any(s is None for s in stamps):
+            stamps = [0] * len(docs)
+        offsets = [float(s - min(stamps)) for s in stamps]
+    entries = []
+    for pair, (doc, off) in enumerate(zip(docs, offsets, strict=True)):
+        n = n_streams(doc)
+        volume = doc_volume(doc)
+        conns = doc["start"].get("connected") or []
+        for k in range(n):
+            c = conns[k] if k < len(conns) else {}
+            local = f"{c.get('local_host', 'client')}:{c.get('local_port', '')}".rstrip(":")
+            remote = f"{c.get('remote_host', 'server')}:{c.get('remote_port', '')}".rstrip(":")
+            src, dst = (remote, local) if is_reverse(doc) else (local, remote)
+            stream_volume = None
+            if volume is not None:
+                # -n is the whole test's volume; each stream carried its own share of it.
+                sender, _ = sides(doc)
+                stream_volume = int(_end_stream(sender or doc, k, "sender").get("bytes") or math.ceil(volume / n))
+            entries.append(
+                Iperf3Flow(
+                    doc=doc,
+                    flow_id=len(entries),
+                    pair=pair,
+                    stream=k,
+                    variant=doc_variant(doc),
+                    start_s=off,
+                    volume_bytes=stream_volume,
+                    source=src,
+                    sink=dst,
+                    index=k,
+                )
+            )
+    return entries

@@ -129,6 +129,22 @@ def report(folder: Path = typer.Argument(..., help="a run folder")):
 
 
 @app.command()
+def cleanup():
+    """Remove what crashed netns runs left behind (namespaces xl-*, BPF congestion controls xl_*)."""
+    from .netns import host
+
+    try:
+        host.require_root()
+        with host.host_lock(wait=False):
+            removed = host.cleanup_leftovers()
+    except host.HostError as e:
+        _fail(str(e))
+    for thing in removed:
+        console.print(f"removed {thing}")
+    console.print("nothing to clean up" if not removed else f"{len(removed)} leftover(s) removed")
+
+
+@app.command()
 def schema():
     """Print the JSON Schema of scenario files."""
     from .scenario import json_schema

@@ -1,0 +1,239 @@
+//! Per-queue counters, the kernel's own counters, and the JSON stats file.
+
+use crate::hist::Histogram;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::Path;
+
+/// Counters the kernel keeps per queue (`/proc/net/netfilter/nfnetlink_queue` of the
+/// daemon's network namespace).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KernelCounters {
+    /// Packets held in the kernel now.
+    pub queue_total: u64,
+    /// Dropped because the queue held `maxlen` packets.
+    pub queue_dropped: u64,
+    /// Dropped because the message could not be delivered to the daemon (socket buffer
+    /// full: the daemon fell behind).
+    pub user_dropped: u64,
+}
+
+/// Parses `/proc/net/netfilter/nfnetlink_queue`: per line `queue_number peer_portid
+/// queue_total copy_mode copy_range queue_dropped user_dropped id_sequence 1`.
+pub fn parse_proc(text: &str) -> BTreeMap<u16, KernelCounters> {
+    let mut out = BTreeMap::new();
+    for line in text.lines() {
+        let f: Vec<u64> = line
+            .split_whitespace()
+            .filter_map(|x| x.parse().ok())
+            .collect();
+        if f.len() >= 7 && f[0] <= u16::MAX as u64 {
+            out.insert(
+                f[0] as u16,
+                KernelCounters {
+                    queue_total: f[2],
+                    queue_dropped: f[5],
+                    user_dropped: f[6],
+                },
+            );
+        }
+    }
+    out
+}
+
+pub fn read_proc() -> BTreeMap<u16, KernelCounters> {
+    std::fs::read_to_string("/proc/net/netfilter/nfnetlink_queue")
+        .map(|t| parse_proc(&t))
+        .unwrap_or_default()
+}
+
+/// What the daemon measured on one queue.
+#[derive(Debug)]
+pub struct QueueStats {
+    pub delay_ns: u64,
+    pub packets: u64,
+    pub bytes: u64,
+    /// Lateness = time the verdict call returned − due time, per packet.
+    pub lateness: Histogram,
+    /// Packets whose arrival time came from `NFQA_TIMESTAMP` rather than the read time.
+    pub kernel_stamped: u64,
+}
+
+impl QueueStats {
+    pub fn new(delay_ns: u64) -> Self {
+        Self {
+            delay_ns,
+            packets: 0,
+            bytes: 0,
+            lateness: Histogram::default(),
+            kernel_stamped: 0,
+        }
+    }
+}
+
+#[derive(Serialize, Debug, PartialEq)]
+pub struct QueueReport {
+    pub delay_ms: f64,
+    pub packets: u64,
+    pub bytes: u64,
+    pub late_mean_ms: f64,
+    pub late_p50_ms: f64,
+    pub late_p99_ms: f64,
+    pub late_max_ms: f64,
+    pub max_held: u64,
+    pub held: u64,
+    pub queue_dropped: u64,
+    pub user_dropped: u64,
+    pub kernel_stamped: u64,
+}
+
+#[derive(Serialize, Debug)]
+pub struct Report {
+    pub queues: BTreeMap<String, QueueReport>,
+    pub enobufs: u64,
+    pub verdict_errors: u64,
+    pub elapsed_s: f64,
+    pub cpu_user_s: f64,
+    pub cpu_sys_s: f64,
+    pub rt_priority: Option<i32>,
+    pub maxlen: u32,
+}
+
+const NS_PER_MS: f64 = 1e6;
+
+pub fn queue_report(
+    s: &QueueStats,
+    max_held: usize,
+    held: usize,
+    k: KernelCounters,
+) -> QueueReport {
+    let h = &s.lateness;
+    QueueReport {
+        delay_ms: s.delay_ns as f64 / NS_PER_MS,
+        packets: s.packets,
+        bytes: s.bytes,
+        late_mean_ms: h.mean_ns() / NS_PER_MS,
+        late_p50_ms: h.quantile_ns(0.5) as f64 / NS_PER_MS,
+        late_p99_ms: h.quantile_ns(0.99) as f64 / NS_PER_MS,
+        late_max_ms: h.max_ns as f64 / NS_PER_MS,
+        max_held: max_held as u64,
+        held: held as u64,
+        queue_dropped: k.queue_dropped,
+        user_dropped: k.user_dropped,
+        kernel_stamped: s.kernel_stamped,
+    }
+}
+
+/// (user, system) CPU seconds of this process.
+pub fn cpu_seconds() -> (f64, f64) {
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: valid pointer to a rusage.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    let s = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
+    (s(ru.ru_utime), s(ru.ru_stime))
+}
+
+/// Writes `report` to `path` atomically (a temporary file beside it, then rename).
+pub fn write_atomic(path: &Path, report: &Report) -> std::io::Result<()> {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = std::path::PathBuf::from(tmp);
+    {
+        let mut f = std::fs::File::create(&tmp)?;
+        serde_json::to_writer_pretty(&mut f, report)?;
+        f.write_all(b"\n")?;
+    }
+    std::fs::rename(&tmp, path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn proc_file() {
+        let text = "    0  12345     3 2 20     7    11 100 1\n\
+                    65535  99     0 1 0     0     0 5 1\n";
+        let m = parse_proc(text);
+        assert_eq!(
+            m[&0],
+            KernelCounters {
+                queue_total: 3,
+                queue_dropped: 7,
+                user_dropped: 11
+            }
+        );
+        assert_eq!(m[&65535].queue_dropped, 0);
+        assert!(parse_proc("garbage\n").is_empty());
+    }
+
+    #[test]
+    fn report_fields_in_ms() {
+        let mut s = QueueStats::new(25_000_000);
+        s.packets = 2;
+        s.bytes = 3000;
+        s.lateness.record(10_000);
+        s.lateness.record(30_000);
+        let r = queue_report(
+            &s,
+            5,
+            1,
+            KernelCounters {
+                queue_total: 1,
+                queue_dropped: 0,
+                user_dropped: 2,
+            },
+        );
+        assert_eq!(r.delay_ms, 25.0);
+        assert!((r.late_mean_ms - 0.02).abs() < 1e-12);
+        assert_eq!(r.late_max_ms, 0.03);
+        assert_eq!(r.max_held, 5);
+        assert_eq!(r.user_dropped, 2);
+        let json = serde_json::to_value(&r).unwrap();
+        for key in [
+            "delay_ms",
+            "packets",
+            "bytes",
+            "late_mean_ms",
+            "late_p50_ms",
+            "late_p99_ms",
+            "late_max_ms",
+        ] {
+            assert!(json.get(key).is_some(), "{key}");
+        }
+        for key in ["max_held", "queue_dropped", "user_dropped"] {
+            assert!(json.get(key).is_some(), "{key}");
+        }
+    }
+
+    #[test]
+    fn atomic_write_replaces_file() {
+        let dir = std::env::temp_dir().join(format!("xl-delay-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("stats.json");
+        let mut queues = BTreeMap::new();
+        queues.insert(
+            "0".into(),
+            queue_report(&QueueStats::new(0), 0, 0, KernelCounters::default()),
+        );
+        let r = Report {
+            queues,
+            enobufs: 0,
+            verdict_errors: 0,
+            elapsed_s: 1.5,
+            cpu_user_s: 0.0,
+            cpu_sys_s: 0.0,
+            rt_priority: None,
+            maxlen: 1,
+        };
+        write_atomic(&path, &r).unwrap();
+        write_atomic(&path, &r).unwrap();
+        let v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        assert_eq!(v["elapsed_s"], 1.5);
+        assert_eq!(v["queues"]["0"]["packets"], 0);
+        assert!(!dir.join("stats.json.tmp").exists());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

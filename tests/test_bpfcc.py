@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import json
 import math
 import os
 import shutil
@@ -38,7 +39,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pytest
-
 from xferlab.netns import bpfcc, host
 
 TOOLS = ("clang", "bpftool", "ip", "tc", "ethtool")
@@ -113,7 +113,8 @@ def bottleneck_path() -> Iterator[None]:
         host.sh(["sysctl", "-qw", "net.ipv4.ip_forward=1"], ns=RTR)
         tc = ["tc", "-n", RTR]
         host.sh([*tc, "qdisc", "add", "dev", "xlrr", "root", "handle", "1:", "htb", "default", "1"])
-        host.sh([*tc, "class", "add", "dev", "xlrr", "parent", "1:", "classid", "1:1", "htb", "rate", RATE, "burst", "3028", "cburst", "3028"])
+        burst = ["burst", "3028", "cburst", "3028"]  # two frames: a smooth 100 Mbit/s
+        host.sh([*tc, "class", "add", "dev", "xlrr", "parent", "1:", "classid", "1:1", "htb", "rate", RATE, *burst])
         host.sh([*tc, "qdisc", "add", "dev", "xlrr", "parent", "1:1", "handle", "10:", "pfifo", "limit", str(QUEUE)])
         yield
     finally:
@@ -136,7 +137,15 @@ class Trace:
 
 
 # struct tcp_info (include/uapi/linux/tcp.h): byte offsets of the fields sampled.
-_TCPI = {"ca_state": (1, "B"), "srtt": (68, "I"), "ssthresh": (76, "I"), "cwnd": (80, "I"), "retrans": (100, "I"), "min_rtt": (148, "I"), "delivered": (192, "I")}
+_TCPI = {
+    "ca_state": (1, "B"),
+    "srtt": (68, "I"),
+    "ssthresh": (76, "I"),
+    "cwnd": (80, "I"),
+    "retrans": (100, "I"),
+    "min_rtt": (148, "I"),
+    "delivered": (192, "I"),
+}
 
 
 def _tcp_info(sock: socket.socket) -> tuple[int, ...]:
@@ -388,15 +397,17 @@ class HtcpLaw(Law):
 # Comparing a trace with a law
 
 #: ssthresh may differ from the law applied to the sampled window by this many segments: the
-#: window is sampled up to ~1 ms before the reduction, while ~8 segments are ACKed per ms and
-#: each law grows it by at most ~1 segment in that time at these windows.
-SSTHRESH_TOLERANCE = 2
+#: window is sampled ~1 ms (more when the machine is busy) before the reduction, and in that
+#: time each law grows it by at most about one segment at these windows (~8 segments are
+#: ACKed per ms).  Measured: 0 to +2.  Reno's reductions miss the laws by 16 segments or more.
+SSTHRESH_TOLERANCE = 3
 #: Over an epoch, the window's growth must be within this fraction of the law's replayed
 #: growth.  What the replay cannot see: ACKs on which the kernel does not call cong_avoid
-#: (not cwnd-limited right after recovery), the ≤ 1 ms between the end of recovery and the
-#: first sample, and the integer window (one segment of 25–100).  Measured: within 5 %
-#: (docs/bpf-cc.md); the laws differ from each other and from Reno by 40 % or more.
-GROWTH_TOLERANCE = 0.12
+#: (not cwnd-limited right after recovery), the ~1 ms between the end of recovery and the
+#: first sample, and the integer window (one segment of the 25–100 an epoch grows).
+#: Measured: 0.95–1.03 (docs/bpf-cc.md); Reno's growth is 0.19–0.66 of these laws' (its
+#: last, truncated epoch can come within 2 % of H-TCP's, whose α is 1 for the first second).
+GROWTH_TOLERANCE = 0.10
 
 
 @dataclass
@@ -419,7 +430,8 @@ class Fit:
         return (
             f"{self.law}: β fitted {np.mean(self.betas):.4f} (law {np.mean(self.beta_law):.4f}) over {len(self.betas)} losses, "
             f"ssthresh − law ∈ [{min(self.ssthresh_errors, default=0)}, {max(self.ssthresh_errors, default=0)}]; "
-            f"growth / law per epoch: {', '.join(f'{r:.3f}' for r in self.growth_ratios)}"
+            f"growth / law per epoch: {', '.join(f'{r:.3f}' for r in self.growth_ratios)}; "
+            f"largest gap to the law's window {max(self.deviations, default=0):.0f} segments"
         )
 
 
@@ -456,6 +468,74 @@ def fit(tr: Trace, law: Law) -> Fit:
                 f"law → {tr.cwnd[i0] + grown:.1f}, largest gap {deviation:.0f}"
             )
     return f
+
+
+def growth_by(tr: Trace, law: Law, key: Callable[[int, Event], float], edges: list[float]) -> list[tuple[float, float, float]]:
+    """Window growth over the law's, grouped by ``key(sample, event)`` into bins (``edges``).
+
+    Returns (mean key, window growth, law's growth) per bin with data; the law's growth is
+    evaluated at the observed window and time of each sample interval.
+    """
+    events, epochs = events_and_epochs(tr)
+    sums = [[0.0, 0.0, 0.0, 0] for _ in edges[:-1]]
+    epoch_of = {id(ep.event): ep for ep in epochs}
+    for ev in events:
+        law.start_epoch(ev)
+        ep = epoch_of.get(id(ev))
+        if ep is None or ev.cwnd_before < 0:
+            continue
+        for a, b in zip(ep.idx[:-1], ep.idx[1:], strict=True):
+            k = key(a, ev)
+            j = int(np.searchsorted(edges, k, side="right")) - 1
+            if 0 <= j < len(sums):
+                w = float(tr.cwnd[a])
+                sums[j][0] += k
+                sums[j][1] += tr.cwnd[b] - tr.cwnd[a]
+                sums[j][2] += law.grow(w, int(tr.delivered[b] - tr.delivered[a]), tr.t[b]) - w
+                sums[j][3] += 1
+    return [(s[0] / s[3], s[1], s[2]) for s in sums if s[3] > 0]
+
+
+def fitted_parameters(tr: Trace, variant: str) -> str:
+    """The law's parameter as fitted from the window (for the log and docs/bpf-cc.md)."""
+    law = laws(tr)[variant]
+    if variant == "scalable":
+        ((w, seen, grown),) = growth_by(tr, law, lambda i, ev: tr.cwnd[i], [100, 1e9])
+        return f"a fitted {0.01 * seen / grown:.5f} per acked segment (law 0.01) at mean cwnd {w:.0f}"
+    if variant == "highspeed":
+        rows = growth_by(tr, law, lambda i, ev: tr.cwnd[i], [100, 125, 150, 175, 200, 225])
+        assert isinstance(law, HighSpeedLaw)
+        return "a(w) fitted: " + ", ".join(f"w {w:.0f}: {law.a(w) * s / g:.2f} (law {law.a(w):.2f})" for w, s, g in rows)
+    if variant == "htcp":
+        rows = growth_by(tr, law, lambda i, ev: tr.t[i] - ev.t, [0, 0.5, 1.0, 1.1, 1.2, 1.3, 1.4, 1.5, 2.0])
+        alpha = HtcpLaw.alpha
+        return "α(Δ) fitted: " + ", ".join(f"Δ {d:.2f} s: {alpha(d) * s / g:.2f} (law {alpha(d):.2f})" for d, s, g in rows)
+    if variant == "bic":
+        # Increment per RTT (Δcwnd per cwnd segments acknowledged), grouped by the increment
+        # the replayed law chose for the round: S_max = 16 far below W_max, half the distance
+        # near it, S_min (0.01) at it, then max probing.
+        assert isinstance(law, BicLaw)
+        edges = [0, 0.011, 1, 15.99, 1e9]
+        sums = np.zeros((len(edges) - 1, 3))
+        events, epochs = events_and_epochs(tr)
+        epoch_of = {id(ep.event): ep for ep in epochs}
+        for ev in events:
+            law.start_epoch(ev)
+            ep = epoch_of.get(id(ev))
+            if ep is None or ev.cwnd_before < 0:
+                continue
+            w = float(tr.cwnd[ep.idx[0]])
+            for a, b in zip(ep.idx[:-1], ep.idx[1:], strict=True):
+                acked = int(tr.delivered[b] - tr.delivered[a])
+                new = law.grow(w, acked, tr.t[b])
+                j = int(np.searchsorted(edges, law.round_inc, side="right")) - 1
+                sums[j] += (acked / tr.cwnd[a], tr.cwnd[b] - tr.cwnd[a], new - w)
+                w = new
+        names = ["S_min", "< 1", "1–16", "S_max"]
+        return "increment per RTT fitted (law), by the law's round increment: " + ", ".join(
+            f"{n}: {o / r:.2f} ({g / r:.2f}) over {r:.0f} RTTs" for n, (r, o, g) in zip(names, sums, strict=True) if r > 0
+        )
+    return ""
 
 
 def laws(tr: Trace) -> dict[str, Law]:
@@ -499,14 +579,22 @@ def test_registration_and_unregistration():
             assert all(_usable(n) for n in names)
         assert not set(names) & set(bpfcc.available())
         assert not any(_usable(n) for n in names)
-        # A leftover (registered outside this context) is replaced, and removed on exit
-        # even when the body raises.
+        # A leftover (registered outside this context) is replaced by a fresh registration,
+        # and everything is removed on exit even when the body raises.
         bpfcc.register(["bic"])
+        leftover = _struct_ops_id("xl_bic")
         with pytest.raises(RuntimeError), bpfcc.registered(["bic", "htcp"]):
             assert {"xl_bic", "xl_htcp"} <= set(bpfcc.available())
+            assert _struct_ops_id("xl_bic") != leftover
             raise RuntimeError("the run failed")
         assert not {"xl_bic", "xl_htcp"} & set(bpfcc.available())
-        assert bpfcc.registered([]).__enter__() == []  # built-ins need nothing
+        with bpfcc.registered(["reno", "cubic"]) as got:  # built-ins need nothing
+            assert got == []
+
+
+def _struct_ops_id(name: str) -> int:
+    (entry,) = json.loads(host.sh(["bpftool", "-j", "struct_ops", "show", "name", name]))
+    return entry["id"]
 
 
 #: Seconds per flow: a few loss epochs after slow start.  H-TCP's epochs last ~1.5 s (α
@@ -518,15 +606,21 @@ SECONDS = {"scalable": 3.0, "bic": 4.0, "highspeed": 3.5, "htcp": 6.0, "reno": 6
 def test_window_follows_the_simulators_law(variant):
     tr = run_flow(variant, SECONDS[variant])
     f = fit(tr, laws(tr)[variant])
-    print("\n" + f.summary() + "\n  " + "\n  ".join(f.detail))
+    print("\n" + f.summary() + "\n  " + fitted_parameters(tr, variant) + "\n  " + "\n  ".join(f.detail))
     assert f.reductions_follow_law(), f.summary()
     assert f.growth_follows_law(), f.summary()
 
 
 def test_reno_fails_every_law():
-    """The checks can fail: Reno's window (½ on loss, +1 per RTT) matches none of the four laws."""
+    """The checks can fail: Reno's window (½ on loss, +1 per RTT) matches none of the four laws.
+
+    Its growth fails each law; its reduction fails all but H-TCP's, whose β is also 0.5 on a
+    path without propagation delay.
+    """
     tr = run_flow("reno", SECONDS["reno"])
     for name, law in laws(tr).items():
         f = fit(tr, law)
         print("\nreno vs " + f.summary())
-        assert not (f.reductions_follow_law() and f.growth_follows_law()), f"reno passes the {name} law: {f.summary()}"
+        assert not f.growth_follows_law(), f"reno's growth passes the {name} law: {f.summary()}"
+        if name != "htcp":
+            assert not f.reductions_follow_law(), f"reno's reduction passes the {name} law: {f.summary()}"

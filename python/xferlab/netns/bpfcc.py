@@ -134,7 +134,8 @@ def register(variants: Iterable[str]) -> list[str]:
             try:
                 host.sh(["bpftool", "struct_ops", "register", str(object_path(name))], timeout=60)
             except host.HostError as e:
-                raise host.HostError(f"registering {name} failed (is this kernel's BPF struct_ops enabled?): {str(e)[-2000:]}") from None
+                hint = "does the kernel allow BPF struct_ops congestion controls?"
+                raise host.HostError(f"registering {name} failed ({hint}): {str(e)[-2000:]}") from None
             done.append(name)
             if name not in available():
                 raise host.HostError(f"{name} registered but not listed in {AVAILABLE}")

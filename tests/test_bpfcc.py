@@ -42,14 +42,21 @@ import pytest
 from xferlab.netns import bpfcc, host
 
 TOOLS = ("clang", "bpftool", "ip", "tc", "ethtool")
-pytestmark = [
-    pytest.mark.skipif(os.geteuid() != 0, reason="BPF congestion controls need root (struct_ops, namespaces)"),
-    pytest.mark.skipif(
-        any(shutil.which(t) is None for t in TOOLS),
-        reason=f"needs {', '.join(TOOLS)} (Debian: apt-get install clang llvm libbpf-dev bpftool iproute2 ethtool)",
-    ),
-    pytest.mark.skipif(not bpfcc.VMLINUX_BTF.exists(), reason="the kernel has no BTF (/sys/kernel/btf/vmlinux)"),
-]
+
+
+def _host_missing() -> str | None:
+    """Why this host cannot run the BPF tests, or None."""
+    if os.geteuid() != 0:
+        return "BPF congestion controls and namespaces need root"
+    missing = [t for t in TOOLS if shutil.which(t) is None]
+    if missing:
+        return f"needs {', '.join(missing)} (Debian: apt-get install clang llvm libbpf-dev bpftool iproute2 ethtool)"
+    if not bpfcc.VMLINUX_BTF.exists():
+        return "the kernel has no BTF (/sys/kernel/btf/vmlinux)"
+    return None
+
+
+needs_host = pytest.mark.skipif(_host_missing() is not None, reason=_host_missing() or "")
 
 # ---------------------------------------------------------------------------------------------
 # The emulated path and the sampled flow
@@ -401,12 +408,12 @@ class HtcpLaw(Law):
 #: time each law grows it by at most about one segment at these windows (~8 segments are
 #: ACKed per ms).  Measured: 0 to +2.  Reno's reductions miss the laws by 16 segments or more.
 SSTHRESH_TOLERANCE = 3
-#: Over an epoch, the window's growth must be within this fraction of the law's replayed
-#: growth.  What the replay cannot see: ACKs on which the kernel does not call cong_avoid
-#: (not cwnd-limited right after recovery), the ~1 ms between the end of recovery and the
-#: first sample, and the integer window (one segment of the 25–100 an epoch grows).
-#: Measured: 0.95–1.03 (docs/bpf-cc.md); Reno's growth is 0.19–0.66 of these laws' (its
-#: last, truncated epoch can come within 2 % of H-TCP's, whose α is 1 for the first second).
+#: Over an epoch, the window's growth must be within this fraction (plus one segment) of the
+#: law's replayed growth.  What the replay cannot see: ACKs on which the kernel does not
+#: call cong_avoid (not cwnd-limited right after recovery), the ~1 ms between the end of
+#: recovery and the first sample, and the integer window (one segment of the 25–100 an epoch
+#: grows).  Measured: 0.95–1.03 (docs/bpf-cc.md).  Reno's growth is 0.19–0.66 of these laws'
+#: (a last, truncated epoch can come within 4 % of H-TCP's, whose α is 1 for a second).
 GROWTH_TOLERANCE = 0.10
 
 
@@ -417,6 +424,7 @@ class Fit:
     beta_law: list[float] = field(default_factory=list)  # the law's ratio for the same windows
     ssthresh_errors: list[int] = field(default_factory=list)  # ssthresh − law, segments
     growth_ratios: list[float] = field(default_factory=list)  # window growth / law's growth, per epoch
+    growth: list[tuple[float, float]] = field(default_factory=list)  # (window's, law's) growth per epoch
     deviations: list[float] = field(default_factory=list)  # largest |cwnd − law's window| in each epoch, segments
     detail: list[str] = field(default_factory=list)
 
@@ -424,7 +432,8 @@ class Fit:
         return len(self.ssthresh_errors) >= 3 and max(abs(e) for e in self.ssthresh_errors) <= SSTHRESH_TOLERANCE
 
     def growth_follows_law(self) -> bool:
-        return len(self.growth_ratios) >= 2 and all(abs(r - 1) <= GROWTH_TOLERANCE for r in self.growth_ratios)
+        # One segment more: the window is an integer, the law's replay is not.
+        return len(self.growth) >= 2 and all(abs(seen - law) <= GROWTH_TOLERANCE * law + 1 for seen, law in self.growth)
 
     def summary(self) -> str:
         return (
@@ -462,6 +471,7 @@ def fit(tr: Trace, law: Law) -> Fit:
         seen = tr.cwnd[ep.idx[-1]] - tr.cwnd[i0]
         if grown >= 10:  # enough growth to measure a ratio
             f.growth_ratios.append(seen / grown)
+            f.growth.append((seen, grown))
             f.deviations.append(deviation)
             f.detail.append(
                 f"epoch at {tr.t[i0]:.2f} s: cwnd {tr.cwnd[i0]:.0f} → {tr.cwnd[ep.idx[-1]]:.0f}, "
@@ -570,6 +580,7 @@ def _usable(name: str) -> bool:
         return s.getsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, 16).rstrip(b"\0").decode() == name
 
 
+@needs_host
 def test_registration_and_unregistration():
     names = list(bpfcc.KERNEL_NAMES.values())
     with host.host_lock():
@@ -602,6 +613,7 @@ def _struct_ops_id(name: str) -> int:
 SECONDS = {"scalable": 3.0, "bic": 4.0, "highspeed": 3.5, "htcp": 6.0, "reno": 6.0}
 
 
+@needs_host
 @pytest.mark.parametrize("variant", ["scalable", "bic", "highspeed", "htcp"])
 def test_window_follows_the_simulators_law(variant):
     tr = run_flow(variant, SECONDS[variant])
@@ -611,6 +623,7 @@ def test_window_follows_the_simulators_law(variant):
     assert f.growth_follows_law(), f.summary()
 
 
+@needs_host
 def test_reno_fails_every_law():
     """The checks can fail: Reno's window (½ on loss, +1 per RTT) matches none of the four laws.
 

@@ -62,5 +62,8 @@ class Trace:
 
     @classmethod
     def from_batches(cls, batches: dict, run: dict) -> Trace:
-        tables = {name: pa.Table.from_batches([batches[name]]) for name in TABLES}
+        tables = {
+            name: batches[name] if isinstance(batches[name], pa.Table) else pa.Table.from_batches([batches[name]])
+            for name in TABLES
+        }
         return cls(run=run, **tables)

@@ -58,6 +58,7 @@ class DumbbellSpec:
     buffer_pkts: int
     mtu: int
     loss_rate: float = 0.0
+    #: A shaper (token bucket on a faster line) instead of a link: its burst, counting qdisc frames.
     bottleneck_burst_bytes: int | None = None
     initial_cwnd: int = 10
     rto_min_s: float = 0.2
@@ -69,6 +70,22 @@ class DumbbellSpec:
 
 def _rate(bps: float) -> str:
     return f"{max(1, int(round(bps)))}bit"
+
+
+#: What an Ethernet link spends per frame beyond what a qdisc counts (IP + 14-byte header):
+#: preamble 8, FCS 4, inter-frame gap 12.  Links (access, bottleneck) count it, as the
+#: simulator does; per-flow token buckets do not (seed 001's convention: qdisc frames).
+WIRE_OVERHEAD = 24
+
+
+def _link_class(rate_bps: float, burst: int, frame: int, overhead: int = WIRE_OVERHEAD) -> list[str]:
+    """HTB class options of a link at ``rate_bps`` of wire time (``overhead`` bytes per frame)."""
+    return ["rate", _rate(rate_bps), "burst", str(burst), "cburst", str(burst), "quantum", str(frame)] + [
+        "overhead",
+        str(overhead),
+        "mtu",
+        str(max(1600, frame + overhead + 64)),
+    ]
 
 
 class Dumbbell:
@@ -160,9 +177,7 @@ class Dumbbell:
         tc = ["tc", "-n", ns]
         host.sh(tc + ["qdisc", "add", "dev", "eth0", "root", "handle", "1:", "htb", "default", "1"])
         host.sh(
-            tc
-            + ["class", "add", "dev", "eth0", "parent", "1:", "classid", "1:1", "htb", "rate", _rate(rate_bps)]
-            + ["burst", str(burst), "cburst", str(burst), "quantum", str(frame)]
+            tc + ["class", "add", "dev", "eth0", "parent", "1:", "classid", "1:1", "htb"] + _link_class(rate_bps, burst, frame)
         )
         host.sh(tc + ["qdisc", "add", "dev", "eth0", "parent", "1:1", "handle", "10:", "pfifo", "limit", str(ACCESS_QUEUE)])
         buckets = [b for b in self.spec.token_buckets if b.host == ns]
@@ -197,8 +212,8 @@ class Dumbbell:
         host.sh(tc + ["qdisc", "add", "dev", "core", "root", "handle", "1:", "htb", "default", "1"])
         host.sh(
             tc
-            + ["class", "add", "dev", "core", "parent", "1:", "classid", "1:1", "htb", "rate", _rate(s.bottleneck_rate_bps)]
-            + ["burst", str(burst), "cburst", str(burst), "quantum", str(frame)]
+            + ["class", "add", "dev", "core", "parent", "1:", "classid", "1:1", "htb"]
+            + _link_class(s.bottleneck_rate_bps, burst, frame, 0 if s.bottleneck_burst_bytes else WIRE_OVERHEAD)
         )
         host.sh(tc + ["qdisc", "add", "dev", "core", "parent", "1:1", "handle", "10:", "pfifo", "limit", str(s.buffer_pkts)])
 

@@ -309,3 +309,75 @@ def entries_from_docs(docs: list[dict], offsets: list[float] | None = None) -> l
                 )
             )
     return entries
+
+
+def import_run(
+    paths: list[Path],
+    out: Path,
+    *,
+    name: str | None = None,
+    capacity_bps: float | None = None,
+    goodput_interval_s: float = 0.5,
+    offsets: list[float] | None = None,
+    force: bool = False,
+) -> dict:
+    """``xferlab import iperf3``: the iperf3 tests of ``paths`` (in order) as one run folder
+    at ``out``; returns the metrics."""
+    from .common import synthetic_resolved, write_run
+
+    docs, files = [], []
+    for p in paths:
+        got = load_docs(p)
+        docs += got
+        files += [str(p)] * len(got)
+    entries = entries_from_docs(docs, offsets)
+    tables = tables_from_runs(entries, goodput_interval_s=goodput_interval_s, end_s=None)
+    end_s = max(tables["flows"].column("end").to_pylist())
+    name = name or Path(paths[0]).stem
+    mss = doc_mss(docs[0])
+    resolved = synthetic_resolved(
+        name=name,
+        flows=tables["flows"],
+        goodput_interval_s=goodput_interval_s,
+        capacity_bps=capacity_bps,
+        rtt_s=doc_min_rtt_s(docs),
+        mss=mss,
+        end_s=end_s,
+    )
+    sides_used = sorted(set(goodput_side(entries).values()))
+    given = {
+        "name": name,
+        "import": {
+            "format": "iperf3",
+            "files": [str(p) for p in paths],
+            "capacity_bps": capacity_bps,
+            "goodput_interval_s": goodput_interval_s,
+            "offsets_s": offsets,
+        },
+    }
+    imported = {
+        "format": "iperf3",
+        "files": [str(Path(p).resolve()) for p in paths],
+        "tests": [
+            {"file": f, "pair": k, "start_s": e.start_s, "streams": n_streams(e.doc), "reverse": is_reverse(e.doc)}
+            for k, (f, e) in enumerate(
+                zip(files, [next(x for x in entries if x.pair == k) for k in range(len(docs))], strict=True)
+            )
+        ],
+        "goodput_side": " and ".join(sides_used) + " intervals",
+        "aligned_by": "offsets given" if offsets is not None else "start.timestamp.timesecs (1 s resolution)",
+        "note": (
+            "iperf3 reports neither ssthresh, RTO, data in flight nor timeouts, and there are no bottleneck counters: "
+            "those metrics are shown as —."
+        ),
+    }
+    has_sender = all(sides(d)[0] is not None for d in docs)
+    return write_run(
+        out,
+        tables=tables,
+        resolved=resolved,
+        given=given,
+        imported=imported,
+        known={"link": False, "timeouts": False, "retransmissions": has_sender},
+        force=force,
+    )

@@ -98,3 +98,12 @@ def test_compare_page_loads_its_images_in_a_browser(runs, tmp_path):
     for alt, complete, w, h in images:
         assert complete and w > 300 and h > 200, (alt, w, h)
     assert problems == []
+
+
+def test_imported_trace_has_exactly_the_simulators_schemas(runs):
+    import pyarrow.parquet as pq
+
+    for name in ("flows", "goodput", "link", "tcp"):
+        sim = pq.read_schema(runs / "a" / "trace" / f"{name}.parquet")
+        imp = pq.read_schema(runs / "imp" / "trace" / f"{name}.parquet")
+        assert imp.equals(sim, check_metadata=False), name

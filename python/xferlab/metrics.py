@@ -269,6 +269,12 @@ def compute(trace: Trace, resolved: dict, window=None) -> dict:
             if stats["ideal_makespan_s"] is not None:
                 stats["makespan_deficiency"] = deficiency(stats["makespan_s"], stats["ideal_makespan_s"])
         out["completion"] = stats
+    # Imported runs: what the logs cannot tell (no bottleneck counters, no timeouts) is None.
+    for key in resolved.get("unknown_metrics", ()):
+        out[key] = None
+        for row in flow_rows + transfer_rows:
+            if key in row:
+                row[key] = None
     return clean(out)
 
 

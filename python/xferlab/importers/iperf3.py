@@ -105,13 +105,24 @@ def is_reverse(doc: dict) -> bool:
     return bool(doc["start"].get("test_start", {}).get("reverse"))
 
 
+def is_server(doc: dict) -> bool:
+    """A server's own ``iperf3 -s -J`` output (it accepted the connection)."""
+    return "accepted_connection" in doc["start"]
+
+
+def local_sends(doc: dict) -> bool:
+    """Whether the host that wrote ``doc`` sent the data: the client unless ``-R``."""
+    return is_reverse(doc) == is_server(doc)
+
+
 def sides(doc: dict) -> tuple[dict | None, dict | None]:
-    """(sender document, receiver document) of a client document; either may be None
-    when the other end's output was not collected."""
+    """(sender document, receiver document) of a document (a client's, possibly with the
+    server's in ``server_output_json``, or a server's own); either may be None when the
+    other end's output was not collected."""
     remote = doc.get("server_output_json")
-    if isinstance(remote, dict) and not remote.get("intervals"):
+    if not isinstance(remote, dict) or not remote.get("intervals"):
         remote = None
-    return (remote, doc) if is_reverse(doc) else (doc, remote)
+    return (doc, remote) if local_sends(doc) else (remote, doc)
 
 
 def n_streams(doc: dict) -> int:
@@ -288,7 +299,7 @@ def entries_from_docs(docs: list[dict], offsets: list[float] | None = None) -> l
             c = conns[k] if k < len(conns) else {}
             local = f"{c.get('local_host', 'client')}:{c.get('local_port', '')}".rstrip(":")
             remote = f"{c.get('remote_host', 'server')}:{c.get('remote_port', '')}".rstrip(":")
-            src, dst = (remote, local) if is_reverse(doc) else (local, remote)
+            src, dst = (local, remote) if local_sends(doc) else (remote, local)
             stream_volume = None
             if volume is not None:
                 # -n is the whole test's volume; each stream carried its own share of it.
@@ -323,7 +334,7 @@ def import_run(
 ) -> dict:
     """``xferlab import iperf3``: the iperf3 tests of ``paths`` (in order) as one run folder
     at ``out``; returns the metrics."""
-    from .common import synthetic_resolved, write_run
+    from .common import synthetic_resolved, unknown_metrics, write_run
 
     docs, files = [], []
     for p in paths:
@@ -372,12 +383,12 @@ def import_run(
         ),
     }
     has_sender = all(sides(d)[0] is not None for d in docs)
+    resolved["unknown_metrics"] = unknown_metrics(link=False, timeouts=False, retransmissions=has_sender)
     return write_run(
         out,
         tables=tables,
         resolved=resolved,
         given=given,
         imported=imported,
-        known={"link": False, "timeouts": False, "retransmissions": has_sender},
         force=force,
     )

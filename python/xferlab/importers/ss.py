@@ -263,7 +263,7 @@ def import_run(
     force: bool = False,
 ) -> dict:
     """``xferlab import ss``: one ss log as a run folder at ``out``; returns the metrics."""
-    from .common import synthetic_resolved, write_run
+    from .common import synthetic_resolved, unknown_metrics, write_run
     from .iperf3 import DEFAULT_MSS
 
     tables, learnt = tables_from_log(path, goodput_interval_s=goodput_interval_s, min_bytes=min_bytes)
@@ -292,12 +292,12 @@ def import_run(
             "those metrics are shown as —."
         ),
     }
+    resolved["unknown_metrics"] = unknown_metrics(link=False, timeouts=False, retransmissions=learnt["has_sender"])
     return write_run(
         out,
         tables=tables,
         resolved=resolved,
         given=given,
         imported=imported,
-        known={"link": False, "timeouts": False, "retransmissions": learnt["has_sender"]},
         force=force,
     )

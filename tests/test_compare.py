@@ -9,6 +9,21 @@ from xferlab import compare
 DATA = Path(__file__).parent / "data"
 
 
+def run_cli(*args, check=False):
+    """The CLI in this process (faster than a subprocess; same exit status and output)."""
+    from types import SimpleNamespace
+
+    from typer.testing import CliRunner
+    from xferlab.cli import app
+
+    r = CliRunner().invoke(app, [str(a) for a in args])
+    if r.exception is not None and not isinstance(r.exception, SystemExit):
+        raise r.exception
+    if check:
+        assert r.exit_code == 0, r.output
+    return SimpleNamespace(returncode=r.exit_code, stdout=r.stdout, stderr=r.stderr)
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     """Two simulator runs of one scenario (seeds 7 and 8) and an imported iperf3 run."""
@@ -38,7 +53,7 @@ def test_two_seeds_compare_without_warning(cli, runs):
 
 def test_simulator_against_an_import_warns_with_the_differing_fields(cli, runs, tmp_path):
     out = tmp_path / "cmp.html"
-    p = cli("compare", runs / "a", runs / "imp", "--out", out)
+    p = run_cli("compare", runs / "a", runs / "imp", "--out", out)
     assert p.returncode == 0, p.stderr
     assert "warning: the scenarios differ" in p.stderr and "pairs" in p.stderr and "streams" in p.stderr
     page = out.read_text()
@@ -68,7 +83,7 @@ def test_a_folder_that_is_not_a_run_is_one_clear_error(cli, runs, tmp_path, whic
         bad.mkdir()
     if which == "not a run":
         (bad / "run.json").write_text("{}")
-    p = cli("compare", runs / "a", bad, "--out", tmp_path / "x.html")
+    p = run_cli("compare", runs / "a", bad, "--out", tmp_path / "x.html")
     assert p.returncode == 2 and "Traceback" not in p.stderr
     assert str(bad) in p.stderr and len(p.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "x.html").exists()

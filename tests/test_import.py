@@ -16,6 +16,21 @@ VOLUME = DATA / "iperf3_volume.json"  # -n 20M, no server output, cubic
 LOGFILE = DATA / "iperf3_logfile.json"  # two -t 1 tests appended by --logfile, 2 s apart
 
 
+def run_cli(*args, check=False):
+    """The CLI in this process (faster than a subprocess; same exit status and output)."""
+    from types import SimpleNamespace
+
+    from typer.testing import CliRunner
+    from xferlab.cli import app
+
+    r = CliRunner().invoke(app, [str(a) for a in args])
+    if r.exception is not None and not isinstance(r.exception, SystemExit):
+        raise r.exception
+    if check:
+        assert r.exit_code == 0, r.output
+    return SimpleNamespace(returncode=r.exit_code, stdout=r.stdout, stderr=r.stderr)
+
+
 def test_tables_have_the_trace_schemas_and_keep_every_byte():
     docs = ip.load_docs(P2)
     entries = ip.entries_from_docs(docs)
@@ -143,7 +158,7 @@ def test_import_iperf3_writes_a_run_folder_like_a_simulator_run(cli, tmp_path):
 
 def test_import_volume_test_has_completion_times_and_no_capacity_means_none(cli, tmp_path):
     out = tmp_path / "vol"
-    cli("import", "iperf3", VOLUME, "--out", out, check=True)
+    run_cli("import", "iperf3", VOLUME, "--out", out, check=True)
     m = json.loads((out / "metrics.json").read_text())
     assert m["completion"]["count"] == 1 and m["completion"]["mean_s"] == pytest.approx(1.668, abs=0.01)
     assert m["efficiency"] is None and m["ideal_goodput_mbps"] is None
@@ -153,7 +168,7 @@ def test_import_volume_test_has_completion_times_and_no_capacity_means_none(cli,
 
 def test_import_several_files_one_transfer_per_test(cli, tmp_path):
     out = tmp_path / "many"
-    cli("import", "iperf3", REVERSE, LOGFILE, "--out", out, "--offset", "0", "--offset", "1", "--offset", "2", check=True)
+    run_cli("import", "iperf3", REVERSE, LOGFILE, "--out", out, "--offset", "0", "--offset", "1", "--offset", "2", check=True)
     flows = pq.read_table(out / "trace" / "flows.parquet").to_pandas()
     assert flows["pair"].tolist() == [0, 1, 2] and flows["start"].tolist() == [0.0, 1.0, 2.0]
     assert flows["variant"].tolist() == ["bbr", "bbr", "reno"]
@@ -161,7 +176,7 @@ def test_import_several_files_one_transfer_per_test(cli, tmp_path):
 
 def test_import_ss_writes_a_run_folder(cli, tmp_path):
     out = tmp_path / "ss"
-    cli("import", "ss", SS_H, "--interval", "0.2s", "--capacity", "1Gbps", "--out", out, check=True)
+    run_cli("import", "ss", SS_H, "--interval", "0.2s", "--capacity", "1Gbps", "--out", out, check=True)
     m = json.loads((out / "metrics.json").read_text())
     assert len(m["flows"]) == 2 and m["aggregate_goodput_mbps"] == pytest.approx(200, rel=0.05)
     assert "Imported from ss logs" in (out / "report.html").read_text()
@@ -183,7 +198,7 @@ def test_bad_logs_are_one_clear_line_and_nothing_is_written(cli, tmp_path, kind,
     if content is not None:
         log.write_text(content)
     out = tmp_path / "out"
-    p = cli("import", kind, log, "--out", out)
+    p = run_cli("import", kind, log, "--out", out)
     assert p.returncode == 2, p.stderr
     assert message in p.stderr and "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1
     assert not out.exists() and [x.name for x in tmp_path.iterdir()] == (["log"] if content is not None else [])
@@ -199,3 +214,11 @@ def test_a_servers_own_output_is_read_from_its_side():
     t = ip.tables_from_runs(e, goodput_interval_s=0.5, end_s=None)
     assert t["tcp"].num_rows == 10 and ip.goodput_side(e) == {0: "sender"}
     assert t["flows"].to_pylist()[0]["source"].endswith(":25203")
+
+
+def test_a_volume_cut_off_by_the_end_of_the_run_has_no_completion_time():
+    doc = ip.load_docs(VOLUME)[0]
+    e = ip.Iperf3Flow(doc=doc, flow_id=0, pair=0, stream=0, variant="cubic", volume_bytes=20 << 20)
+    assert ip.tables_from_runs([e], goodput_interval_s=0.5, end_s=1.0)["flows"].to_pylist()[0]["completion_time"] is None
+    e.volume_bytes = 30 << 20  # more than the test sent
+    assert ip.tables_from_runs([e], goodput_interval_s=0.5, end_s=None)["flows"].to_pylist()[0]["completion_time"] is None

@@ -205,7 +205,7 @@ def tables_from_runs(entries: list[Iperf3Flow], *, goodput_interval_s: float, en
         start = e.start_s + float(ivs[0]["start"])
         end = max(b for _, b, _ in rx)
         if end_s is not None:
-            end = min(end, end_s)
+            end = max(start, min(end, end_s))
         local = e.doc
         rx_end = _end_stream(local, i, "receiver")
         tx_end = _end_stream(sender, i, "sender") or _end_stream(local, i, "sender")
@@ -221,7 +221,11 @@ def tables_from_runs(entries: list[Iperf3Flow], *, goodput_interval_s: float, en
             retrans = sum(int(v.get("retransmits") or 0) for v in tx_ivs)
         completion = None
         if e.volume_bytes is not None:
+            # A -n test ends when its volume is sent: its duration is the completion time,
+            # unless it moved less than asked or ended after the run did.
             completion = float(tx_end.get("seconds") or (end - start))
+            if (sent and sent < e.volume_bytes) or (end_s is not None and e.start_s + completion > end_s + 1e-9):
+                completion = None
         flows.append(
             {
                 "flow_id": e.flow_id,

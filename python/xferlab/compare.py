@@ -288,7 +288,7 @@ def _img(data: bytes | None, alt: str) -> str:
 
 
 def _rel(v) -> str:
-    return "—" if v is None else f"{100 * v:+.1f} %"
+    return "—" if v is None else f"{round(100 * v, 1) + 0.0:+.1f} %"  # + 0.0: no "-0.0 %"
 
 
 def render(a: Run, b: Run, diffs: list) -> str:

@@ -73,7 +73,10 @@ def run(
     scenario: Path = typer.Argument(..., help="scenario YAML file"),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="run folder to create (default: results/NAME/TIMESTAMP)"),
     set_: Optional[list[str]] = typer.Option(None, "--set", "-s", help="override a field: section.field=value (repeatable)"),
-    backend: str = typer.Option("sim", "--backend", "-b", help="sim (built-in simulator)"),
+    backend: str = typer.Option("sim", "--backend", "-b", help="sim (built-in simulator) or netns (real Linux TCP, root)"),
+    scale: Optional[float] = typer.Option(
+        None, "--scale", help="netns: run K× slower (rates ÷ K, times × K); default: what this host can carry"
+    ),
     force: bool = typer.Option(False, "--force", help="replace --out if it exists"),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar"),
 ):
@@ -81,11 +84,14 @@ def run(
     from . import engine
     from . import scenario as sc
 
+    options = {"scale": scale} if scale is not None else {}
+    if scale is not None and backend != "netns":
+        _fail("--scale applies to the netns backend only")
     try:
         s, given = sc.load(scenario, set_)
         target = out if out is not None else engine.default_out(s)
         if quiet or not console.is_terminal:
-            m = engine.run(s, given, target, backend=backend, force=force)
+            m = engine.run(s, given, target, backend=backend, force=force, options=options)
         else:
             with Progress(
                 TextColumn("[bold]{task.description}"),
@@ -98,10 +104,11 @@ def run(
                 task = bar.add_task(f"{s.name} ({backend})", total=None, label="")
 
                 def progress(now_s: float, total_s: float | None):
-                    label = f"{now_s:.1f} / {total_s:.1f} s simulated" if total_s else f"{now_s:.1f} s simulated"
+                    unit = "simulated" if backend == "sim" else "of scenario time"
+                    label = f"{now_s:.1f} / {total_s:.1f} s {unit}" if total_s else f"{now_s:.1f} s {unit}"
                     bar.update(task, completed=now_s, total=total_s, label=label)
 
-                m = engine.run(s, given, target, backend=backend, progress=progress, force=force)
+                m = engine.run(s, given, target, backend=backend, progress=progress, force=force, options=options)
     except (ScenarioError, BackendError, RunFolderError, MetricsError) as e:
         _fail(str(e))
     except KeyboardInterrupt:
@@ -119,6 +126,22 @@ def report(folder: Path = typer.Argument(..., help="a run folder")):
     except (RunFolderError, MetricsError, KeyError) as e:
         _fail(str(e) if not isinstance(e, KeyError) else f"{folder}: run.json lacks {e}")
     _summary(m, folder)
+
+
+@app.command()
+def cleanup():
+    """Remove what crashed netns runs left behind (namespaces xl-*, BPF congestion controls xl_*)."""
+    from .netns import host
+
+    try:
+        host.require_root()
+        with host.host_lock(wait=False):
+            removed = host.cleanup_leftovers()
+    except host.HostError as e:
+        _fail(str(e))
+    for thing in removed:
+        console.print(f"removed {thing}")
+    console.print("nothing to clean up" if not removed else f"{len(removed)} leftover(s) removed")
 
 
 @app.command()

@@ -49,13 +49,14 @@ def run(
     backend: str = "sim",
     progress=None,
     force: bool = False,
+    options: dict | None = None,
 ) -> dict:
     """Runs ``scenario`` and writes its run folder at ``out``; returns the metrics."""
     resolved = resolve(scenario)
     runfolder.check_destination(out, force)
     be = backends.get(backend)
     t0 = time.perf_counter()
-    result = be.run(scenario, resolved, progress)
+    result = be.run(scenario, resolved, progress, **(options or {}))
     wall = time.perf_counter() - t0
     stats = result.stats
     vers = versions(result.versions)

@@ -241,6 +241,32 @@ def _imported_setup(run_meta: dict) -> list[tuple[str, object]]:
     ]
 
 
+def _emulation_rows(run_meta: dict) -> list[tuple[str, object]]:
+    """What a netns run adds to the setup table: time dilation and the delay line's punctuality."""
+    env, stats = run_meta.get("environment") or {}, run_meta.get("stats") or {}
+    rows = []
+    if "scale" in env:
+        e = env.get("emulated", {})
+        rows.append(
+            (
+                "emulated as",
+                f"scale K = {env['scale']:g}: {e.get('bottleneck_rate_bps', 0) / 1e6:g} Mbit/s bottleneck, "
+                f"{e.get('rtt_s', 0) * 1e3:g} ms RTT, times × K",
+            )
+        )
+    if env.get("congestion_controls"):
+        rows.append(("kernel congestion controls", ", ".join(f"{k} → {v}" for k, v in env["congestion_controls"].items())))
+    for q, d in sorted(((stats.get("delay_line") or {}).get("queues") or {}).items()):
+        rows.append(
+            (
+                f"delay line queue {q}",
+                f"{d.get('delay_ms', 0):g} ms, {d.get('packets', 0):,} packets, late mean {d.get('late_mean_ms', 0):.3f} / "
+                f"p99 {d.get('late_p99_ms', 0):.3f} / max {d.get('late_max_ms', 0):.3f} ms",
+            )
+        )
+    return rows
+
+
 def render(folder: Path, trace: Trace, run_meta: dict, metrics: dict) -> Path:
     """Writes ``figures/*.png`` and a self-contained ``report.html`` into ``folder``."""
     folder = Path(folder)
@@ -293,6 +319,7 @@ def render(folder: Path, trace: Trace, run_meta: dict, metrics: dict) -> Path:
             ("simulated events", run_meta.get("sim_events")),
         ]
     )
+    setup += _emulation_rows(run_meta)
     parts = [
         "<!doctype html><html lang=en><head><meta charset=utf-8>",
         f"<title>xferlab — {html.escape(r['name'])}</title><style>{CSS}</style></head><body>",
@@ -300,6 +327,8 @@ def render(folder: Path, trace: Trace, run_meta: dict, metrics: dict) -> Path:
         f"<p class=muted>{html.escape(run_meta.get('scenario', {}).get('description', '') or '')} "
         f"Run on the <b>{html.escape(run_meta['backend'])}</b> backend, {html.escape(run_meta.get('created', ''))}.</p>",
     ]
+    for warning in (run_meta.get("environment") or {}).get("warnings", []):
+        parts.append(f"<p class=warn>{html.escape(warning)}</p>")
     if run_meta.get("imported"):
         imp = run_meta["imported"]
         files = ", ".join(f"<code>{html.escape(str(f))}</code>" for f in imp.get("files", []))

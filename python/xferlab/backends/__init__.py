@@ -1,6 +1,7 @@
 """Backends run a resolved scenario and return the Trace tables.
 
-One module per backend; each exposes ``run(scenario, resolved, progress) -> BackendRun``.
+One module per backend; each exposes ``run(scenario, resolved, progress, **options) -> BackendRun``
+(options: the netns backend's ``scale``).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ class BackendRun:
 #: progress(simulated_or_elapsed_seconds, total_seconds_or_None)
 Progress = Callable[[float, float | None], None]
 
-NAMES = ("sim",)
+NAMES = ("sim", "netns")
 
 
 def get(name: str):
@@ -34,4 +35,8 @@ def get(name: str):
         from . import sim
 
         return sim
+    if name == "netns":
+        from . import netns
+
+        return netns
     raise BackendError(f"unknown backend {name!r} (available: {', '.join(NAMES)})")

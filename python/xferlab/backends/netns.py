@@ -1,0 +1,532 @@
+"""Real Linux TCP in network namespaces on this host: a software GtrcNET.
+
+One run: take the host lock, remove a crashed run's leftovers, build the dumbbell
+(:mod:`xferlab.netns.topology`), register the BPF congestion controls the scenario needs,
+start the delay line, one ``iperf3`` server per flow, then each flow's client at its start
+time; sample the bottleneck counters at the link interval; collect the iperf3 JSON; tear
+everything down on every exit path; convert it all into the Trace.  A scenario too fast
+for this host is dilated in time by K (:mod:`xferlab.netns.scaling`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+
+from . import BackendError, BackendRun, Progress
+
+NAME = "netns"
+#: Built-in congestion controls of this kernel; the others are the project's BPF versions.
+BUILTIN = {"reno": "reno", "cubic": "cubic", "bbr": "bbr"}
+BASE_PORT = 5201
+#: Delay-line punctuality a run must meet to be trusted (issue 5's benchmark goals).
+LATE_MEAN_MS = 0.2
+LATE_P99_MS = 1.0
+#: Setup round trips of an iperf3 test before its first data byte (control connection,
+#: cookie, parameter exchange, data connection, TEST_START): its start is estimated as
+#: launch + SETUP_RTTS × RTT (within about one RTT).
+SETUP_RTTS = 5
+#: iperf3's smallest reporting interval.
+IPERF3_MIN_INTERVAL = 0.1
+
+
+def _repo_root() -> Path:
+    return Path(__file__).resolve().parents[3]
+
+
+def delay_binary() -> str:
+    """The delay line: $XFERLAB_DELAY, ``xferlab-delay`` on PATH, or the workspace build."""
+    env = os.environ.get("XFERLAB_DELAY")
+    if env:
+        return env
+    found = shutil.which("xferlab-delay")
+    if found:
+        return found
+    built = _repo_root() / "target" / "release" / "xferlab-delay"
+    if built.exists():
+        return str(built)
+    raise BackendError("the delay line xferlab-delay is not built; run `make build` (it runs cargo build -p xferlab-delayline)")
+
+
+def kernel_variant(variant: str) -> str:
+    if variant in BUILTIN:
+        return BUILTIN[variant]
+    from ..netns import bpfcc
+
+    return bpfcc.kernel_name(variant)
+
+
+@dataclass
+class _Flow:
+    spec: dict
+    src_ns: str
+    dst_ns: str
+    dst_addr: str
+    port: int
+    rtt_s: float
+    server: subprocess.Popen | None = None
+    client: subprocess.Popen | None = None
+    launched: float | None = None
+    exited: float | None = None
+
+
+class _Sampler(threading.Thread):
+    """Reads the bottleneck qdiscs' counters every ``interval`` seconds (``tc -s``)."""
+
+    def __init__(self, dumbbell, t0: float, interval: float, reverse: bool):
+        super().__init__(daemon=True, name="xferlab-link-sampler")
+        self.d, self.t0, self.interval, self.reverse = dumbbell, t0, interval, reverse
+        self.samples: list[tuple[float, dict]] = []
+        self.stop = threading.Event()
+        self.cost_s = 0.0
+
+    def run(self):
+        k = 0
+        while not self.stop.is_set():
+            c0 = time.perf_counter()
+            stats = self.d.bottleneck_stats(reverse=self.reverse)
+            self.cost_s += time.perf_counter() - c0
+            self.samples.append((time.monotonic() - self.t0, stats))
+            k += 1
+            delay = self.t0 + k * self.interval - time.monotonic()
+            if delay > 0:
+                self.stop.wait(delay)
+
+    def table(self, interval: float) -> pa.Table:
+        rows = {k: [] for k in ("t", "link", "bytes", "packets", "throughput_mbps", "drops", "losses", "queue_pkts")}
+        for name in ("bottleneck", "reverse") if self.reverse else ("bottleneck",):
+            prev = None
+            for t, stats in self.samples:
+                q = stats.get(name)
+                if q is None:
+                    continue
+                if prev is not None:
+                    t_prev, q_prev = prev
+                    dt = max(t - t_prev, 1e-9)
+                    db = max(0, q["bytes"] - q_prev["bytes"])
+                    # tc counts frames (IP + 14 bytes of Ethernet header); the Trace counts IP bytes.
+                    dp = max(0, q["packets"] - q_prev["packets"])
+                    ip_bytes = max(0, db - 14 * dp)
+                    rows["t"].append(round(t_prev / interval) * interval)
+                    rows["link"].append(name)
+                    rows["bytes"].append(ip_bytes)
+                    rows["packets"].append(dp)
+                    rows["throughput_mbps"].append(ip_bytes * 8 / dt / 1e6)
+                    rows["drops"].append(max(0, q["drops"] - q_prev["drops"]))
+                    rows["losses"].append(0)
+                    rows["queue_pkts"].append(int(q_prev.get("qlen", 0)))
+                prev = (t, q)
+        rows["queue_max_pkts"] = list(rows["queue_pkts"])
+        schema = pa.schema(
+            [
+                pa.field("t", pa.float64(), False),
+                pa.field("link", pa.string(), False),
+                pa.field("bytes", pa.uint64(), False),
+                pa.field("packets", pa.uint64(), False),
+                pa.field("throughput_mbps", pa.float64(), False),
+                pa.field("drops", pa.uint64(), False),
+                pa.field("losses", pa.uint64(), False),
+                pa.field("queue_pkts", pa.uint32(), False),
+                pa.field("queue_max_pkts", pa.uint32(), False),
+            ]
+        )
+        return pa.table(rows, schema=schema)
+
+
+class _Terminated(Exception):
+    pass
+
+
+def _on_sigterm(signum, frame):  # pragma: no cover - exercised by the cleanup test
+    raise _Terminated()
+
+
+def check_host() -> None:
+    from ..netns import host
+
+    try:
+        host.require_root()
+        host.require_tools("ip", "tc", "iptables", "ethtool", "iperf3", "sysctl")
+    except host.HostError as e:
+        raise BackendError(str(e)) from None
+
+
+def _needs_bpf(kernel: dict):
+    """Registers the project's BPF congestion controls this run needs, for the run only."""
+    import contextlib
+
+    extra = sorted(v for v in kernel if v not in BUILTIN)
+    if not extra:
+        return contextlib.nullcontext()
+    from ..netns import bpfcc
+
+    return bpfcc.registered(extra)
+
+
+def run(scenario, resolved: dict, progress: Progress | None = None, scale: float | None = None) -> BackendRun:
+    """Runs ``resolved`` on this host; ``scale`` = K of the time dilation (None: automatic)."""
+    from ..netns import host, scaling
+
+    check_host()
+    if resolved.get("background"):
+        raise BackendError("background ON/OFF traffic (workload.background) is not emulated by the netns backend yet")
+    if resolved.get("shaper") is not None and resolved["shaper"]["kind"] == "pacer":
+        raise BackendError("a pacing shaper on the bottleneck (topology.shaper.limiter: pacing) has no netns equivalent")
+    if scale is not None and (not math.isfinite(scale) or scale <= 0):
+        raise BackendError(f"--scale must be a positive number (got {scale})")
+    k = float(scale) if scale else scaling.auto_factor(resolved)
+    emu = scaling.scale_resolved(resolved, k)
+    binary = delay_binary()
+    try:
+        kernel = {v: kernel_variant(v) for v in sorted({f["variant"] for f in resolved["flows"]})}
+    except (ImportError, KeyError, ValueError) as e:
+        raise BackendError(f"variant not available on the netns backend: {e}") from None
+
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _on_sigterm) if main else None
+    try:
+        with host.host_lock():
+            removed = host.cleanup_leftovers()
+            with _needs_bpf(kernel):
+                result = _run_locked(emu, kernel, binary, k, progress)
+            result.environment["removed_leftovers"] = removed
+            return result
+    except host.HostError as e:
+        raise BackendError(f"netns: {e}") from None
+    except _Terminated:
+        raise KeyboardInterrupt from None
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _popen(args: list[str], ns: str, stdout=subprocess.DEVNULL) -> subprocess.Popen:
+    return subprocess.Popen(["ip", "netns", "exec", ns, *args], stdout=stdout, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+
+
+def _flows(d, emu: dict) -> tuple[list[_Flow], list]:
+    from ..netns import topology as topo
+
+    flows, buckets = [], []
+    for f in emu["flows"]:
+        pair = f["pair"]
+        src, dst = ("a", "b") if f.get("role", "transfer") == "transfer" else ("b", "a")
+        port = BASE_PORT + f["flow_id"]
+        flows.append(
+            _Flow(
+                spec=f,
+                src_ns=d.ns(src, pair),
+                dst_ns=d.ns(dst, pair),
+                dst_addr=d.addr(dst, pair),
+                port=port,
+                rtt_s=emu["pair_paths"][pair]["rtt_s"],
+            )
+        )
+        lim = f.get("limiter")
+        if lim and lim["kind"] == "token_bucket":
+            buckets.append(
+                topo.FlowClass(host=d.ns(src, pair), port=port, rate_bps=lim["rate_bps"], burst_bytes=lim["burst_bytes"])
+            )
+    return flows, buckets
+
+
+def _run_locked(emu: dict, kernel: dict, binary: str, k: float, progress) -> BackendRun:
+    from ..netns import scaling
+    from ..netns import topology as topo
+
+    paths = [topo.PathSpec(p["access_rate_bps"], p["rtt_s"]) for p in emu["pair_paths"]]
+    shaper = emu.get("shaper")
+    spec = topo.DumbbellSpec(
+        run_id=uuid.uuid4().hex[:6],
+        paths=paths,
+        bottleneck_rate_bps=shaper["rate_bps"] if shaper else emu["bottleneck_rate_bps"],
+        bottleneck_burst_bytes=shaper["burst_bytes"] if shaper else None,
+        buffer_pkts=emu["buffer_packets"],
+        mtu=emu["mtu"],
+        loss_rate=emu["loss_rate"],
+        initial_cwnd=emu["initial_cwnd"],
+        rto_min_s=emu["rto_min_s"],
+        delayed_ack=emu["delayed_ack"],
+        sock_buf_bytes=topo.sock_buf_bytes(
+            emu["bottleneck_rate_bps"],
+            max(p.rtt_s for p in paths),
+            emu["buffer_packets"],
+            emu["mtu"],
+            emu["window_cap_packets"],
+            emu["mss"],
+        ),
+    )
+    d = topo.Dumbbell(spec)
+    flows, spec.token_buckets = _flows(d, emu)
+    reverse = any(f.spec.get("role") == "reverse" for f in flows)
+    workdir = Path(tempfile.mkdtemp(prefix="xferlab-netns-"))
+    delay_proc, sampler, warnings = None, None, []
+    try:
+        t_build = time.monotonic()
+        d.build()
+        build_s = time.monotonic() - t_build
+        delay_proc = _start_delay(d, binary, workdir / "delay.json")
+        for fl in flows:
+            fl.server = _popen(["iperf3", "-s", "-1", "-p", str(fl.port), "-B", fl.dst_addr], fl.dst_ns)
+        _wait_listening(flows)
+        interval = max(IPERF3_MIN_INTERVAL, min(emu["goodput_interval_s"], emu["tcp_interval_s"]))
+        t0 = time.monotonic()
+        sampler = _Sampler(d, t0, emu["link_interval_s"], reverse=reverse)
+        sampler.start()
+        _drive(flows, emu, kernel, interval, t0, k, progress, warnings, delay_proc, workdir)
+        sampler.stop.set()
+        sampler.join()
+        delay_stats = _stop_delay(delay_proc, workdir / "delay.json")
+        delay_proc = None
+        outputs = {fl.spec["flow_id"]: _read_json(workdir / f"flow{fl.spec['flow_id']}.json") for fl in flows}
+    finally:
+        if sampler is not None:
+            sampler.stop.set()
+        for fl in flows:
+            for p in (fl.client, fl.server):
+                if p is not None and p.poll() is None:
+                    p.kill()
+                    p.wait()
+        if delay_proc is not None and delay_proc.poll() is None:
+            delay_proc.kill()
+            delay_proc.wait()
+        d.teardown()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+    tables = _tables(flows, outputs, emu, t0, sampler)
+    tables = scaling.unscale_tables(tables, k)
+    late = _late(delay_stats)
+    if late:
+        warnings.append(late)
+    if k != 1:
+        warnings.insert(
+            0,
+            f"scaled run: emulated {k:g}× slower (bottleneck {emu['bottleneck_rate_bps'] / 1e6:g} Mbit/s, "
+            f"RTT {emu['rtt_s'] * 1e3:g} ms); the trace is converted back to the scenario's units",
+        )
+    end_s = max([float(x) for x in tables["flows"].column("end").to_pylist()] + [0.0])
+    stats = {
+        "end_s": end_s,
+        "scale": k,
+        "build_s": build_s,
+        "delay_line": delay_stats,
+        "delay_line_late": bool(late),
+        "link_sampler_cpu_s": sampler.cost_s,
+        "warnings": warnings,
+    }
+    return BackendRun(
+        tables=tables,
+        stats=stats,
+        versions={"iperf3": _iperf3_version(), "kernel": platform.release()},
+        environment={
+            "scale": k,
+            "emulated": {k2: emu[k2] for k2 in ("bottleneck_rate_bps", "access_rate_bps", "rtt_s")},
+            "congestion_controls": kernel,
+            "warnings": warnings,
+        },
+    )
+
+
+def _wait_listening(flows: list[_Flow], timeout: float = 10.0) -> None:
+    """Waits until every iperf3 server listens (one `ss` per receiving namespace)."""
+    from ..netns import host
+
+    want: dict[str, set[int]] = {}
+    for fl in flows:
+        want.setdefault(fl.dst_ns, set()).add(fl.port)
+    deadline = time.monotonic() + timeout
+    while want:
+        for ns in list(want):
+            out = host.sh(["ss", "-Hltn"], ns=ns, check=False)
+            listening = {int(line.split()[3].rsplit(":", 1)[1]) for line in out.splitlines() if line.split()[3:4]}
+            want[ns] -= listening
+            if not want[ns]:
+                del want[ns]
+        for fl in flows:
+            if fl.server.poll() is not None:
+                raise BackendError(f"iperf3 server on port {fl.port} exited: {fl.server.stderr.read().decode().strip()}")
+        if want and time.monotonic() > deadline:
+            raise BackendError(f"iperf3 servers not listening after {timeout:.0f} s: {want}")
+        if want:
+            time.sleep(0.02)
+
+
+def _client_args(fl: _Flow, kernel: dict, interval: float, end_s: float, payload_ratio: float) -> tuple[list[str], list[str]]:
+    f, warnings = fl.spec, []
+    args = ["iperf3", "-c", fl.dst_addr, "-p", str(fl.port), "-C", kernel[f["variant"]], "-J", "--get-server-output"]
+    args += ["-i", f"{interval:g}", "--connect-timeout", "10000"]
+    if f.get("volume_bytes") is not None:
+        args += ["-n", str(int(f["volume_bytes"]))]
+    else:
+        duration = f["duration_s"] if f.get("duration_s") is not None else end_s - f["start_s"]
+        whole = max(1, math.ceil(duration - 1e-9))
+        if abs(whole - duration) > 1e-6:
+            warnings.append(f"flow {f['flow_id']}: iperf3 runs whole seconds, {duration:g} s rounded up to {whole} s")
+        args += ["-t", str(whole)]
+    lim = f.get("limiter")
+    if lim and lim["kind"] == "pacer":
+        # The simulator's pacer counts IP + 14 bytes per packet; TCP pacing counts payload.
+        args += ["--fq-rate", str(int(lim["rate_bps"] * payload_ratio))]
+    return args, warnings
+
+
+def _drive(flows, emu, kernel, interval, t0, k, progress, warnings, delay_proc, workdir) -> None:
+    """Starts each client at its time, waits for all, stops reverse traffic when transfers end."""
+    end_s = emu["end_s"]
+    transfers = [fl for fl in flows if fl.spec.get("role", "transfer") == "transfer"]
+    if end_s is None:
+        end_s = max(fl.spec["start_s"] + math.ceil(fl.spec["duration_s"] - 1e-9) for fl in transfers)
+    max_rtt = max(fl.rtt_s for fl in flows)
+    deadline = end_s + max(5.0, 20 * max_rtt)
+    payload_ratio = emu["mss"] / (emu["mtu"] + 14)
+    pending = sorted(flows, key=lambda x: x.spec["start_s"])
+    total = end_s / k
+    while True:
+        now = time.monotonic() - t0
+        while pending and pending[0].spec["start_s"] <= now:
+            fl = pending.pop(0)
+            args, w = _client_args(fl, kernel, interval, emu["end_s"] or end_s, payload_ratio)
+            warnings.extend(w)
+            with open(workdir / f"flow{fl.spec['flow_id']}.json", "wb") as fh:
+                fl.client = _popen(args, fl.src_ns, stdout=fh)
+            fl.launched = now
+        for fl in flows:
+            if fl.client is not None and fl.exited is None and fl.client.poll() is not None:
+                fl.exited = time.monotonic() - t0
+        if delay_proc.poll() is not None:
+            err = delay_proc.stderr.read().decode().strip() if delay_proc.stderr else ""
+            raise BackendError(f"the delay line died during the run ({err or 'exit ' + str(delay_proc.returncode)})")
+        if progress is not None:
+            progress(min(now, end_s) / k, total)
+        if not pending and all(fl.exited is not None for fl in transfers):
+            break
+        if now > deadline:
+            warnings.append(f"transfers still running at {deadline / k:.1f} s were stopped")
+            break
+        time.sleep(0.05 if pending and pending[0].spec["start_s"] - now > 0.05 else 0.005)
+    # Reverse traffic (and anything left) is interrupted: iperf3 prints its JSON on SIGINT.
+    for fl in flows:
+        if fl.client is not None and fl.client.poll() is None:
+            fl.client.send_signal(signal.SIGINT)
+    for fl in flows:
+        if fl.client is not None:
+            try:
+                fl.client.wait(timeout=5 + 4 * max_rtt)
+            except subprocess.TimeoutExpired:
+                fl.client.kill()
+                fl.client.wait()
+            if fl.exited is None:
+                fl.exited = time.monotonic() - t0
+
+
+def _start_delay(d, binary: str, stats_file: Path) -> subprocess.Popen:
+    args = [binary, "--stats", str(stats_file), "--rt-priority", "50"]
+    for q, delay in sorted(d.queues.items()):
+        args += ["--queue", f"{q}:{delay * 1e6:.3f}us"]
+    p = subprocess.Popen(
+        ["ip", "netns", "exec", d.right, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL
+    )
+    ready = threading.Event()
+
+    def wait_ready():
+        line = p.stdout.readline()
+        if line.strip() == b"ready":
+            ready.set()
+
+    t = threading.Thread(target=wait_ready, daemon=True)
+    t.start()
+    t.join(10)
+    if not ready.is_set():
+        p.kill()
+        p.wait()
+        err = p.stderr.read().decode().strip()
+        raise BackendError(f"the delay line did not start: {err or 'no ready line within 10 s'}")
+    return p
+
+
+def _stop_delay(p: subprocess.Popen, stats_file: Path) -> dict:
+    p.send_signal(signal.SIGTERM)
+    try:
+        p.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait()
+    return _read_json(stats_file) or {}
+
+
+def _read_json(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _late(stats: dict) -> str | None:
+    """A warning when the delay line missed the punctuality goals in this run."""
+    bad = []
+    for q, s in (stats.get("queues") or {}).items():
+        if not s.get("packets"):
+            continue
+        if s.get("late_mean_ms", 0) > LATE_MEAN_MS or s.get("late_p99_ms", 0) > LATE_P99_MS:
+            bad.append(f"queue {q}: mean {s['late_mean_ms']:.3f} ms, p99 {s['late_p99_ms']:.3f} ms")
+        if s.get("queue_dropped") or s.get("user_dropped"):
+            bad.append(f"queue {q}: {s.get('queue_dropped', 0) + s.get('user_dropped', 0)} packets dropped by the delay line")
+    if stats.get("enobufs"):
+        bad.append(f"{stats['enobufs']} netlink overruns")
+    if not bad:
+        return None
+    return (
+        f"delay line late (tolerance: mean ≤ {LATE_MEAN_MS} ms, p99 ≤ {LATE_P99_MS} ms): "
+        + "; ".join(bad)
+        + " — the host was too loaded for this run to be trusted"
+    )
+
+
+def _tables(flows: list[_Flow], outputs: dict, emu: dict, t0: float, sampler: _Sampler) -> dict:
+    from ..importers import iperf3 as ip3
+
+    entries = []
+    for fl in flows:
+        f = fl.spec
+        doc = outputs.get(f["flow_id"])
+        if not doc:
+            err = fl.client.stderr.read().decode().strip() if fl.client is not None and fl.client.stderr else ""
+            raise BackendError(f"flow {f['flow_id']} produced no iperf3 output ({err or 'not started'})")
+        entries.append(
+            ip3.Iperf3Flow(
+                doc=doc,
+                flow_id=f["flow_id"],
+                pair=f["pair"],
+                stream=f["stream"],
+                variant=f["variant"],
+                role=f.get("role", "transfer"),
+                start_s=(fl.launched or 0.0) + SETUP_RTTS * fl.rtt_s,
+                volume_bytes=f.get("volume_bytes"),
+                source=fl.src_ns.rsplit("-", 1)[1],
+                sink=fl.dst_ns.rsplit("-", 1)[1],
+                mss=emu["mss"],
+            )
+        )
+    tables = ip3.tables_from_runs(entries, goodput_interval_s=emu["goodput_interval_s"], end_s=None)
+    tables["link"] = sampler.table(emu["link_interval_s"])
+    return tables
+
+
+def _iperf3_version() -> str:
+    try:
+        return subprocess.run(["iperf3", "--version"], capture_output=True, text=True).stdout.split("\n")[0].strip()
+    except OSError:
+        return "unknown"

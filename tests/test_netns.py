@@ -1,0 +1,201 @@
+"""The netns backend on this host: real Linux TCP through the emulated dumbbell (root only).
+
+CI runs as root.  Each run is a few seconds of real time; together about a minute.
+"""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pyarrow.parquet as pq
+import pytest
+import yaml
+from xferlab.backends import netns
+from xferlab.netns import host
+
+pytestmark = [pytest.mark.slow]
+
+
+def _missing() -> str | None:
+    if os.geteuid() != 0:
+        return "needs root"
+    for tool in ("ip", "tc", "iptables", "ethtool", "iperf3"):
+        if shutil.which(tool) is None:
+            return f"needs {tool}"
+    try:
+        netns.delay_binary()
+    except Exception as e:  # noqa: BLE001 - the reason is the skip message
+        return str(e)
+    return None
+
+
+needs_host = pytest.mark.skipif(_missing() is not None, reason=_missing() or "")
+
+
+def write(tmp_path, name="emu", **sections):
+    data = {
+        "name": name,
+        "topology": {"pairs": 4, "access_rate": "100Mbps", "bottleneck_rate": "200Mbps", "rtt": "20ms", "buffer": "1.0bdp"},
+        "workload": {"streams": 1, "duration": "4s"},
+        "protocol": {"variant": "reno"},
+        "measure": {"goodput_interval": "0.5s", "link_interval": "100ms"},
+        "seed": 1,
+    }
+    for k, v in sections.items():
+        data[k] = {**data.get(k, {}), **v} if isinstance(v, dict) else v
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def no_leftovers():
+    assert host.own_namespaces() == []
+    assert host.own_bpf_congestion_controls() == []
+
+
+def run(cli, tmp_path, *extra, **sections):
+    out = tmp_path / "run"
+    cli("run", write(tmp_path, **sections), "--backend", "netns", "--out", out, "--quiet", *extra, check=True)
+    no_leftovers()
+    return out, json.loads((out / "metrics.json").read_text()), json.loads((out / "run.json").read_text())
+
+
+@needs_host
+def test_four_pairs_end_to_end(cli, tmp_path):
+    out, m, meta = run(cli, tmp_path)
+    assert meta["backend"] == "netns" and meta["stats"]["scale"] == 1
+    flows = pq.read_table(out / "trace" / "flows.parquet").to_pandas()
+    assert len(flows) == 4 and set(flows["pair"]) == {0, 1, 2, 3}
+    # 4 × 100 Mbit/s into 200 Mbit/s: the bottleneck is full (r_TP of 200 Mbit/s is 189.9).
+    assert 0.85 < m["efficiency"] <= 1.01
+    assert m["jain_index"] > 0.8
+    link = pq.read_table(out / "trace" / "link.parquet").to_pandas()
+    assert len(link) >= 30 and link["throughput_mbps"].max() <= 200 * 1.05
+    tcp = pq.read_table(out / "trace" / "tcp.parquet").to_pandas()
+    assert set(tcp["flow_id"]) == {0, 1, 2, 3} and tcp["cwnd"].max() > 10
+    assert (out / "report.html").exists()
+    html = (out / "report.html").read_text()
+    assert "delay line queue 0" in html
+
+
+@needs_host
+@pytest.mark.parametrize("rtt_ms", [20, 100])
+def test_rtt_accuracy(cli, tmp_path, rtt_ms):
+    """A paced flow that never builds a queue sees the configured RTT: srtt within ±1 ms."""
+    out, m, meta = run(
+        cli,
+        tmp_path,
+        topology={"pairs": 1, "rtt": f"{rtt_ms}ms"},
+        workload={"duration": "3s"},
+        protocol={"rate_limit": "20Mbps", "limiter": "pacing"},
+        measure={"goodput_interval": "0.5s", "link_interval": "100ms", "tcp_interval": "100ms"},
+    )
+    tcp = pq.read_table(out / "trace" / "tcp.parquet").to_pandas()
+    srtt = tcp["srtt_ms"][tcp["t"] > 1.0]
+    assert len(srtt) >= 5
+    assert abs(float(srtt.median()) - rtt_ms) <= 1.0, srtt.describe()
+    q = meta["stats"]["delay_line"]["queues"]["0"]
+    assert q["delay_ms"] == pytest.approx(rtt_ms)
+    # the pacer holds the flow at its rate (payload counted as on the simulator: IP + 14 bytes)
+    assert 0.9 * 20 * 1448 / 1514 < m["aggregate_goodput_mbps"] < 1.05 * 20
+
+
+@needs_host
+def test_bottleneck_rate_and_drop_counting(cli, tmp_path):
+    """One unlimited flow into a 50 Mbit/s bottleneck with 10 packets of buffer: the link
+    carries C and drops; every drop the qdisc counted is in the trace."""
+    out, m, meta = run(
+        cli,
+        tmp_path,
+        topology={"pairs": 2, "access_rate": "100Mbps", "bottleneck_rate": "50Mbps", "rtt": "10ms", "buffer": 10},
+        workload={"duration": "4s"},
+    )
+    link = pq.read_table(out / "trace" / "link.parquet").to_pandas()
+    b = link[(link["link"] == "bottleneck") & (link["t"] >= 1.0) & (link["t"] < 3.5)]
+    # IP bytes through an HTB at 50 Mbit/s of frames: at most 50 × 1500/1514.
+    rate = b["bytes"].sum() * 8 / (len(b) * 0.1) / 1e6
+    assert 0.9 * 50 * 1500 / 1514 < rate < 1.02 * 50
+    assert m["bottleneck_drops"] > 0
+    assert m["bottleneck_drops"] == int(link["drops"].sum())
+    # TCP recovered every drop: retransmissions at least cover what the queue dropped, less
+    # what was dropped in the last interval (not yet retransmitted when the flow stopped).
+    assert m["retransmissions"] >= 0.5 * m["bottleneck_drops"]
+
+
+@needs_host
+def test_cleanup_after_sigkill(cli, tmp_path):
+    """SIGKILL leaves namespaces and processes behind; the next start removes them."""
+    scenario = write(tmp_path, workload={"duration": "30s"}, topology={"pairs": 2})
+    p = subprocess.Popen(
+        [sys.executable, "-m", "xferlab.cli", "run", str(scenario), "--backend", "netns", "--out", str(tmp_path / "k"), "-q"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 20
+    pids = []
+    while time.monotonic() < deadline:
+        own = host.own_namespaces()
+        pids = [pid for ns in own for pid in host.pids_in_namespace(ns)]
+        if len(pids) >= 5:  # the delay line, 2 servers, 2 clients
+            break
+        time.sleep(0.2)
+    p.send_signal(signal.SIGKILL)
+    p.wait()
+    assert host.own_namespaces(), "the run never started"
+    assert pids
+    r = cli("cleanup", check=True)
+    assert "removed namespace" in r.stdout
+    no_leftovers()
+    time.sleep(0.2)
+    alive = [pid for pid in pids if os.path.exists(f"/proc/{pid}") and "Z" not in open(f"/proc/{pid}/stat").read().split()[2]]
+    assert alive == []
+    assert not (tmp_path / "k").exists()
+
+
+@needs_host
+def test_sigterm_cleans_up_and_writes_nothing(tmp_path):
+    scenario = write(tmp_path, workload={"duration": "30s"}, topology={"pairs": 1})
+    p = subprocess.Popen(
+        [sys.executable, "-m", "xferlab.cli", "run", str(scenario), "--backend", "netns", "--out", str(tmp_path / "t"), "-q"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and not host.own_namespaces():
+        time.sleep(0.1)
+    time.sleep(1.0)
+    p.send_signal(signal.SIGTERM)
+    _, err = p.communicate(timeout=30)
+    assert p.returncode == 130, err
+    assert "interrupted" in err and "Traceback" not in err
+    no_leftovers()
+    assert not (tmp_path / "t").exists()
+
+
+def test_not_root_is_a_clear_error(monkeypatch):
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    with pytest.raises(Exception, match="needs root"):
+        netns.check_host()
+
+
+@needs_host
+def test_scaled_run_reads_in_scenario_units(cli, tmp_path):
+    """A 2 Gbit/s scenario runs dilated (K = 5) and reads back in its own units."""
+    out, m, meta = run(
+        cli,
+        tmp_path,
+        topology={"pairs": 2, "access_rate": "1Gbps", "bottleneck_rate": "1Gbps", "rtt": "4ms"},
+        workload={"duration": "1s"},
+        measure={"goodput_interval": "0.1s", "link_interval": "20ms"},
+    )
+    assert meta["stats"]["scale"] == 2.5
+    assert meta["environment"]["emulated"]["bottleneck_rate_bps"] == pytest.approx(400e6)
+    assert 800 < m["aggregate_goodput_mbps"] <= 1000
+    flows = pq.read_table(out / "trace" / "flows.parquet").to_pandas()
+    assert flows["end"].max() < 2.0  # 1 s of scenario time (2.5 s of real time)
+    assert "scaled run" in (out / "report.html").read_text()

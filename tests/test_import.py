@@ -222,3 +222,16 @@ def test_a_volume_cut_off_by_the_end_of_the_run_has_no_completion_time():
     assert ip.tables_from_runs([e], goodput_interval_s=0.5, end_s=1.0)["flows"].to_pylist()[0]["completion_time"] is None
     e.volume_bytes = 30 << 20  # more than the test sent
     assert ip.tables_from_runs([e], goodput_interval_s=0.5, end_s=None)["flows"].to_pylist()[0]["completion_time"] is None
+
+
+def test_netns_style_one_single_stream_test_per_flow():
+    # The netns backend runs one `iperf3 -P 1` per stream and numbers the streams itself.
+    doc = ip.load_docs(VOLUME)[0]
+    entries = [
+        ip.Iperf3Flow(doc=doc, flow_id=k, pair=0, stream=k, variant="cubic", start_s=0.1 * k, source="s0", sink="r0", mss=1448)
+        for k in range(3)
+    ]
+    t = ip.tables_from_runs(entries, goodput_interval_s=0.5, end_s=None)
+    flows = t["flows"].to_pandas()
+    assert flows["stream"].tolist() == [0, 1, 2] and flows["start"].tolist() == pytest.approx([0.0, 0.1, 0.2])
+    assert (t["tcp"].to_pandas()["cwnd"] == round(720313 / 1448)).any()  # snd_cwnd bytes / the given MSS

@@ -1,9 +1,11 @@
 """Importing testbed logs: iperf3 JSON and ss snapshots become run folders."""
 
+import json
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
-from xferlab.importers import ImportLogError
+from xferlab.importers import ImportLogError, ss
 from xferlab.importers import iperf3 as ip
 from xferlab.importers.common import SCHEMAS
 
@@ -12,6 +14,21 @@ P2 = DATA / "iperf3_p2_server.json"  # -P 2 -t 2 -i 0.2 --get-server-output (ser
 REVERSE = DATA / "iperf3_reverse.json"  # -R -t 2 --get-server-output, bbr
 VOLUME = DATA / "iperf3_volume.json"  # -n 20M, no server output, cubic
 LOGFILE = DATA / "iperf3_logfile.json"  # two -t 1 tests appended by --logfile, 2 s apart
+
+
+def run_cli(*args, check=False):
+    """The CLI in this process (faster than a subprocess; same exit status and output)."""
+    from types import SimpleNamespace
+
+    from typer.testing import CliRunner
+    from xferlab.cli import app
+
+    r = CliRunner().invoke(app, [str(a) for a in args])
+    if r.exception is not None and not isinstance(r.exception, SystemExit):
+        raise r.exception
+    if check:
+        assert r.exit_code == 0, r.output
+    return SimpleNamespace(returncode=r.exit_code, stdout=r.stdout, stderr=r.stderr)
 
 
 def test_tables_have_the_trace_schemas_and_keep_every_byte():
@@ -80,3 +97,141 @@ def test_bad_iperf3_files_raise_one_clear_error(tmp_path, content, message):
         path.write_text(content)
     with pytest.raises(ImportLogError, match=message):
         ip.load_docs(path)
+
+
+# ----------------------------------------------------------------------------- ss
+
+
+SS_H = DATA / "ss_tinH.log"  # `date +%s.%N; ss -tinH state established dst …` every 0.2 s, iperf3 -P 2 client side
+SS_BOTH = DATA / "ss_tin_both_ends.log"  # plain `ss -tin` (with header) of both ends of an iperf3 -R test
+
+
+def test_ss_snapshots_become_flows_tcp_samples_and_goodput():
+    tables, learnt = ss.tables_from_log(SS_H, goodput_interval_s=0.2)
+    for name, schema in SCHEMAS.items():
+        assert tables[name].schema.equals(schema), name
+    flows = tables["flows"].to_pandas()
+    # The iperf3 control connection (186 bytes) is left out; the two data streams are one transfer.
+    assert flows["source"].tolist() == ["127.0.0.1:34242", "127.0.0.1:34256"]
+    assert flows["pair"].tolist() == [0, 0] and flows["stream"].tolist() == [0, 1]
+    assert set(flows["variant"]) == {"bbr"} and learnt["snapshots"] == 8
+    gp = tables["goodput"].to_pandas()
+    assert gp.groupby("flow_id")["bytes"].sum().tolist() == flows["bytes"].tolist()
+    assert gp[gp["t"] < 1.4]["goodput_mbps"].between(85, 115).all()  # -b 100M per stream
+    tcp = tables["tcp"].to_pandas()
+    assert len(tcp) == 16 and (tcp["cwnd"] == 18).all() and tcp["rto_ms"].eq(204).all()
+    assert tcp["srtt_ms"].between(0.01, 1).all() and tcp["ssthresh"].isna().all()
+
+
+def test_ss_with_both_ends_counts_what_the_receiver_read():
+    tables, learnt = ss.tables_from_log(SS_BOTH, goodput_interval_s=0.2)
+    f = tables["flows"].to_pylist()
+    assert len(f) == 1 and f[0]["source"] == "127.0.0.1:25205"  # -R: the server sends
+    assert learnt["goodput_side"] == ["receiver (bytes_received)"]
+    assert len(tables["tcp"]) == 4  # the sending socket's samples
+
+
+# ----------------------------------------------------------------------------- the command
+
+
+def test_import_iperf3_writes_a_run_folder_like_a_simulator_run(cli, tmp_path):
+    out = tmp_path / "imp"
+    p = cli("import", "iperf3", P2, "--capacity", "1Gbps", "--out", out, check=True)
+    assert "aggregate goodput" in p.stdout
+    for name in ("flows", "goodput", "link", "tcp"):
+        assert pq.read_table(out / "trace" / f"{name}.parquet").schema.equals(SCHEMAS[name], check_metadata=False)
+    m = json.loads((out / "metrics.json").read_text())
+    assert m["aggregate_goodput_mbps"] == pytest.approx(200, rel=0.05)
+    assert m["efficiency"] == pytest.approx(0.2, rel=0.05)
+    assert m["jain_index"] == pytest.approx(1.0, abs=1e-3)
+    assert m["timeouts"] is None and m["bottleneck_drops"] is None and m["retransmissions"] == 0
+    run = json.loads((out / "run.json").read_text())
+    assert run["backend"] == "import" and run["imported"]["goodput_side"] == "receiver intervals"
+    assert run["imported"]["files"] == [str(P2.resolve())]
+    assert run["resolved"]["pairs"] == 1 and run["resolved"]["streams"] == 2 and run["resolved"]["variant"] == "reno"
+    html = (out / "report.html").read_text()
+    assert "Imported from iperf3 logs" in html and P2.name in html
+    # The report can be recomputed from the stored trace, unknowns stay unknown.
+    cli("report", out, check=True)
+    assert json.loads((out / "metrics.json").read_text())["timeouts"] is None
+
+
+def test_import_volume_test_has_completion_times_and_no_capacity_means_none(cli, tmp_path):
+    out = tmp_path / "vol"
+    run_cli("import", "iperf3", VOLUME, "--out", out, check=True)
+    m = json.loads((out / "metrics.json").read_text())
+    assert m["completion"]["count"] == 1 and m["completion"]["mean_s"] == pytest.approx(1.668, abs=0.01)
+    assert m["efficiency"] is None and m["ideal_goodput_mbps"] is None
+    assert m["completion"]["ideal_makespan_s"] is None
+    assert not (out / "figures" / "distribution.png").exists()
+
+
+def test_import_several_files_one_transfer_per_test(cli, tmp_path):
+    out = tmp_path / "many"
+    run_cli("import", "iperf3", REVERSE, LOGFILE, "--out", out, "--offset", "0", "--offset", "1", "--offset", "2", check=True)
+    flows = pq.read_table(out / "trace" / "flows.parquet").to_pandas()
+    assert flows["pair"].tolist() == [0, 1, 2] and flows["start"].tolist() == [0.0, 1.0, 2.0]
+    assert flows["variant"].tolist() == ["bbr", "bbr", "reno"]
+
+
+def test_import_ss_writes_a_run_folder(cli, tmp_path):
+    out = tmp_path / "ss"
+    run_cli("import", "ss", SS_H, "--interval", "0.2s", "--capacity", "1Gbps", "--out", out, check=True)
+    m = json.loads((out / "metrics.json").read_text())
+    assert len(m["flows"]) == 2 and m["aggregate_goodput_mbps"] == pytest.approx(200, rel=0.05)
+    assert "Imported from ss logs" in (out / "report.html").read_text()
+
+
+@pytest.mark.parametrize(
+    "kind, content, message",
+    [
+        ("iperf3", None, "no such file"),
+        ("iperf3", "not json at all", "not iperf3 JSON"),
+        ("iperf3", '{"start": {}, "intervals": [], "error": "unable to connect to server"}', "unable to connect"),
+        ("ss", "1795366694.7\n1795366694.9\n", "no TCP connection moved data"),
+        ("ss", "hello world\n", "not a line of `ss -tin` output"),
+        ("ss", None, "no such file"),
+    ],
+)
+def test_bad_logs_are_one_clear_line_and_nothing_is_written(cli, tmp_path, kind, content, message):
+    log = tmp_path / "log"
+    if content is not None:
+        log.write_text(content)
+    out = tmp_path / "out"
+    p = run_cli("import", kind, log, "--out", out)
+    assert p.returncode == 2, p.stderr
+    assert message in p.stderr and "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1
+    assert not out.exists() and [x.name for x in tmp_path.iterdir()] == (["log"] if content is not None else [])
+
+
+def test_a_servers_own_output_is_read_from_its_side():
+    # `iperf3 -s -J -i 0.2 --logfile`: the server side of the P2 test, then of the -R test.
+    forward, reverse = ip.load_docs(DATA / "iperf3_server_logfile.json")
+    t = ip.tables_from_runs(ip.entries_from_docs([forward]), goodput_interval_s=0.5, end_s=None)
+    assert t["flows"].num_rows == 2 and t["tcp"].num_rows == 0  # the receiver: goodput only
+    assert t["flows"].to_pandas()["sink"].str.endswith(":25203").all()
+    e = ip.entries_from_docs([reverse])
+    t = ip.tables_from_runs(e, goodput_interval_s=0.5, end_s=None)
+    assert t["tcp"].num_rows == 10 and ip.goodput_side(e) == {0: "sender"}
+    assert t["flows"].to_pylist()[0]["source"].endswith(":25203")
+
+
+def test_a_volume_cut_off_by_the_end_of_the_run_has_no_completion_time():
+    doc = ip.load_docs(VOLUME)[0]
+    e = ip.Iperf3Flow(doc=doc, flow_id=0, pair=0, stream=0, variant="cubic", volume_bytes=20 << 20)
+    assert ip.tables_from_runs([e], goodput_interval_s=0.5, end_s=1.0)["flows"].to_pylist()[0]["completion_time"] is None
+    e.volume_bytes = 30 << 20  # more than the test sent
+    assert ip.tables_from_runs([e], goodput_interval_s=0.5, end_s=None)["flows"].to_pylist()[0]["completion_time"] is None
+
+
+def test_netns_style_one_single_stream_test_per_flow():
+    # The netns backend runs one `iperf3 -P 1` per stream and numbers the streams itself.
+    doc = ip.load_docs(VOLUME)[0]
+    entries = [
+        ip.Iperf3Flow(doc=doc, flow_id=k, pair=0, stream=k, variant="cubic", start_s=0.1 * k, source="s0", sink="r0", mss=1448)
+        for k in range(3)
+    ]
+    t = ip.tables_from_runs(entries, goodput_interval_s=0.5, end_s=None)
+    flows = t["flows"].to_pandas()
+    assert flows["stream"].tolist() == [0, 1, 2] and flows["start"].tolist() == pytest.approx([0.0, 0.1, 0.2])
+    assert (t["tcp"].to_pandas()["cwnd"] == round(720313 / 1448)).any()  # snd_cwnd bytes / the given MSS

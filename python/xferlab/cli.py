@@ -196,6 +196,12 @@ def version():
     console.print(f"xferlab {__version__}, simulator {sim._module().__version__} (variants: {', '.join(sim.variants())})")
 
 
+from .cli_import import compare_command, import_app  # noqa: E402  (imports and comparisons: cli_import.py)
+
+app.add_typer(import_app, name="import")
+app.command("compare")(compare_command)
+
+
 def main():  # pragma: no cover
     app()
 

@@ -154,8 +154,9 @@ def compute(trace: Trace, resolved: dict, window=None) -> dict:
     interval = float(resolved["goodput_interval_s"])
     run_end = float(trace.run.get("end_s", flows["end"].max()))
     win = resolve_window(flows, window if window is not None else resolved.get("window", "all"), run_end)
-    access_mbps = resolved["access_rate_bps"] / 1e6
-    capacity_mbps = resolved["bottleneck_rate_bps"] / 1e6
+    # Imported runs may not know the capacities (None): the metrics that need them are None.
+    access_mbps = resolved["access_rate_bps"] / 1e6 if resolved.get("access_rate_bps") else None
+    capacity_mbps = resolved["bottleneck_rate_bps"] / 1e6 if resolved.get("bottleneck_rate_bps") else None
     ideal = resolved["ideal_goodput_mbps"]
 
     flow_rows, distributions = [], []
@@ -167,7 +168,7 @@ def compute(trace: Trace, resolved: dict, window=None) -> dict:
         else:  # shorter than one interval: the rate over its life, no spread
             life = f.end - f.start
             m, s = (f.bytes * 8 / life / 1e6 if life > 0 else math.nan), math.nan
-        distributions.append(goodput_distribution(samples, access_mbps).round(6).tolist())
+        distributions.append(goodput_distribution(samples, access_mbps).round(6).tolist() if access_mbps else None)
         flow_rows.append(
             {
                 "flow_id": int(f.flow_id),
@@ -236,7 +237,7 @@ def compute(trace: Trace, resolved: dict, window=None) -> dict:
         "aggregate_goodput_std_mbps": std(agg.to_numpy()),
         "aggregate_goodput_cov": cov(agg.to_numpy()),
         "aggregate_throughput_mbps": x_mean,
-        "efficiency": efficiency(g_mean, capacity_mbps),
+        "efficiency": efficiency(g_mean, capacity_mbps) if capacity_mbps else math.nan,
         "goodput_over_throughput": g_mean / x_mean if x_mean else math.nan,
         "deficiency": 1.0 - g_mean / ideal if ideal else math.nan,
         "jain_index": jain_index([r["mean_goodput_mbps"] for r in flow_rows]),
@@ -261,12 +262,19 @@ def compute(trace: Trace, resolved: dict, window=None) -> dict:
         stats["incomplete"] = sum(1 for t in times if t is None)
         ends = [r["start_s"] + r["completion_time_s"] for r in transfer_rows if r.get("completion_time_s") is not None]
         first = min(r["start_s"] for r in transfer_rows)
-        ideal_ends = [t["start_s"] + t["ideal_completion_s"] for t in resolved["transfers"]]
-        stats["ideal_makespan_s"] = max(ideal_ends) - first
+        ideal_ends = [t["start_s"] + t["ideal_completion_s"] for t in resolved["transfers"] if "ideal_completion_s" in t]
+        stats["ideal_makespan_s"] = max(ideal_ends) - first if ideal_ends else None
         if ends and stats["incomplete"] == 0:
             stats["makespan_s"] = max(ends) - first
-            stats["makespan_deficiency"] = deficiency(stats["makespan_s"], stats["ideal_makespan_s"])
+            if stats["ideal_makespan_s"] is not None:
+                stats["makespan_deficiency"] = deficiency(stats["makespan_s"], stats["ideal_makespan_s"])
         out["completion"] = stats
+    # Imported runs: what the logs cannot tell (no bottleneck counters, no timeouts) is None.
+    for key in resolved.get("unknown_metrics", ()):
+        out[key] = None
+        for row in flow_rows + transfer_rows:
+            if key in row:
+                row[key] = None
     return clean(out)
 
 

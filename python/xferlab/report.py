@@ -75,7 +75,8 @@ def fig_goodput(trace: Trace, resolved: dict, m: dict) -> bytes:
             alpha=0.35,
             label="bottleneck throughput X(t)",
         )
-    ax1.axhline(resolved["ideal_goodput_mbps"], color="k", ls="--", lw=0.8, label="ideal goodput r_TP")
+    if resolved.get("ideal_goodput_mbps") is not None:  # unknown for an import without --capacity
+        ax1.axhline(resolved["ideal_goodput_mbps"], color="k", ls="--", lw=0.8, label="ideal goodput r_TP")
     w = m["window"]
     if w["kind"] != "all":
         for a in (ax1, ax2):
@@ -106,6 +107,8 @@ def fig_goodput(trace: Trace, resolved: dict, m: dict) -> bytes:
 def fig_distribution(m: dict) -> bytes:
     dist = m["goodput_distribution"]
     flows = m["flows"]
+    if dist.get("capacity_mbps") is None:  # no capacity known (import without --capacity): no 1 % bins
+        return None
     fig, ax = plt.subplots(figsize=(8, 3.2))
     k = np.arange(101)
     idx = list(range(len(flows)))
@@ -123,13 +126,16 @@ def fig_distribution(m: dict) -> bytes:
 
 def fig_cwnd(trace: Trace, resolved: dict) -> bytes:
     tcp = trace.df("tcp")
+    if tcp.empty:  # an import without sender-side samples
+        return None
     fig, ax = plt.subplots(figsize=(8, 3.2))
     ids = sorted(tcp["flow_id"].unique())
     shown = ids if len(ids) <= MAX_LINES else ids[:: max(1, len(ids) // MAX_LINES)][:MAX_LINES]
     for fid in shown:
         s = tcp[tcp["flow_id"] == fid]
         ax.plot(s["t"], s["cwnd"], lw=0.8, label=f"flow {fid}")
-    ax.axhline(resolved["bdp_packets"] / max(1, len(ids)), color="k", ls=":", lw=0.8, label="fair share of the BDP")
+    if resolved.get("bdp_packets"):
+        ax.axhline(resolved["bdp_packets"] / max(1, len(ids)), color="k", ls=":", lw=0.8, label="fair share of the BDP")
     ax.set_xlabel("time (s)")
     ax.set_ylabel("cwnd (segments)")
     ax.set_title("congestion window per flow" + ("" if len(ids) <= MAX_LINES else f" ({len(shown)} of {len(ids)})"))
@@ -141,6 +147,8 @@ def fig_cwnd(trace: Trace, resolved: dict) -> bytes:
 def fig_queue(trace: Trace, resolved: dict) -> bytes:
     link = trace.df("link")
     b = link[link["link"] == "bottleneck"]
+    if b.empty:  # imported runs have no bottleneck counters
+        return None
     fig, ax = plt.subplots(figsize=(8, 2.8))
     ax.plot(b["t"], b["queue_max_pkts"], lw=0.6, color="C0", label="queue (max per interval)")
     ax.axhline(resolved["buffer_packets"], color="k", ls="--", lw=0.8, label=f"buffer B = {resolved['buffer_packets']}")
@@ -217,6 +225,22 @@ def _img(folder: Path, name: str, data: bytes | None, alt: str) -> str:
     return f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{b64}">'
 
 
+def _imported_setup(run_meta: dict) -> list[tuple[str, object]]:
+    """The setup of an imported run: what the logs and the user's options told, "—" elsewhere."""
+    r, imp = run_meta["resolved"], run_meta["imported"]
+    cap = r.get("bottleneck_rate_bps")
+    return [
+        ("backend", f"import ({imp.get('format')})"),
+        ("pairs × streams", f"{r['pairs']} × {r['streams']}"),
+        ("variant", r["variant"]),
+        ("bottleneck capacity", f"{cap / 1e6:g} Mbit/s (given)" if cap else None),
+        ("RTT (smallest seen)", f"{r['rtt_s'] * 1e3:.3g} ms" if r.get("rtt_s") else None),
+        ("MSS", r.get("mss")),
+        ("goodput measured by", imp.get("goodput_side")),
+        ("workload", f"{r['volume_bytes']:,} bytes per transfer (mean)" if r.get("volume_bytes") else "duration-bound"),
+    ]
+
+
 def _emulation_rows(run_meta: dict) -> list[tuple[str, object]]:
     """What a netns run adds to the setup table: time dilation and the delay line's punctuality."""
     env, stats = run_meta.get("environment") or {}, run_meta.get("stats") or {}
@@ -274,23 +298,27 @@ def render(folder: Path, trace: Trace, run_meta: dict, metrics: dict) -> Path:
         ("largest bottleneck queue (packets)", m["bottleneck_max_queue_pkts"]),
         ("metrics window", f"{w['kind']}: {w['start_s']:.3f}–{w['end_s']:.3f} s"),
     ]
-    setup = [
-        ("backend", run_meta["backend"]),
-        ("pairs × streams", f"{r['pairs']} × {r['streams']}"),
-        ("variant", r["variant"]),
-        ("access / bottleneck", f"{r['access_rate_bps'] / 1e6:g} / {r['bottleneck_rate_bps'] / 1e6:g} Mbit/s"),
-        ("RTT", f"{r['rtt_s'] * 1e3:g} ms"),
-        (
-            "buffer",
-            f"{r['buffer_packets']} packets ({r['buffer_packets'] / r['bdp_packets']:.2f} BDP; "
-            f"BDP = {r['bdp_packets']:.1f} packets)",
-        ),
-        ("MTU / MSS", f"{r['mtu']} / {r['mss']} bytes"),
-        ("workload", f"{r['duration_s']:g} s per pair" if r["duration_s"] else f"{r['volume_bytes']:,} bytes per transfer"),
-        ("seed", run_meta["seed"]),
-        ("wall time", f"{run_meta.get('wall_seconds', 0):.2f} s"),
-        ("simulated events", run_meta.get("sim_events")),
-    ]
+    setup = (
+        _imported_setup(run_meta)
+        if run_meta.get("imported")
+        else [
+            ("backend", run_meta["backend"]),
+            ("pairs × streams", f"{r['pairs']} × {r['streams']}"),
+            ("variant", r["variant"]),
+            ("access / bottleneck", f"{r['access_rate_bps'] / 1e6:g} / {r['bottleneck_rate_bps'] / 1e6:g} Mbit/s"),
+            ("RTT", f"{r['rtt_s'] * 1e3:g} ms"),
+            (
+                "buffer",
+                f"{r['buffer_packets']} packets ({r['buffer_packets'] / r['bdp_packets']:.2f} BDP; "
+                f"BDP = {r['bdp_packets']:.1f} packets)",
+            ),
+            ("MTU / MSS", f"{r['mtu']} / {r['mss']} bytes"),
+            ("workload", f"{r['duration_s']:g} s per pair" if r["duration_s"] else f"{r['volume_bytes']:,} bytes per transfer"),
+            ("seed", run_meta["seed"]),
+            ("wall time", f"{run_meta.get('wall_seconds', 0):.2f} s"),
+            ("simulated events", run_meta.get("sim_events")),
+        ]
+    )
     setup += _emulation_rows(run_meta)
     parts = [
         "<!doctype html><html lang=en><head><meta charset=utf-8>",
@@ -301,6 +329,11 @@ def render(folder: Path, trace: Trace, run_meta: dict, metrics: dict) -> Path:
     ]
     for warning in (run_meta.get("environment") or {}).get("warnings", []):
         parts.append(f"<p class=warn>{html.escape(warning)}</p>")
+    if run_meta.get("imported"):
+        imp = run_meta["imported"]
+        files = ", ".join(f"<code>{html.escape(str(f))}</code>" for f in imp.get("files", []))
+        note = html.escape(imp.get("note", ""))
+        parts.append(f"<p class=warn>Imported from {html.escape(imp.get('format', ''))} logs: {files}. {note}</p>")
     incomplete = (m.get("completion") or {}).get("incomplete")
     if incomplete:
         parts.append(f"<p class=warn>{incomplete} transfer(s) did not complete before the run ended.</p>")

@@ -200,22 +200,18 @@ def synthetic_resolved(
     }
 
 
-#: Metrics an import cannot know: no bottleneck counters, and (for iperf3) no
-#: retransmission timeouts.
-def mark_unknown(m: dict, *, link: bool, timeouts: bool, retransmissions: bool = True) -> dict:
+def unknown_metrics(*, link: bool, timeouts: bool, retransmissions: bool = True) -> list[str]:
+    """The metrics an import cannot know, for ``resolved["unknown_metrics"]`` (metrics.py
+    then reports them as None, also when ``xferlab report`` recomputes them)."""
+    out = []
     if not link:
-        for k in ("aggregate_throughput_mbps", "goodput_over_throughput", "bottleneck_drops", "bottleneck_losses"):
-            m[k] = None
-        m["bottleneck_max_queue_pkts"] = None
+        out += ["aggregate_throughput_mbps", "goodput_over_throughput", "bottleneck_drops", "bottleneck_losses"]
+        out += ["bottleneck_max_queue_pkts"]
     if not timeouts:
-        m["timeouts"] = None
-        for r in m["flows"]:
-            r["timeouts"] = None
+        out.append("timeouts")
     if not retransmissions:
-        m["retransmissions"] = None
-        for r in m["flows"] + m["transfers"]:
-            r["retransmissions"] = None
-    return m
+        out.append("retransmissions")
+    return out
 
 
 def write_run(
@@ -225,7 +221,6 @@ def write_run(
     resolved: dict,
     given: dict,
     imported: dict,
-    known: dict,
     force: bool = False,
 ) -> dict:
     """Computes the metrics and writes a whole run folder at ``out`` (atomically, as
@@ -238,7 +233,6 @@ def write_run(
         m = metrics.compute(trace, resolved)
     except metrics.MetricsError as e:
         raise ImportLogError(f"cannot compute the metrics of the imported run: {e}") from None
-    m = mark_unknown(m, **known)
     run_meta = {
         "scenario": given,
         "resolved": resolved,

@@ -105,13 +105,24 @@ def is_reverse(doc: dict) -> bool:
     return bool(doc["start"].get("test_start", {}).get("reverse"))
 
 
+def is_server(doc: dict) -> bool:
+    """A server's own ``iperf3 -s -J`` output (it accepted the connection)."""
+    return "accepted_connection" in doc["start"]
+
+
+def local_sends(doc: dict) -> bool:
+    """Whether the host that wrote ``doc`` sent the data: the client unless ``-R``."""
+    return is_reverse(doc) == is_server(doc)
+
+
 def sides(doc: dict) -> tuple[dict | None, dict | None]:
-    """(sender document, receiver document) of a client document; either may be None
-    when the other end's output was not collected."""
+    """(sender document, receiver document) of a document (a client's, possibly with the
+    server's in ``server_output_json``, or a server's own); either may be None when the
+    other end's output was not collected."""
     remote = doc.get("server_output_json")
-    if isinstance(remote, dict) and not remote.get("intervals"):
+    if not isinstance(remote, dict) or not remote.get("intervals"):
         remote = None
-    return (remote, doc) if is_reverse(doc) else (doc, remote)
+    return (doc, remote) if local_sends(doc) else (remote, doc)
 
 
 def n_streams(doc: dict) -> int:
@@ -194,7 +205,7 @@ def tables_from_runs(entries: list[Iperf3Flow], *, goodput_interval_s: float, en
         start = e.start_s + float(ivs[0]["start"])
         end = max(b for _, b, _ in rx)
         if end_s is not None:
-            end = min(end, end_s)
+            end = max(start, min(end, end_s))
         local = e.doc
         rx_end = _end_stream(local, i, "receiver")
         tx_end = _end_stream(sender, i, "sender") or _end_stream(local, i, "sender")
@@ -210,7 +221,11 @@ def tables_from_runs(entries: list[Iperf3Flow], *, goodput_interval_s: float, en
             retrans = sum(int(v.get("retransmits") or 0) for v in tx_ivs)
         completion = None
         if e.volume_bytes is not None:
+            # A -n test ends when its volume is sent: its duration is the completion time,
+            # unless it moved less than asked or ended after the run did.
             completion = float(tx_end.get("seconds") or (end - start))
+            if (sent and sent < e.volume_bytes) or (end_s is not None and e.start_s + completion > end_s + 1e-9):
+                completion = None
         flows.append(
             {
                 "flow_id": e.flow_id,
@@ -288,7 +303,7 @@ def entries_from_docs(docs: list[dict], offsets: list[float] | None = None) -> l
             c = conns[k] if k < len(conns) else {}
             local = f"{c.get('local_host', 'client')}:{c.get('local_port', '')}".rstrip(":")
             remote = f"{c.get('remote_host', 'server')}:{c.get('remote_port', '')}".rstrip(":")
-            src, dst = (remote, local) if is_reverse(doc) else (local, remote)
+            src, dst = (local, remote) if local_sends(doc) else (remote, local)
             stream_volume = None
             if volume is not None:
                 # -n is the whole test's volume; each stream carried its own share of it.
@@ -309,3 +324,75 @@ def entries_from_docs(docs: list[dict], offsets: list[float] | None = None) -> l
                 )
             )
     return entries
+
+
+def import_run(
+    paths: list[Path],
+    out: Path,
+    *,
+    name: str | None = None,
+    capacity_bps: float | None = None,
+    goodput_interval_s: float = 0.5,
+    offsets: list[float] | None = None,
+    force: bool = False,
+) -> dict:
+    """``xferlab import iperf3``: the iperf3 tests of ``paths`` (in order) as one run folder
+    at ``out``; returns the metrics."""
+    from .common import synthetic_resolved, unknown_metrics, write_run
+
+    docs, files = [], []
+    for p in paths:
+        got = load_docs(p)
+        docs += got
+        files += [str(p)] * len(got)
+    entries = entries_from_docs(docs, offsets)
+    tables = tables_from_runs(entries, goodput_interval_s=goodput_interval_s, end_s=None)
+    end_s = max(tables["flows"].column("end").to_pylist())
+    name = name or Path(paths[0]).stem
+    mss = doc_mss(docs[0])
+    resolved = synthetic_resolved(
+        name=name,
+        flows=tables["flows"],
+        goodput_interval_s=goodput_interval_s,
+        capacity_bps=capacity_bps,
+        rtt_s=doc_min_rtt_s(docs),
+        mss=mss,
+        end_s=end_s,
+    )
+    sides_used = sorted(set(goodput_side(entries).values()))
+    given = {
+        "name": name,
+        "import": {
+            "format": "iperf3",
+            "files": [str(p) for p in paths],
+            "capacity_bps": capacity_bps,
+            "goodput_interval_s": goodput_interval_s,
+            "offsets_s": offsets,
+        },
+    }
+    imported = {
+        "format": "iperf3",
+        "files": [str(Path(p).resolve()) for p in paths],
+        "tests": [
+            {"file": f, "pair": k, "start_s": e.start_s, "streams": n_streams(e.doc), "reverse": is_reverse(e.doc)}
+            for k, (f, e) in enumerate(
+                zip(files, [next(x for x in entries if x.pair == k) for k in range(len(docs))], strict=True)
+            )
+        ],
+        "goodput_side": " and ".join(sides_used) + " intervals",
+        "aligned_by": "offsets given" if offsets is not None else "start.timestamp.timesecs (1 s resolution)",
+        "note": (
+            "iperf3 reports neither ssthresh, RTO, data in flight nor timeouts, and there are no bottleneck counters: "
+            "those metrics are shown as —."
+        ),
+    }
+    has_sender = all(sides(d)[0] is not None for d in docs)
+    resolved["unknown_metrics"] = unknown_metrics(link=False, timeouts=False, retransmissions=has_sender)
+    return write_run(
+        out,
+        tables=tables,
+        resolved=resolved,
+        given=given,
+        imported=imported,
+        force=force,
+    )

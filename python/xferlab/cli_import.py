@@ -1,0 +1,136 @@
+"""``xferlab import iperf3|ss`` (testbed logs → run folder) and ``xferlab compare``."""
+
+from __future__ import annotations
+
+import datetime as _dt
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+
+from .importers import ImportLogError
+from .metrics import MetricsError
+from .runfolder import RunFolderError
+
+import_app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="Turn logs from a real testbed (iperf3 JSON, ss snapshots) into a run folder with trace, metrics and report.",
+)
+console = Console()
+err = Console(stderr=True)
+USAGE = 2
+
+
+def _fail(message: str, status: int = USAGE):
+    err.print(f"[bold red]error:[/] {message}", highlight=False, markup=True, soft_wrap=True)
+    raise typer.Exit(status)
+
+
+def _default_out(name: str) -> Path:
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    out = Path("results") / name / f"import-{stamp}"
+    n = 1
+    while out.exists():
+        n += 1
+        out = Path("results") / name / f"import-{stamp}-{n}"
+    return out
+
+
+def _rate(text: Optional[str]) -> Optional[float]:
+    from .units import parse_rate
+
+    if text is None:
+        return None
+    try:
+        bps = parse_rate(text)
+    except ValueError as e:
+        _fail(f"--capacity {text}: {e}")
+    if not bps > 0:
+        _fail(f"--capacity {text}: must be positive")
+    return bps
+
+
+def _interval(text: str) -> float:
+    from .units import parse_duration
+
+    try:
+        s = parse_duration(text)
+    except ValueError as e:
+        _fail(f"--interval {text}: {e}")
+    if not s > 0:
+        _fail(f"--interval {text}: must be positive")
+    return s
+
+
+def _done(m: dict, out: Path) -> None:
+    from .cli import _summary
+
+    # What an import cannot know is None in metrics.json; the summary shows it as "—".
+    shown = {k: ("—" if v is None and k in ("retransmissions", "bottleneck_drops") else v) for k, v in m.items()}
+    _summary(shown, out)
+
+
+@import_app.command("iperf3")
+def import_iperf3(
+    files: list[Path] = typer.Argument(..., help="iperf3 -J output files (one test each, or several from --logfile)"),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="run folder to create (default: results/NAME/import-TIMESTAMP)"),
+    capacity: Optional[str] = typer.Option(None, "--capacity", help="bottleneck rate, e.g. 1Gbps (for efficiency, r_TP, …)"),
+    name: Optional[str] = typer.Option(None, "--name", help="run name (default: the first file's name)"),
+    interval: str = typer.Option("0.5s", "--interval", help="goodput grid of the run (use at least iperf3's -i)"),
+    offset: Optional[list[float]] = typer.Option(
+        None, "--offset", help="start of each test in s (repeat, in order); default: timestamps"
+    ),
+    force: bool = typer.Option(False, "--force", help="replace --out if it exists"),
+):
+    """Import iperf3 JSON: each test is a transfer, each of its -P streams a flow."""
+    from .importers import iperf3
+
+    cap, iv = _rate(capacity), _interval(interval)
+    target = out if out is not None else _default_out(name or files[0].stem)
+    try:
+        m = iperf3.import_run(
+            files, target, name=name, capacity_bps=cap, goodput_interval_s=iv, offsets=offset or None, force=force
+        )
+    except (ImportLogError, RunFolderError, MetricsError) as e:
+        _fail(str(e))
+    _done(m, target)
+
+
+@import_app.command("ss")
+def import_ss(
+    file: Path = typer.Argument(..., help="a log of repeated timestamped `ss -tin` snapshots (see README)"),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="run folder to create (default: results/NAME/import-TIMESTAMP)"),
+    capacity: Optional[str] = typer.Option(None, "--capacity", help="bottleneck rate, e.g. 1Gbps (for efficiency, r_TP, …)"),
+    name: Optional[str] = typer.Option(None, "--name", help="run name (default: the file's name)"),
+    interval: str = typer.Option("0.5s", "--interval", help="goodput grid of the run"),
+    force: bool = typer.Option(False, "--force", help="replace --out if it exists"),
+):
+    """Import `ss -tin` snapshots: each connection (4-tuple) is a flow."""
+    from .importers import ss
+
+    cap, iv = _rate(capacity), _interval(interval)
+    target = out if out is not None else _default_out(name or file.stem)
+    try:
+        m = ss.import_run(file, target, name=name, capacity_bps=cap, goodput_interval_s=iv, force=force)
+    except (ImportLogError, RunFolderError, MetricsError) as e:
+        _fail(str(e))
+    _done(m, target)
+
+
+def compare_command(
+    run_a: Path = typer.Argument(..., help="a run folder"),
+    run_b: Path = typer.Argument(..., help="another run folder (of the same scenario)"),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="HTML file to write (default: RUN_A/compare-<name of B>.html)"),
+):
+    """Put two runs side by side: metrics with their relative difference, goodput and cwnd over time."""
+    from . import compare
+
+    try:
+        path, warnings = compare.compare(run_a, run_b, out)
+    except (RunFolderError, MetricsError) as e:
+        _fail(str(e))
+    for w in warnings:
+        err.print(f"[yellow]warning:[/] {w}", highlight=False, soft_wrap=True)
+    console.print(f"comparison: [bold]{path}[/]")

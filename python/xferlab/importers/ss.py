@@ -1,0 +1,303 @@
+"""Repeated ``ss -tin`` snapshots → Trace tables.
+
+Accepted log: snapshots of ``ss -tin`` (with or without ``-H``, with or without the State
+column, any ``state``/``dst`` filter), each preceded by a line holding the Unix time in
+seconds, as written by::
+
+    while sleep 0.1; do date +%s.%N; ss -tinH state established dst 10.0.0.2; done > ss.log
+
+A connection is identified by its 4-tuple. The side that sends the data gives the tcp
+samples (cwnd, ssthresh, srtt, rto, unacked, retrans) and its ``bytes_acked`` increments
+the goodput; when the log also holds the receiving socket (both ends on one host), its
+``bytes_received`` increments are used instead (receiver-side, as the Trace wants).
+Connections that moved less than ``min_bytes`` (control connections) are left out.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+
+from .common import ImportLogError, goodput_rows, rebin, table
+
+#: Congestion controls ss prints as a bare word in the info line.
+CONGESTION_CONTROLS = {
+    "reno", "cubic", "bbr", "bbr2", "bbr3", "bic", "htcp", "highspeed", "scalable", "vegas", "veno", "westwood",
+    "illinois", "hybla", "yeah", "lp", "dctcp", "cdg", "nv",
+}  # fmt: skip
+_TIME = re.compile(r"^\s*(\d{9,}(?:\.\d+)?)\s*$")
+_ADDR = re.compile(r"^(\[?[0-9A-Za-z.:%*_-]+\]?):(\w+)$")
+
+
+@dataclass
+class Sample:
+    t: float
+    info: dict
+
+
+@dataclass
+class Socket:
+    local: str
+    peer: str
+    samples: list[Sample] = field(default_factory=list)
+
+
+def _info(line: str) -> dict:
+    """``key:value`` fields of an ss info line, plus the congestion control."""
+    out: dict = {}
+    tokens = line.split()
+    for i, tok in enumerate(tokens):
+        if ":" in tok and not tok.startswith("("):
+            k, v = tok.split(":", 1)
+            out[k] = v
+        elif tok in CONGESTION_CONTROLS and "cc" not in out:
+            out["cc"] = tok
+        elif tok in ("send", "pacing_rate", "delivery_rate") and i + 1 < len(tokens):
+            out[tok] = tokens[i + 1]
+    return out
+
+
+def _num(info: dict, key: str, default=None):
+    v = info.get(key)
+    if v is None:
+        return default
+    try:
+        return float(v.split("/")[0].rstrip("ms"))
+    except ValueError:
+        return default
+
+
+def parse(path: str | Path) -> tuple[list[float], dict[tuple[str, str], Socket]]:
+    """The snapshot times (Unix seconds) and the sockets seen, with their samples."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except FileNotFoundError:
+        raise ImportLogError(f"{p}: no such file") from None
+    except (IsADirectoryError, PermissionError, UnicodeDecodeError, OSError) as e:
+        raise ImportLogError(f"{p}: cannot read: {e}") from None
+    times: list[float] = []
+    sockets: dict[tuple[str, str], Socket] = {}
+    current: Socket | None = None
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        m = _TIME.match(line)
+        if m:
+            times.append(float(m.group(1)))
+            current = None
+            continue
+        if line[0].isspace():  # the info line of the connection above
+            if current is not None and times:
+                current.samples.append(Sample(times[-1], _info(line)))
+            current = None
+            continue
+        tokens = line.split()
+        if tokens[0] in ("State", "Recv-Q", "Netid"):
+            continue
+        addrs = [t for t in tokens if _ADDR.match(t)]
+        if len(addrs) < 2:
+            raise ImportLogError(f"{p}:{n}: not a line of `ss -tin` output: {line.strip()[:80]!r}")
+        if not times:
+            raise ImportLogError(f"{p}:{n}: a connection before any timestamp line (write `date +%s.%N` before each ss)")
+        key = (addrs[0], addrs[1])
+        current = sockets.setdefault(key, Socket(*key))
+    return times, sockets
+
+
+@dataclass
+class Flow:
+    source: str
+    sink: str
+    sender: Socket | None
+    receiver: Socket | None
+
+
+def _total(s: Socket, key: str) -> float:
+    return max((_num(x.info, key, 0.0) for x in s.samples), default=0.0)
+
+
+def flows_of(sockets: dict[tuple[str, str], Socket], min_bytes: int) -> list[Flow]:
+    """Data flows (sender → receiver), each from the socket(s) of its 4-tuple."""
+    flows: dict[tuple[str, str], Flow] = {}
+    for (local, peer), s in sockets.items():
+        sending = _total(s, "bytes_acked") >= _total(s, "bytes_received")
+        key = (local, peer) if sending else (peer, local)
+        f = flows.setdefault(key, Flow(key[0], key[1], None, None))
+        if sending:
+            f.sender = s
+        else:
+            f.receiver = s
+    out = []
+    for f in flows.values():
+        moved = max(_total(f.sender, "bytes_acked") if f.sender else 0, _total(f.receiver, "bytes_received") if f.receiver else 0)
+        if moved >= min_bytes:
+            out.append(f)
+    return sorted(out, key=lambda f: (f.source, f.sink))
+
+
+def _host(addr: str) -> str:
+    return addr.rsplit(":", 1)[0]
+
+
+def tables_from_log(path: str | Path, *, goodput_interval_s: float, min_bytes: int = 65536) -> tuple[dict[str, pa.Table], dict]:
+    """The Trace tables of an ss log, and what was learnt on the way (t0, MSS, RTT…)."""
+    times, sockets = parse(path)
+    if not times:
+        raise ImportLogError(f"{path}: no timestamp lines (write `date +%s.%N` before each ss snapshot)")
+    flows = flows_of(sockets, min_bytes)
+    if not flows:
+        raise ImportLogError(f"{path}: no TCP connection moved data in this log (at least {min_bytes} bytes)")
+    t0 = times[0]
+    # Transfers: the streams between the same two hosts towards the same port (iperf3 -P, xfer).
+    pairs: dict[tuple, int] = {}
+    stream_of: dict[tuple, int] = defaultdict(int)
+    rows, goodput, tcp = [], [], []
+    mss_seen, rtt_seen = [], []
+    for fid, f in enumerate(flows):
+        key = (_host(f.source), f.sink)
+        pair = pairs.setdefault(key, len(pairs))
+        stream = stream_of[key]
+        stream_of[key] += 1
+        counted = f.receiver if f.receiver is not None else f.sender
+        counter = "bytes_received" if f.receiver is not None else "bytes_acked"
+        seen = [x.t for x in counted.samples]
+        first = seen[0]
+        before = [t for t in times if t < first]
+        # The data counted at the first sight moved since the previous snapshot; at the
+        # very first snapshot its start is unknown and it is left out.
+        start = before[-1] if before else first
+        prev_t, prev_b = (start, 0.0) if before else (first, _num(counted.samples[0].info, counter, 0.0))
+        ivs = []
+        for x in counted.samples:
+            b = _num(x.info, counter, prev_b)
+            if x.t > prev_t:
+                ivs.append((prev_t - t0, x.t - t0, max(0.0, b - prev_b)))
+            prev_t, prev_b = x.t, b
+        end = seen[-1]
+        sent = f.sender.samples[-1].info if f.sender else {}
+        variant = next((x.info["cc"] for x in (f.sender or counted).samples if "cc" in x.info), "unknown")
+        rows.append(
+            {
+                "flow_id": fid,
+                "pair": pair,
+                "stream": stream,
+                "source": f.source,
+                "sink": f.sink,
+                "variant": variant,
+                "role": "transfer",
+                "start": start - t0,
+                "end": end - t0,
+                "bytes": int(sum(b for _, _, b in ivs)),
+                "volume_bytes": None,
+                "completion_time": None,
+                "segments_sent": int(_num(sent, "data_segs_out", 0)),
+                "retransmissions": int(_retrans_total(sent)),
+                "fast_recoveries": 0,
+                "timeouts": 0,
+            }
+        )
+        goodput += goodput_rows(fid, rebin(ivs, goodput_interval_s, start - t0, end - t0), goodput_interval_s)
+        for x in f.sender.samples if f.sender else []:
+            i = x.info
+            if "cwnd" not in i:
+                continue
+            if "mss" in i:
+                mss_seen.append(int(_num(i, "mss")))
+            if "minrtt" in i:
+                rtt_seen.append(_num(i, "minrtt") / 1e3)
+            ssthresh = _num(i, "ssthresh")
+            tcp.append(
+                {
+                    "t": x.t - t0,
+                    "flow_id": fid,
+                    "cwnd": int(_num(i, "cwnd", 0)),
+                    "ssthresh": int(ssthresh) if ssthresh is not None else None,
+                    "srtt_ms": _num(i, "rtt", math.nan),
+                    "rto_ms": _num(i, "rto", math.nan),
+                    "in_flight": int(_num(i, "unacked", 0)),
+                    "retransmissions": int(_retrans_total(i)),
+                    "ca_state": 0,
+                }
+            )
+    tcp.sort(key=lambda r: (r["t"], r["flow_id"]))
+    learnt = {
+        "t0_unix_s": t0,
+        "snapshots": len(times),
+        "end_s": times[-1] - t0,
+        "mss": max(set(mss_seen), key=mss_seen.count) if mss_seen else None,
+        "rtt_s": min(rtt_seen) if rtt_seen else None,
+        "goodput_side": sorted({"receiver (bytes_received)" if f.receiver else "sender (bytes_acked)" for f in flows}),
+        "has_sender": all(f.sender is not None for f in flows),
+    }
+    tables = {
+        "flows": table("flows", rows),
+        "goodput": table("goodput", goodput),
+        "link": table("link", []),
+        "tcp": table("tcp", tcp),
+    }
+    return tables, learnt
+
+
+def _retrans_total(info: dict) -> float:
+    """``retrans:X/Y``: X segments unrecovered now, Y retransmitted in total."""
+    v = info.get("retrans")
+    if not v:
+        return 0.0
+    return float(v.split("/")[-1])
+
+
+def import_run(
+    path: Path,
+    out: Path,
+    *,
+    name: str | None = None,
+    capacity_bps: float | None = None,
+    goodput_interval_s: float = 0.5,
+    min_bytes: int = 65536,
+    force: bool = False,
+) -> dict:
+    """``xferlab import ss``: one ss log as a run folder at ``out``; returns the metrics."""
+    from .common import synthetic_resolved, unknown_metrics, write_run
+    from .iperf3 import DEFAULT_MSS
+
+    tables, learnt = tables_from_log(path, goodput_interval_s=goodput_interval_s, min_bytes=min_bytes)
+    name = name or Path(path).stem
+    resolved = synthetic_resolved(
+        name=name,
+        flows=tables["flows"],
+        goodput_interval_s=goodput_interval_s,
+        capacity_bps=capacity_bps,
+        rtt_s=learnt["rtt_s"],
+        mss=learnt["mss"] or DEFAULT_MSS,
+        end_s=learnt["end_s"],
+    )
+    given = {
+        "name": name,
+        "import": {"format": "ss", "files": [str(path)], "capacity_bps": capacity_bps, "goodput_interval_s": goodput_interval_s},
+    }
+    imported = {
+        "format": "ss",
+        "files": [str(Path(path).resolve())],
+        "t0_unix_s": learnt["t0_unix_s"],
+        "snapshots": learnt["snapshots"],
+        "goodput_side": " and ".join(learnt["goodput_side"]),
+        "note": (
+            "ss gives no timeouts, fast recoveries or congestion state, and there are no bottleneck counters: "
+            "those metrics are shown as —."
+        ),
+    }
+    resolved["unknown_metrics"] = unknown_metrics(link=False, timeouts=False, retransmissions=learnt["has_sender"])
+    return write_run(
+        out,
+        tables=tables,
+        resolved=resolved,
+        given=given,
+        imported=imported,
+        force=force,
+    )

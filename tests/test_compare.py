@@ -1,0 +1,124 @@
+"""``xferlab compare``: two runs side by side in one HTML page."""
+
+import shutil
+from pathlib import Path
+
+import pytest
+from xferlab import compare
+
+DATA = Path(__file__).parent / "data"
+
+
+def run_cli(*args, check=False):
+    """The CLI in this process (faster than a subprocess; same exit status and output)."""
+    from types import SimpleNamespace
+
+    from typer.testing import CliRunner
+    from xferlab.cli import app
+
+    r = CliRunner().invoke(app, [str(a) for a in args])
+    if r.exception is not None and not isinstance(r.exception, SystemExit):
+        raise r.exception
+    if check:
+        assert r.exit_code == 0, r.output
+    return SimpleNamespace(returncode=r.exit_code, stdout=r.stdout, stderr=r.stderr)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """Two simulator runs of one scenario (seeds 7 and 8) and an imported iperf3 run."""
+    from conftest import xferlab
+
+    root = tmp_path_factory.mktemp("runs")
+    scenario = root / "small.yaml"
+    scenario.write_text(
+        '{"name": "small", "topology": {"pairs": 2, "access_rate": "1Gbps", "bottleneck_rate": "1Gbps", "rtt": "10ms",'
+        ' "buffer": "1.0bdp"}, "workload": {"streams": 1, "duration": "2s"}, "protocol": {"variant": "reno"}, "seed": 7}'
+    )
+    xferlab("run", scenario, "--out", root / "a", "-q", check=True)
+    xferlab("run", scenario, "--set", "seed=8", "--out", root / "b", "-q", check=True)
+    xferlab("import", "iperf3", DATA / "iperf3_p2_server.json", "--capacity", "1Gbps", "--out", root / "imp", check=True)
+    return root
+
+
+def test_two_seeds_compare_without_warning(cli, runs):
+    p = cli("compare", runs / "a", runs / "b", check=True)
+    out = runs / "a" / "compare-b.html"
+    assert out.is_file() and "warning" not in p.stderr
+    page = out.read_text()
+    assert "aggregate goodput G (Mbit/s)" in page and "(B − A)/A" in page
+    assert page.count("<img ") == 5  # aggregate, per flow, cwnd, scatter, distributions
+    assert not list((runs / "a").glob(".compare-*tmp*"))
+
+
+def test_simulator_against_an_import_warns_with_the_differing_fields(cli, runs, tmp_path):
+    out = tmp_path / "cmp.html"
+    p = run_cli("compare", runs / "a", runs / "imp", "--out", out)
+    assert p.returncode == 0, p.stderr
+    assert "warning: the scenarios differ" in p.stderr and "pairs" in p.stderr and "streams" in p.stderr
+    page = out.read_text()
+    assert "The scenarios differ" in page and "imported from iperf3 logs" in page
+
+
+def test_metric_rows_give_the_relative_difference():
+    a = {"aggregate_goodput_mbps": 800.0, "retransmissions": 10, "bottleneck_drops": None, "completion": None}
+    b = {"aggregate_goodput_mbps": 900.0, "retransmissions": 5, "bottleneck_drops": 3, "completion": None}
+    rows = {r["metric"]: r for r in compare.metric_rows(a, b)}
+    assert rows["aggregate goodput G (Mbit/s)"]["rel"] == pytest.approx(0.125)
+    assert rows["retransmitted segments"]["rel"] == pytest.approx(-0.5)
+    assert rows["bottleneck drops"]["rel"] is None  # unknown on one side: no difference
+    assert "completion time mean (s)" not in rows  # neither run is volume-bound
+
+
+def test_differences_ignore_seeds_and_unknown_fields():
+    a = {"name": "x", "seed": 1, "pairs": 2, "rtt_s": 0.01, "buffer_packets": 10, "flows": [1]}
+    b = {"name": "x", "seed": 2, "pairs": 3, "rtt_s": 0.01, "buffer_packets": None, "flows": [2]}
+    assert compare.scenario_differences(a, b) == [("pairs", 2, 3)]
+
+
+@pytest.mark.parametrize("which", ["missing", "not a run", "empty"])
+def test_a_folder_that_is_not_a_run_is_one_clear_error(cli, runs, tmp_path, which):
+    bad = tmp_path / "bad"
+    if which != "missing":
+        bad.mkdir()
+    if which == "not a run":
+        (bad / "run.json").write_text("{}")
+    p = run_cli("compare", runs / "a", bad, "--out", tmp_path / "x.html")
+    assert p.returncode == 2 and "Traceback" not in p.stderr
+    assert str(bad) in p.stderr and len(p.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "x.html").exists()
+
+
+@pytest.mark.browser
+def test_compare_page_loads_its_images_in_a_browser(runs, tmp_path):
+    from test_report_browser import ARGS, CHROMIUM
+
+    if CHROMIUM is None:
+        pytest.skip("chromium is not installed")
+    sync_api = pytest.importorskip("playwright.sync_api")
+    out = tmp_path / "cmp.html"
+    compare.compare(runs / "a", runs / "imp", out)
+    shutil.copy(out, tmp_path / "copy.html")
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        page = browser.new_page()
+        problems = []
+        page.on("console", lambda m: problems.append(m.text) if m.type in ("error", "warning") else None)
+        page.on("pageerror", lambda e: problems.append(str(e)))
+        page.goto(out.as_uri())
+        page.wait_for_load_state("load")
+        images = page.evaluate("Array.from(document.images).map(i => [i.alt, i.complete, i.naturalWidth, i.naturalHeight])")
+        browser.close()
+    assert len(images) == 5, images
+    for alt, complete, w, h in images:
+        assert complete and w > 300 and h > 200, (alt, w, h)
+    assert problems == []
+
+
+def test_imported_trace_has_exactly_the_simulators_schemas(runs):
+    import pyarrow.parquet as pq
+
+    for name in ("flows", "goodput", "link", "tcp"):
+        sim = pq.read_schema(runs / "a" / "trace" / f"{name}.parquet")
+        imp = pq.read_schema(runs / "imp" / "trace" / f"{name}.parquet")
+        assert imp.equals(sim, check_metadata=False), name

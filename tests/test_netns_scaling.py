@@ -4,7 +4,6 @@ import math
 
 import pyarrow as pa
 import pytest
-
 from xferlab import scenario as sc
 from xferlab.netns import scaling
 
@@ -48,7 +47,7 @@ def test_scaling_preserves_packets_and_bytes_and_dilates_time():
     assert e["bottleneck_rate_bps"] * e["rtt_s"] == pytest.approx(r["bottleneck_rate_bps"] * r["rtt_s"])
     assert e["buffer_packets"] == r["buffer_packets"] and e["mtu"] == r["mtu"]
     assert len(e["flows"]) == len(r["flows"])
-    for a, b in zip(r["flows"], e["flows"]):
+    for a, b in zip(r["flows"], e["flows"], strict=True):
         assert b["start_s"] == pytest.approx(a["start_s"] * k) and b["duration_s"] == pytest.approx(a["duration_s"] * k)
         assert b["limiter"]["rate_bps"] == pytest.approx(a["limiter"]["rate_bps"] / k)
         # the token bucket's bytes per tick stay the same: same burst, k× longer tick at 1/k the rate

@@ -279,10 +279,12 @@ def _run_locked(emu: dict, kernel: dict, binary: str, k: float, progress) -> Bac
         d.build()
         build_s = time.monotonic() - t_build
         delay_proc = _start_delay(d, binary, workdir / "delay.json")
-        for fl in flows:
-            fl.server = _popen(["iperf3", "-s", "-1", "-p", str(fl.port), "-B", fl.dst_addr], fl.dst_ns)
-        _wait_listening(flows)
         interval = max(IPERF3_MIN_INTERVAL, min(emu["goodput_interval_s"], emu["tcp_interval_s"]))
+        for fl in flows:
+            # -J and -i on the server: --get-server-output then carries the receiver's intervals.
+            server = ["iperf3", "-s", "-1", "-J", "-i", f"{interval:g}", "-p", str(fl.port), "-B", fl.dst_addr]
+            fl.server = _popen(server, fl.dst_ns)
+        _wait_listening(flows)
         t0 = time.monotonic()
         sampler = _Sampler(d, t0, emu["link_interval_s"], reverse=reverse)
         sampler.start()

@@ -53,8 +53,9 @@ def write(tmp_path, name="emu", **sections):
 
 
 def no_leftovers():
-    assert host.own_namespaces() == []
-    assert host.own_bpf_congestion_controls() == []
+    with host.host_lock():  # nobody else's emulation is running while we look
+        assert host.own_namespaces() == []
+        assert host.own_bpf_congestion_controls() == []
 
 
 def run(cli, tmp_path, *extra, **sections):

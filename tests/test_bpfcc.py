@@ -412,7 +412,7 @@ SSTHRESH_TOLERANCE = 3
 #: law's replayed growth.  What the replay cannot see: ACKs on which the kernel does not
 #: call cong_avoid (not cwnd-limited right after recovery), the ~1 ms between the end of
 #: recovery and the first sample, and the integer window (one segment of the 25–100 an epoch
-#: grows).  Measured: 0.95–1.03 (docs/bpf-cc.md).  Reno's growth is 0.19–0.66 of these laws'
+#: grows).  Measured: 0.93–1.03 (docs/bpf-cc.md).  Reno's growth is 0.19–0.66 of these laws'
 #: (a last, truncated epoch can come within 4 % of H-TCP's, whose α is 1 for a second).
 GROWTH_TOLERANCE = 0.10
 

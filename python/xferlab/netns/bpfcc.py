@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import os
 import platform
-import shutil
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -161,12 +160,13 @@ def registered(variants: Iterable[str]) -> Iterator[list[str]]:
 
 
 def main() -> None:
-    """``python -m xferlab.netns.bpfcc``: compiles the programs and prints where they are."""
-    if shutil.which("clang") is None:
-        raise SystemExit("clang is missing (Debian: apt-get install clang llvm libbpf-dev bpftool)")
-    out = build(force=True)
+    """``python -m xferlab.netns.bpfcc``: compiles the programs and prints the objects."""
+    try:
+        build(force=True)
+    except host.HostError as e:
+        raise SystemExit(str(e)) from None
     for name in KERNEL_NAMES.values():
-        print(object_path(name).relative_to(out.parent) if out.parent in object_path(name).parents else object_path(name))
+        print(object_path(name))
 
 
 if __name__ == "__main__":

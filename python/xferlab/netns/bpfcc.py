@@ -73,6 +73,8 @@ def build(force: bool = False) -> Path:
     Returns the build directory.
     """
     host.require_tools("clang", "bpftool")
+    if not (SOURCE_DIR / "xl_cc.h").exists():
+        raise host.HostError(f"the BPF sources are not in {SOURCE_DIR} (run from a checkout of the repository)")
     if not VMLINUX_BTF.exists():
         raise host.HostError(f"{VMLINUX_BTF} is missing: the kernel has no BTF, BPF congestion controls cannot load")
     BUILD_DIR.mkdir(parents=True, exist_ok=True)

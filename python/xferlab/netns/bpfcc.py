@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import os
 import platform
-import shutil
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -74,6 +73,8 @@ def build(force: bool = False) -> Path:
     Returns the build directory.
     """
     host.require_tools("clang", "bpftool")
+    if not (SOURCE_DIR / "xl_cc.h").exists():
+        raise host.HostError(f"the BPF sources are not in {SOURCE_DIR} (run from a checkout of the repository)")
     if not VMLINUX_BTF.exists():
         raise host.HostError(f"{VMLINUX_BTF} is missing: the kernel has no BTF, BPF congestion controls cannot load")
     BUILD_DIR.mkdir(parents=True, exist_ok=True)
@@ -161,12 +162,13 @@ def registered(variants: Iterable[str]) -> Iterator[list[str]]:
 
 
 def main() -> None:
-    """``python -m xferlab.netns.bpfcc``: compiles the programs and prints where they are."""
-    if shutil.which("clang") is None:
-        raise SystemExit("clang is missing (Debian: apt-get install clang llvm libbpf-dev bpftool)")
-    out = build(force=True)
+    """``python -m xferlab.netns.bpfcc``: compiles the programs and prints the objects."""
+    try:
+        build(force=True)
+    except host.HostError as e:
+        raise SystemExit(str(e)) from None
     for name in KERNEL_NAMES.values():
-        print(object_path(name).relative_to(out.parent) if out.parent in object_path(name).parents else object_path(name))
+        print(object_path(name))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """Validation of the simulator against theory and against the seeds' published figures.
 
     .venv/bin/python benches/validate.py [mathis altman table1 table2 ns2 ...] [--quick]
+    sudo .venv/bin/python benches/validate.py netns_ns2 netns_variants    # simulator vs real Linux TCP
 
 Each case runs scenarios through the same engine as `xferlab run` and rewrites its table in
 VALIDATION.md (between `<!-- table:NAME -->` markers; the prose around them is kept).
@@ -18,19 +19,18 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "python"))
 
 import yaml  # noqa: E402
-from xferlab import metrics, models, scenario  # noqa: E402
-from xferlab.backends import sim  # noqa: E402
+from xferlab import backends, metrics, models, scenario  # noqa: E402
 from xferlab.demo import TABLE2_VARIANTS  # noqa: E402
 from xferlab.trace import Trace  # noqa: E402
 
 PAPER = yaml.safe_load((ROOT / "python/xferlab/data/seed_results.yaml").read_text())
 
 
-def run(data: dict, window=None) -> tuple[dict, dict, float]:
+def run(data: dict, window=None, backend: str = "sim") -> tuple[dict, dict, float]:
     s = scenario.from_dict(data, data.get("name", "validation"))
     r = scenario.resolve(s)
     t0 = time.perf_counter()
-    out = sim.run(s, r)
+    out = backends.get(backend).run(s, r)
     wall = time.perf_counter() - t0
     trace = Trace.from_batches(out.tables, {"end_s": out.stats["end_s"]})
     return metrics.compute(trace, r, window), r, wall
@@ -213,6 +213,54 @@ def ns2(quick: bool) -> str:
     return "\n".join(rows)
 
 
+def _sim_vs_netns(rows: list[str], label: str, data: dict) -> None:
+    ms = {}
+    for backend in ("sim", "netns"):
+        m, _, wall = run(data, backend=backend)
+        ms[backend] = m
+        rows.append(
+            f"| {label} | {backend} | {m['aggregate_goodput_mbps']:.1f} | {m['jain_index']:.4f} | {m['mean_flow_cov']:.3f} | "
+            f"{m['retransmissions']} | {m['bottleneck_drops']} | {wall:.0f} s |"
+        )
+    a, b = ms["sim"]["aggregate_goodput_mbps"], ms["netns"]["aggregate_goodput_mbps"]
+    rows.append(f"| {label} | netns − sim | {100 * (b - a) / a:+.1f} % | | | | | |")
+
+
+_HEADER = [
+    "| case | backend | aggregate goodput (Mbit/s) | Jain | mean flow CoV | retransmissions | drops | wall |",
+    "|---|---|---:|---:|---:|---:|---:|---:|",
+]
+
+
+def netns_ns2(quick: bool) -> str:
+    """Seed 004's NS-2 vs NXE comparison, reduced to what this host emulates (simulator vs netns)."""
+    rows = list(_HEADER)
+    base = yaml.safe_load((ROOT / "scenarios/seed004-ns2-reduced.yaml").read_text())
+    for buffer in (170, "1.0bdp"):
+        data = yaml.safe_load(yaml.safe_dump(base))
+        data["topology"]["buffer"] = buffer
+        if quick:
+            data["workload"]["duration"] = "10s"
+        _sim_vs_netns(rows, f"B = {buffer}", data)
+    return "\n".join(rows)
+
+
+def netns_variants(quick: bool) -> str:
+    """The six seed variants on both backends: 2 pairs, 200 Mbit/s, 40 ms, 0.5 BDP, 30 s."""
+    rows = list(_HEADER)
+    for variant in TABLE2_VARIANTS.values():
+        data = {
+            "name": f"variants-{variant}",
+            "topology": {"pairs": 2, "access_rate": "200Mbps", "bottleneck_rate": "200Mbps", "rtt": "40ms", "buffer": "0.5bdp"},
+            "workload": {"streams": 1, "duration": "10s" if quick else "30s"},
+            "protocol": {"variant": variant},
+            "measure": {"goodput_interval": "0.5s", "link_interval": "100ms"},
+            "seed": 1,
+        }
+        _sim_vs_netns(rows, variant, data)
+    return "\n".join(rows)
+
+
 CASES = {
     "mathis": mathis,
     "altman": altman,
@@ -220,7 +268,13 @@ CASES = {
     "table2": table2,
     "table2_full_rate": table2_full_rate,
     "ns2": ns2,
+    "netns_ns2": netns_ns2,
+    "netns_variants": netns_variants,
 }
+
+
+#: What runs by default: the simulator cases (the netns ones need root and real time).
+SIM_CASES = [c for c in CASES if not c.startswith("netns")]
 
 
 def write(name: str, table: str) -> None:
@@ -234,10 +288,10 @@ def write(name: str, table: str) -> None:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("cases", nargs="*", default=list(CASES), choices=list(CASES) + [[]])
+    ap.add_argument("cases", nargs="*", default=SIM_CASES, choices=list(CASES) + [[]])
     ap.add_argument("--quick", action="store_true", help="fewer, shorter cases (no file written)")
     args = ap.parse_args()
-    for name in args.cases or list(CASES):
+    for name in args.cases or SIM_CASES:
         t0 = time.perf_counter()
         table = CASES[name](args.quick)
         print(f"## {name} ({time.perf_counter() - t0:.0f} s)\n{table}\n", flush=True)

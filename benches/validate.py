@@ -220,7 +220,7 @@ def _sim_vs_netns(rows: list[str], label: str, data: dict) -> None:
         ms[backend] = m
         rows.append(
             f"| {label} | {backend} | {m['aggregate_goodput_mbps']:.1f} | {m['jain_index']:.4f} | {m['mean_flow_cov']:.3f} | "
-            f"{m['retransmissions']} | {m['bottleneck_drops']} | {wall:.0f} s |"
+            f"{m['retransmissions']} | {m['bottleneck_drops']} | {wall:.1f} s |"
         )
     a, b = ms["sim"]["aggregate_goodput_mbps"], ms["netns"]["aggregate_goodput_mbps"]
     rows.append(f"| {label} | netns − sim | {100 * (b - a) / a:+.1f} % | | | | | |")

@@ -316,9 +316,10 @@ def render(folder: Path, trace: Trace, run_meta: dict, metrics: dict) -> Path:
             ("workload", f"{r['duration_s']:g} s per pair" if r["duration_s"] else f"{r['volume_bytes']:,} bytes per transfer"),
             ("seed", run_meta["seed"]),
             ("wall time", f"{run_meta.get('wall_seconds', 0):.2f} s"),
-            ("simulated events", run_meta.get("sim_events")),
         ]
     )
+    if run_meta.get("sim_events") is not None:
+        setup.append(("simulated events", run_meta["sim_events"]))
     setup += _emulation_rows(run_meta)
     parts = [
         "<!doctype html><html lang=en><head><meta charset=utf-8>",

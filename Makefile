@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml
 # with its dependencies and the test extras (pyproject.toml).
 build: $(STAMP)
 	PIP_QUIET=1 PIP_DISABLE_PIP_VERSION_CHECK=1 $(VENV)/bin/maturin develop --release -q --extras test
-	cargo build --release -q -p xferlab-delayline   # target/release/xferlab-delay (netns backend)
+	cargo build --release -q -p xferlab-delayline -p xfer   # target/release/{xferlab-delay,xfer} (netns backend)
 
 install: build
 

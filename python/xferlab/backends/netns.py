@@ -47,18 +47,27 @@ def _repo_root() -> Path:
     return Path(__file__).resolve().parents[3]
 
 
-def delay_binary() -> str:
-    """The delay line: $XFERLAB_DELAY, ``xferlab-delay`` on PATH, or the workspace build."""
-    env = os.environ.get("XFERLAB_DELAY")
-    if env:
-        return env
-    found = shutil.which("xferlab-delay")
+def _binary(env: str, name: str, package: str) -> str:
+    """A workspace tool: $ENV, NAME on PATH, or the workspace's release build."""
+    if os.environ.get(env):
+        return os.environ[env]
+    found = shutil.which(name)
     if found:
         return found
-    built = _repo_root() / "target" / "release" / "xferlab-delay"
+    built = _repo_root() / "target" / "release" / name
     if built.exists():
         return str(built)
-    raise BackendError("the delay line xferlab-delay is not built; run `make build` (it runs cargo build -p xferlab-delayline)")
+    raise BackendError(f"{name} is not built; run `make build` (cargo build --release -p {package})")
+
+
+def delay_binary() -> str:
+    """The delay line: $XFERLAB_DELAY, ``xferlab-delay`` on PATH, or the workspace build."""
+    return _binary("XFERLAB_DELAY", "xferlab-delay", "xferlab-delayline")
+
+
+def xfer_binary() -> str:
+    """The transfer tool that moves volume-bound flows: $XFERLAB_XFER, ``xfer``, or the workspace build."""
+    return _binary("XFERLAB_XFER", "xfer", "xfer")
 
 
 def kernel_variant(variant: str) -> str:
@@ -81,6 +90,11 @@ class _Flow:
     client: subprocess.Popen | None = None
     launched: float | None = None
     exited: float | None = None
+
+    @property
+    def tool(self) -> str:
+        """Volume-bound transfers run on xfer (exact completion times), the rest on iperf3."""
+        return "xfer" if self.spec.get("volume_bytes") is not None else "iperf3"
 
 
 class _Sampler(threading.Thread):
@@ -296,20 +310,19 @@ def _run_locked(emu: dict, kernel: dict, binary: str, k: float, progress) -> Bac
         build_s = time.monotonic() - t_build
         delay_proc = _start_delay(d, binary, workdir / "delay.json")
         interval = max(IPERF3_MIN_INTERVAL, min(emu["goodput_interval_s"], emu["tcp_interval_s"]))
+        tools = _Tools(workdir, xfer_binary() if any(fl.tool == "xfer" for fl in flows) else None)
         for fl in flows:
-            # -J and -i on the server: --get-server-output then carries the receiver's intervals.
-            server = ["iperf3", "-s", "-1", "-J", "-i", f"{interval:g}", "-p", str(fl.port), "-B", fl.dst_addr]
-            fl.server = _popen(server, fl.dst_ns)
+            fl.server = _popen(tools.server(fl, interval), fl.dst_ns)
         _wait_listening(flows)
         t0 = time.monotonic()
         sampler = _Sampler(d, t0, emu["link_interval_s"], reverse=reverse)
         sampler.start()
-        _drive(flows, emu, kernel, interval, t0, k, progress, warnings, delay_proc, workdir)
+        _drive(flows, emu, kernel, interval, t0, k, progress, warnings, delay_proc, tools)
         sampler.stop.set()
         sampler.join()
         delay_stats = _stop_delay(delay_proc, workdir / "delay.json")
         delay_proc = None
-        outputs = {fl.spec["flow_id"]: _read_json(workdir / f"flow{fl.spec['flow_id']}.json") for fl in flows}
+        outputs = {fl.spec["flow_id"]: _read_json(tools.output(fl)) for fl in flows}
     finally:
         if sampler is not None:
             sampler.stop.set()
@@ -382,26 +395,51 @@ def _wait_listening(flows: list[_Flow], timeout: float = 10.0) -> None:
             time.sleep(0.02)
 
 
-def _client_args(fl: _Flow, kernel: dict, interval: float, end_s: float, payload_ratio: float) -> tuple[list[str], list[str]]:
-    f, warnings = fl.spec, []
-    args = ["iperf3", "-c", fl.dst_addr, "-p", str(fl.port), "-C", kernel[f["variant"]], "-J", "--get-server-output"]
-    args += ["-i", f"{interval:g}", "--connect-timeout", "10000"]
-    if f.get("volume_bytes") is not None:
-        args += ["-n", str(int(f["volume_bytes"]))]
-    else:
+class _Tools:
+    """Command lines of the traffic tools: iperf3 for duration-bound and reverse flows, xfer
+    for volume-bound transfers (its receiver counts the last byte: see importers/xfer.py)."""
+
+    def __init__(self, workdir: Path, xfer: str | None):
+        self.workdir, self.xfer = workdir, xfer
+        if xfer is not None:
+            (workdir / "xfer-root").mkdir()
+            self.key = workdir / "xfer.key"
+            self.key.write_text(uuid.uuid4().hex + uuid.uuid4().hex)
+            self.key.chmod(0o600)
+
+    def output(self, fl: _Flow) -> Path:
+        return self.workdir / f"flow{fl.spec['flow_id']}.json"
+
+    def server(self, fl: _Flow, interval: float) -> list[str]:
+        if fl.tool == "xfer":
+            root = str(self.workdir / "xfer-root")
+            return [self.xfer, "serve", "--listen", f"{fl.dst_addr}:{fl.port}", "--root", root, "--key-file", str(self.key)]
+        # -J and -i on the server: --get-server-output then carries the receiver's intervals.
+        return ["iperf3", "-s", "-1", "-J", "-i", f"{interval:g}", "-p", str(fl.port), "-B", fl.dst_addr]
+
+    def client(self, fl: _Flow, kernel: dict, interval: float, end_s: float, payload_ratio: float):
+        f, warnings = fl.spec, []
+        lim = f.get("limiter")
+        # The simulator's pacer counts IP + 14 bytes per packet; TCP pacing counts payload.
+        pace = int(lim["rate_bps"] * payload_ratio) if lim and lim["kind"] == "pacer" else None
+        if fl.tool == "xfer":
+            args = [self.xfer, "send", "-P", "1", "--cc", kernel[f["variant"]], "--no-hash", "--retries", "0"]
+            args += ["--no-progress", "-q", "--json", str(self.output(fl)), "--interval", f"{interval:g}s"]
+            args += ["--key-file", str(self.key)] + (["--rate", str(pace)] if pace else [])
+            return args + [f"mem:{int(f['volume_bytes'])}", f"{fl.dst_addr}:{fl.port}", "--discard"], warnings
+        args = ["iperf3", "-c", fl.dst_addr, "-p", str(fl.port), "-C", kernel[f["variant"]], "-J", "--get-server-output"]
+        args += ["-i", f"{interval:g}", "--connect-timeout", "10000"]
         duration = f["duration_s"] if f.get("duration_s") is not None else end_s - f["start_s"]
         whole = max(1, math.ceil(duration - 1e-9))
         if abs(whole - duration) > 1e-6:
             warnings.append(f"flow {f['flow_id']}: iperf3 runs whole seconds, {duration:g} s rounded up to {whole} s")
         args += ["-t", str(whole)]
-    lim = f.get("limiter")
-    if lim and lim["kind"] == "pacer":
-        # The simulator's pacer counts IP + 14 bytes per packet; TCP pacing counts payload.
-        args += ["--fq-rate", str(int(lim["rate_bps"] * payload_ratio))]
-    return args, warnings
+        if pace:
+            args += ["--fq-rate", str(pace)]
+        return args, warnings
 
 
-def _drive(flows, emu, kernel, interval, t0, k, progress, warnings, delay_proc, workdir) -> None:
+def _drive(flows, emu, kernel, interval, t0, k, progress, warnings, delay_proc, tools) -> None:
     """Starts each client at its time, waits for all, stops reverse traffic when transfers end."""
     end_s = emu["end_s"]
     transfers = [fl for fl in flows if fl.spec.get("role", "transfer") == "transfer"]
@@ -416,10 +454,10 @@ def _drive(flows, emu, kernel, interval, t0, k, progress, warnings, delay_proc, 
         now = time.monotonic() - t0
         while pending and pending[0].spec["start_s"] <= now:
             fl = pending.pop(0)
-            args, w = _client_args(fl, kernel, interval, emu["end_s"] or end_s, payload_ratio)
+            args, w = tools.client(fl, kernel, interval, emu["end_s"] or end_s, payload_ratio)
             warnings.extend(w)
-            with open(workdir / f"flow{fl.spec['flow_id']}.json", "wb") as fh:
-                fl.client = _popen(args, fl.src_ns, stdout=fh)
+            with open(tools.output(fl), "wb") as fh:
+                fl.client = _popen(args, fl.src_ns, stdout=fh if fl.tool == "iperf3" else subprocess.DEVNULL)
             fl.launched = now
         for fl in flows:
             if fl.client is not None and fl.exited is None and fl.client.poll() is not None:
@@ -514,31 +552,46 @@ def _late(stats: dict) -> str | None:
 
 
 def _tables(flows: list[_Flow], outputs: dict, emu: dict, t0: float, sampler: _Sampler) -> dict:
-    from ..importers import iperf3 as ip3
+    import pyarrow as pa
 
-    entries = []
+    from ..importers import iperf3 as ip3
+    from ..importers import xfer as xf
+
+    perf, moved = [], []
     for fl in flows:
         f = fl.spec
         doc = outputs.get(f["flow_id"])
         if not doc:
             err = fl.client.stderr.read().decode().strip() if fl.client is not None and fl.client.stderr else ""
-            raise BackendError(f"flow {f['flow_id']} produced no iperf3 output ({err or 'not started'})")
-        entries.append(
-            ip3.Iperf3Flow(
-                doc=doc,
-                flow_id=f["flow_id"],
-                pair=f["pair"],
-                stream=f["stream"],
-                variant=f["variant"],
-                role=f.get("role", "transfer"),
-                start_s=(fl.launched or 0.0) + SETUP_RTTS * fl.rtt_s,
-                volume_bytes=f.get("volume_bytes"),
-                source=fl.src_ns.rsplit("-", 1)[1],
-                sink=fl.dst_ns.rsplit("-", 1)[1],
-                mss=emu["mss"],
-            )
-        )
-    tables = ip3.tables_from_runs(entries, goodput_interval_s=emu["goodput_interval_s"], end_s=None)
+            raise BackendError(f"flow {f['flow_id']} produced no {fl.tool} output ({err or 'not started'})")
+        meta = {
+            "doc": doc,
+            "flow_id": f["flow_id"],
+            "pair": f["pair"],
+            "stream": f["stream"],
+            "variant": f["variant"],
+            "role": f.get("role", "transfer"),
+            "volume_bytes": f.get("volume_bytes"),
+            "source": fl.src_ns.rsplit("-", 1)[1],
+            "sink": fl.dst_ns.rsplit("-", 1)[1],
+            "mss": emu["mss"],
+        }
+        if fl.tool == "xfer":
+            # Data started completion_time before the sender exited (its last act is the verdict,
+            # which crosses the undelayed direction); all delay is on the forward path.
+            done = float((doc.get("run") or {}).get("completion_time") or 0.0)
+            moved.append(xf.XferFlow(data_start_s=(fl.exited or 0.0) - done, forward_delay_s=fl.rtt_s, **meta))
+        else:
+            perf.append(ip3.Iperf3Flow(start_s=(fl.launched or 0.0) + SETUP_RTTS * fl.rtt_s, **meta))
+    parts = []
+    if perf:
+        parts.append(ip3.tables_from_runs(perf, goodput_interval_s=emu["goodput_interval_s"], end_s=None))
+    if moved:
+        parts.append(xf.tables_from_xfer(moved, goodput_interval_s=emu["goodput_interval_s"]))
+    tables = {}
+    for name, keys in (("flows", ["flow_id"]), ("goodput", ["flow_id", "t"]), ("tcp", ["flow_id", "t"])):
+        t = pa.concat_tables([p[name] for p in parts])
+        tables[name] = t.sort_by([(k, "ascending") for k in keys])
     tables["link"] = sampler.table(emu["link_interval_s"])
     return tables
 

@@ -175,34 +175,46 @@ class Dumbbell:
         frame = self._frame()
         burst = max(10 * frame, int(rate_bps / 8 * 1e-3))  # 10 frames or 1 ms at the rate
         tc = ["tc", "-n", ns]
-        host.sh(tc + ["qdisc", "add", "dev", "eth0", "root", "handle", "1:", "htb", "default", "1"])
+        buckets = [b for b in self.spec.token_buckets if b.host == ns]
+        # With per-flow token buckets under the link, the rest (ACKs, control) gets a leaf of its own, 1:2.
+        host.sh(tc + ["qdisc", "add", "dev", "eth0", "root", "handle", "1:", "htb", "default", "2" if buckets else "1"])
         host.sh(
             tc + ["class", "add", "dev", "eth0", "parent", "1:", "classid", "1:1", "htb"] + _link_class(rate_bps, burst, frame)
         )
-        host.sh(tc + ["qdisc", "add", "dev", "eth0", "parent", "1:1", "handle", "10:", "pfifo", "limit", str(ACCESS_QUEUE)])
-        buckets = [b for b in self.spec.token_buckets if b.host == ns]
+        if not buckets:
+            host.sh(tc + ["qdisc", "add", "dev", "eth0", "parent", "1:1", "handle", "10:", "pfifo", "limit", str(ACCESS_QUEUE)])
+            return
+        leaves = [("1:2", 1e6, rate_bps, burst, None)]
         for i, b in enumerate(buckets):
             # A per-flow token bucket (seed 001's HTB limiter) under the access link.
-            cid = f"1:{100 + i}"
+            leaves.append((f"1:{100 + i}", b.rate_bps, b.rate_bps, b.burst_bytes, b.port))
+        for cid, rate, ceil, bucket, port in leaves:
             host.sh(
                 tc
-                + ["class", "add", "dev", "eth0", "parent", "1:1", "classid", cid, "htb", "rate", _rate(b.rate_bps)]
-                + ["ceil", _rate(b.rate_bps), "burst", str(b.burst_bytes), "cburst", str(b.burst_bytes), "quantum", str(frame)]
+                + [
+                    "class",
+                    "add",
+                    "dev",
+                    "eth0",
+                    "parent",
+                    "1:1",
+                    "classid",
+                    cid,
+                    "htb",
+                    "rate",
+                    _rate(rate),
+                    "ceil",
+                    _rate(ceil),
+                ]
+                + ["burst", str(bucket), "cburst", str(bucket), "quantum", str(frame)]
             )
             host.sh(tc + ["qdisc", "add", "dev", "eth0", "parent", cid, "pfifo", "limit", str(ACCESS_QUEUE)])
-            host.sh(
-                tc
-                + ["filter", "add", "dev", "eth0", "parent", "1:", "protocol", "ip", "prio", "1", "u32"]
-                + ["match", "ip", "dport", str(b.port), "0xffff", "flowid", cid]
-            )
-        if buckets:
-            # Once children exist, unclassified traffic needs a leaf of its own.
-            host.sh(
-                tc
-                + ["class", "add", "dev", "eth0", "parent", "1:1", "classid", "1:2", "htb", "rate", "1mbit"]
-                + ["ceil", _rate(rate_bps), "quantum", str(frame)]
-            )
-            host.sh(tc + ["qdisc", "change", "dev", "eth0", "root", "handle", "1:", "htb", "default", "2"])
+            if port is not None:
+                host.sh(
+                    tc
+                    + ["filter", "add", "dev", "eth0", "parent", "1:", "protocol", "ip", "prio", "1", "u32"]
+                    + ["match", "ip", "dport", str(port), "0xffff", "flowid", cid]
+                )
 
     def _bottleneck(self, router: str) -> None:
         s = self.spec

@@ -58,6 +58,9 @@ pub struct QueueStats {
     pub lateness: Histogram,
     /// Packets whose arrival time came from `NFQA_TIMESTAMP` rather than the read time.
     pub kernel_stamped: u64,
+    /// For those: read time − kernel timestamp, i.e. how long the packet took from the
+    /// router's interface to the daemon (softirq backlog, netlink socket, our loop).
+    pub read_lag: Histogram,
 }
 
 impl QueueStats {
@@ -68,6 +71,7 @@ impl QueueStats {
             bytes: 0,
             lateness: Histogram::default(),
             kernel_stamped: 0,
+            read_lag: Histogram::default(),
         }
     }
 }
@@ -86,6 +90,9 @@ pub struct QueueReport {
     pub queue_dropped: u64,
     pub user_dropped: u64,
     pub kernel_stamped: u64,
+    pub read_lag_mean_ms: f64,
+    pub read_lag_p99_ms: f64,
+    pub read_lag_max_ms: f64,
 }
 
 #[derive(Serialize, Debug)]
@@ -93,10 +100,17 @@ pub struct Report {
     pub queues: BTreeMap<String, QueueReport>,
     pub enobufs: u64,
     pub verdict_errors: u64,
+    pub verdict_calls: u64,
+    pub verdict_call_mean_ms: f64,
+    pub verdict_call_p99_ms: f64,
+    pub verdict_call_max_ms: f64,
+    pub batch_max: u64,
+    pub window: u32,
     pub elapsed_s: f64,
     pub cpu_user_s: f64,
     pub cpu_sys_s: f64,
     pub rt_priority: Option<i32>,
+    pub cpu: Option<usize>,
     pub maxlen: u32,
 }
 
@@ -122,6 +136,9 @@ pub fn queue_report(
         queue_dropped: k.queue_dropped,
         user_dropped: k.user_dropped,
         kernel_stamped: s.kernel_stamped,
+        read_lag_mean_ms: s.read_lag.mean_ns() / NS_PER_MS,
+        read_lag_p99_ms: s.read_lag.quantile_ns(0.99) as f64 / NS_PER_MS,
+        read_lag_max_ms: s.read_lag.max_ns as f64 / NS_PER_MS,
     }
 }
 
@@ -221,10 +238,17 @@ mod tests {
             queues,
             enobufs: 0,
             verdict_errors: 0,
+            verdict_calls: 0,
+            verdict_call_mean_ms: 0.0,
+            verdict_call_p99_ms: 0.0,
+            verdict_call_max_ms: 0.0,
+            batch_max: 0,
+            window: 0,
             elapsed_s: 1.5,
             cpu_user_s: 0.0,
             cpu_sys_s: 0.0,
             rt_priority: None,
+            cpu: None,
             maxlen: 1,
         };
         write_atomic(&path, &r).unwrap();

@@ -43,9 +43,11 @@ def build(rate_mbit: int, buffer_pkts: int) -> None:
     for ns in (SND, LEFT, RIGHT, RCV):
         host.sh(["ip", "netns", "add", ns])
         host.sh(["ip", "link", "set", "lo", "up"], ns=ns)
-    links = [(SND, "s0", "10.90.1.2/24", LEFT, "l0", "10.90.1.1/24"),
-             (LEFT, "l1", "10.90.2.1/24", RIGHT, "r1", "10.90.2.2/24"),
-             (RIGHT, "r0", "10.90.3.1/24", RCV, "c0", "10.90.3.2/24")]
+    links = [
+        (SND, "s0", "10.90.1.2/24", LEFT, "l0", "10.90.1.1/24"),
+        (LEFT, "l1", "10.90.2.1/24", RIGHT, "r1", "10.90.2.2/24"),
+        (RIGHT, "r0", "10.90.3.1/24", RCV, "c0", "10.90.3.2/24"),
+    ]
     for ns1, d1, a1, ns2, d2, a2 in links:
         host.sh(["ip", "link", "add", d1, "netns", ns1, "type", "veth", "peer", "name", d2, "netns", ns2])
         for ns, dev, addr in ((ns1, d1, a1), (ns2, d2, a2)):
@@ -62,8 +64,29 @@ def build(rate_mbit: int, buffer_pkts: int) -> None:
     # Bottleneck both ways: HTB at C with an explicit burst, exact packet drop-tail leaf.
     for ns, dev in ((LEFT, "l1"), (RIGHT, "r1")):
         host.sh(["tc", "qdisc", "add", "dev", dev, "root", "handle", "1:", "htb", "default", "1"], ns=ns)
-        host.sh(["tc", "class", "add", "dev", dev, "parent", "1:", "classid", "1:1", "htb", "rate", f"{rate_mbit}mbit",
-                 "ceil", f"{rate_mbit}mbit", "burst", "30000", "cburst", "30000"], ns=ns)
+        host.sh(
+            [
+                "tc",
+                "class",
+                "add",
+                "dev",
+                dev,
+                "parent",
+                "1:",
+                "classid",
+                "1:1",
+                "htb",
+                "rate",
+                f"{rate_mbit}mbit",
+                "ceil",
+                f"{rate_mbit}mbit",
+                "burst",
+                "30000",
+                "cburst",
+                "30000",
+            ],
+            ns=ns,
+        )
         host.sh(["tc", "qdisc", "add", "dev", dev, "parent", "1:1", "handle", "10:", "pfifo", "limit", str(buffer_pkts)], ns=ns)
     # The delay line after the bottleneck: data arriving from it, ACKs leaving towards it.
     host.sh(["iptables", "-A", "FORWARD", "-i", "r1", "-j", "NFQUEUE", "--queue-num", "0"], ns=RIGHT)
@@ -135,8 +158,9 @@ def run_one(rate: int, rtt_ms: float, duration: int, buffer_pkts: int | None, rt
         server = subprocess.Popen(["ip", "netns", "exec", RCV, "iperf3", "-s", "-1"], stdout=subprocess.DEVNULL)
         time.sleep(0.5)
         t0, c0 = time.monotonic(), cpu_ticks(daemon.pid)
-        out = host.sh(["iperf3", "-c", RCV_ADDR, "-t", str(duration), "-O", "2", "-C", "cubic", "-J"], ns=SND,
-                      timeout=duration + 30)
+        out = host.sh(
+            ["iperf3", "-c", RCV_ADDR, "-t", str(duration), "-O", "2", "-C", "cubic", "-J"], ns=SND, timeout=duration + 30
+        )
         cpu = (cpu_ticks(daemon.pid) - c0) / os.sysconf("SC_CLK_TCK") / (time.monotonic() - t0)
         daemon.send_signal(signal.SIGTERM)
         if daemon.wait(timeout=10) != 0:
@@ -148,12 +172,16 @@ def run_one(rate: int, rtt_ms: float, duration: int, buffer_pkts: int | None, rt
         nstat = host.sh(["nstat", "-az", "TcpRetransSegs"], ns=SND)
         retrans = int(re.search(r"TcpRetransSegs\s+(\d+)", nstat).group(1))
         return {
-            "rate": rate, "buffer": buffer_pkts, "bdp": bdp_pkts, "steer": steer,
+            "rate": rate,
+            "buffer": buffer_pkts,
+            "bdp": bdp_pkts,
+            "steer": steer,
             "goodput": ip["sum_received"]["bits_per_second"] / 1e6,
             "retrans": retrans,
             "bottleneck_drops": bottleneck_drops(),
             "idle_rtt": idle,
-            "cpu": cpu, "stats": stats,
+            "cpu": cpu,
+            "stats": stats,
         }
     finally:
         for p in (server, daemon):
@@ -169,16 +197,22 @@ def fmt_row(r: dict) -> str:
     cpu_s = r["stats"]["cpu_user_s"] + r["stats"]["cpu_sys_s"]
     sys_share = 100 * r["stats"]["cpu_sys_s"] / cpu_s if cpu_s else 0
     idle = "/".join(f"{x:.2f}" for x in r["idle_rtt"]) if r["idle_rtt"] else "-"
-    return (f"| {r['rate']} | {'yes' if r['steer'] else 'no'} | {r['buffer']} | {r['goodput']:.1f} | {r['retrans']} | {r['bottleneck_drops']} | {dl_drops} "
-            f"| {d['late_mean_ms']:.3f} / {d['late_p99_ms']:.3f} / {d['late_max_ms']:.2f} "
-            f"| {a['late_mean_ms']:.3f} / {a['late_p99_ms']:.3f} | {d['read_lag_mean_ms']:.3f} / {d['read_lag_p99_ms']:.3f} "
-            f"| {d['max_held']} | {100 * r['cpu']:.0f} % ({sys_share:.0f} % sys) "
-            f"| {idle} |")
+    return (
+        f"| {r['rate']} | {'yes' if r['steer'] else 'no'} | {r['buffer']} | {r['goodput']:.1f} | {r['retrans']} "
+        f"| {r['bottleneck_drops']} | {dl_drops} "
+        f"| {d['late_mean_ms']:.3f} / {d['late_p99_ms']:.3f} / {d['late_max_ms']:.2f} "
+        f"| {a['late_mean_ms']:.3f} / {a['late_p99_ms']:.3f} | {d['read_lag_mean_ms']:.3f} / {d['read_lag_p99_ms']:.3f} "
+        f"| {d['max_held']} | {100 * r['cpu']:.0f} % ({sys_share:.0f} % sys) "
+        f"| {idle} |"
+    )
 
 
-HEADER = ("| C (Mbit/s) | steered | B (pkts) | goodput (Mbit/s) | retrans | bottleneck drops | delay-line drops "
-          "| data lateness mean / p99 / max (ms) | ACK lateness mean / p99 (ms) | data read lag mean / p99 (ms) | max held | daemon CPU | idle ping min/avg/max (ms) |\n"
-          "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+HEADER = (
+    "| C (Mbit/s) | steered | B (pkts) | goodput (Mbit/s) | retrans | bottleneck drops | delay-line drops "
+    "| data lateness mean / p99 / max (ms) | ACK lateness mean / p99 (ms) | data read lag mean / p99 (ms) "
+    "| max held | daemon CPU | idle ping min/avg/max (ms) |\n"
+    "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+)
 
 
 def main() -> None:
@@ -188,8 +222,11 @@ def main() -> None:
     ap.add_argument("--duration", type=int, default=20, help="iperf3 seconds (first 2 s omitted from goodput)")
     ap.add_argument("--buffer", type=int, default=None, help="bottleneck buffer B in packets (default: one BDP)")
     ap.add_argument("--rt-priority", type=int, default=50, help="SCHED_FIFO priority of the daemon (0: normal)")
-    ap.add_argument("--no-steer", action="store_true",
-                    help="leave the end hosts' receive processing where it falls (often inside the daemon's verdict calls)")
+    ap.add_argument(
+        "--no-steer",
+        action="store_true",
+        help="leave the end hosts' receive processing where it falls (often inside the daemon's verdict calls)",
+    )
     ap.add_argument("--both", action="store_true", help="each capacity with and without steering")
     ap.add_argument("--no-write", action="store_true", help="do not rewrite BENCHMARKS.md")
     args = ap.parse_args()
@@ -213,7 +250,7 @@ def main() -> None:
     text = (
         f"Command: `{cmd.strip()}`. RTT {args.rtt_ms:g} ms ({args.rtt_ms / 2:g} ms per direction in the delay line), one "
         f"iperf3 CUBIC flow for {args.duration} s (goodput without the first 2 s), B = one BDP unless given, daemon "
-        f"{'SCHED_FIFO ' + str(args.rt_priority) if args.rt_priority else 'not real-time'}; \"steered\" = daemon pinned "
+        f'{"SCHED_FIFO " + str(args.rt_priority) if args.rt_priority else "not real-time"}; "steered" = daemon pinned '
         f"to CPU 0 (`--cpu 0`) and the end hosts' receive processing sent to the other CPUs (`rps_cpus` on their veths). "
         f"Lateness and read lag cover the whole run, slow start included. Machine: {os.cpu_count()} cores, "
         f"Linux {platform.release()}, commit {commit}; load average {' '.join(load_before)} before, "

@@ -138,6 +138,12 @@ def ping_rtt(count: int) -> tuple[float, float, float] | None:
     return (float(m.group(1)), float(m.group(2)), float(m.group(3))) if m else None
 
 
+def backlog_drops() -> int:
+    """Packets dropped host-wide because a CPU's input backlog was full (netdev_max_backlog):
+    a loss outside the bottleneck, which RPS steering can cause when the other CPUs are busy."""
+    return sum(int(line.split()[1], 16) for line in Path("/proc/net/softnet_stat").read_text().splitlines())
+
+
 def bottleneck_drops() -> int:
     out = host.sh(["tc", "-s", "qdisc", "show", "dev", "l1"], ns=LEFT)
     m = re.search(r"pfifo 10:.*?dropped (\d+)", out, re.S)
@@ -157,11 +163,12 @@ def run_one(rate: int, rtt_ms: float, duration: int, buffer_pkts: int | None, rt
         idle = ping_rtt(10)
         server = subprocess.Popen(["ip", "netns", "exec", RCV, "iperf3", "-s", "-1"], stdout=subprocess.DEVNULL)
         time.sleep(0.5)
-        t0, c0 = time.monotonic(), cpu_ticks(daemon.pid)
+        t0, c0, b0 = time.monotonic(), cpu_ticks(daemon.pid), backlog_drops()
         out = host.sh(
             ["iperf3", "-c", RCV_ADDR, "-t", str(duration), "-O", "2", "-C", "cubic", "-J"], ns=SND, timeout=duration + 30
         )
         cpu = (cpu_ticks(daemon.pid) - c0) / os.sysconf("SC_CLK_TCK") / (time.monotonic() - t0)
+        backlog = backlog_drops() - b0
         daemon.send_signal(signal.SIGTERM)
         if daemon.wait(timeout=10) != 0:
             raise host.HostError(f"xferlab-delay exited with {daemon.returncode}")
@@ -179,6 +186,7 @@ def run_one(rate: int, rtt_ms: float, duration: int, buffer_pkts: int | None, rt
             "goodput": ip["sum_received"]["bits_per_second"] / 1e6,
             "retrans": retrans,
             "bottleneck_drops": bottleneck_drops(),
+            "backlog_drops": backlog,
             "idle_rtt": idle,
             "cpu": cpu,
             "stats": stats,
@@ -199,7 +207,7 @@ def fmt_row(r: dict) -> str:
     idle = "/".join(f"{x:.2f}" for x in r["idle_rtt"]) if r["idle_rtt"] else "-"
     return (
         f"| {r['rate']} | {'yes' if r['steer'] else 'no'} | {r['buffer']} | {r['goodput']:.1f} | {r['retrans']} "
-        f"| {r['bottleneck_drops']} | {dl_drops} "
+        f"| {r['bottleneck_drops']} | {dl_drops} | {r['backlog_drops']} "
         f"| {d['late_mean_ms']:.3f} / {d['late_p99_ms']:.3f} / {d['late_max_ms']:.2f} "
         f"| {a['late_mean_ms']:.3f} / {a['late_p99_ms']:.3f} | {d['read_lag_mean_ms']:.3f} / {d['read_lag_p99_ms']:.3f} "
         f"| {d['max_held']} | {100 * r['cpu']:.0f} % ({sys_share:.0f} % sys) "
@@ -208,10 +216,10 @@ def fmt_row(r: dict) -> str:
 
 
 HEADER = (
-    "| C (Mbit/s) | steered | B (pkts) | goodput (Mbit/s) | retrans | bottleneck drops | delay-line drops "
+    "| C (Mbit/s) | steered | B (pkts) | goodput (Mbit/s) | retrans | bottleneck drops | delay-line drops | backlog drops "
     "| data lateness mean / p99 / max (ms) | ACK lateness mean / p99 (ms) | data read lag mean / p99 (ms) "
     "| max held | daemon CPU | idle ping min/avg/max (ms) |\n"
-    "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
 )
 
 
@@ -255,7 +263,8 @@ def main() -> None:
         f"Lateness and read lag cover the whole run, slow start included. Machine: {os.cpu_count()} cores, "
         f"Linux {platform.release()}, commit {commit}; load average {' '.join(load_before)} before, "
         f"{' '.join(load_after)} after (the machine is shared). Lateness = verdict time − due time, per packet, "
-        f"from the daemon's stats; delay-line drops = queue_dropped + user_dropped + ENOBUFS.\n\n"
+        f"from the daemon's stats; delay-line drops = queue_dropped + user_dropped + ENOBUFS; "
+        f"backlog drops = host-wide softnet input-backlog drops during the run.\n\n"
         f"{HEADER}\n" + "\n".join(fmt_row(r) for r in rows) + "\n"
     )
     print(text)

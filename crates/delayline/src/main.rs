@@ -59,6 +59,8 @@ struct Daemon {
     /// Measurement window: 0 from the start, +1 at each SIGUSR1.
     window: u32,
     window_started: u64,
+    /// Host-wide input-backlog drops at the start of the window.
+    softnet_dropped_at_start: u64,
     cpu: Option<usize>,
 }
 
@@ -160,6 +162,7 @@ impl Daemon {
         self.batch_max = 0;
         self.window += 1;
         self.window_started = now;
+        self.softnet_dropped_at_start = stats::read_softnet_dropped();
     }
 
     fn report(&self, rt_priority: Option<i32>, maxlen: u32) -> stats::Report {
@@ -179,6 +182,8 @@ impl Daemon {
         stats::Report {
             queues,
             enobufs: self.enobufs,
+            backlog_dropped: stats::read_softnet_dropped()
+                .saturating_sub(self.softnet_dropped_at_start),
             verdict_errors: self.verdict_errors,
             verdict_calls: self.verdict_call.count,
             verdict_call_mean_ms: self.verdict_call.mean_ns() / 1e6,
@@ -313,6 +318,7 @@ fn run(cli: cli::Cli) -> Result<()> {
         batch_max: 0,
         window: 0,
         window_started: 0,
+        softnet_dropped_at_start: stats::read_softnet_dropped(),
         cpu: cli.cpu,
     };
 

@@ -48,6 +48,22 @@ pub fn read_proc() -> BTreeMap<u16, KernelCounters> {
         .unwrap_or_default()
 }
 
+/// Packets dropped host-wide because a CPU's input backlog (`netdev_max_backlog`) was
+/// full: column 2 (hex) of `/proc/net/softnet_stat`, summed over CPUs. Such a loss happens
+/// outside the bottleneck (e.g. when RPS sends the end hosts' packets to a busy CPU).
+pub fn parse_softnet_dropped(text: &str) -> u64 {
+    text.lines()
+        .filter_map(|l| l.split_whitespace().nth(1))
+        .filter_map(|x| u64::from_str_radix(x, 16).ok())
+        .sum()
+}
+
+pub fn read_softnet_dropped() -> u64 {
+    std::fs::read_to_string("/proc/net/softnet_stat")
+        .map(|t| parse_softnet_dropped(&t))
+        .unwrap_or(0)
+}
+
 /// What the daemon measured on one queue.
 #[derive(Debug)]
 pub struct QueueStats {
@@ -99,6 +115,8 @@ pub struct QueueReport {
 pub struct Report {
     pub queues: BTreeMap<String, QueueReport>,
     pub enobufs: u64,
+    /// Host-wide input-backlog drops during this window (see [`parse_softnet_dropped`]).
+    pub backlog_dropped: u64,
     pub verdict_errors: u64,
     pub verdict_calls: u64,
     pub verdict_call_mean_ms: f64,
@@ -186,6 +204,12 @@ mod tests {
     }
 
     #[test]
+    fn softnet_drops_are_summed_over_cpus() {
+        let text = "06bb904e 00000000 00000004\n0706701d 00000e11 00000007 00000000\n";
+        assert_eq!(parse_softnet_dropped(text), 0xe11);
+    }
+
+    #[test]
     fn report_fields_in_ms() {
         let mut s = QueueStats::new(25_000_000);
         s.packets = 2;
@@ -237,6 +261,7 @@ mod tests {
         let r = Report {
             queues,
             enobufs: 0,
+            backlog_dropped: 0,
             verdict_errors: 0,
             verdict_calls: 0,
             verdict_call_mean_ms: 0.0,

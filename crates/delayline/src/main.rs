@@ -52,6 +52,8 @@ struct Daemon {
     verdict_errors: u64,
     /// Scratch: due times of the packets of one batch.
     due_scratch: Vec<u64>,
+    /// Scratch: the packets of one datagram.
+    pkt_scratch: Vec<nfq::Packet>,
     /// Duration of each batch-verdict call: the kernel forwards the whole batch (and
     /// often runs the softirqs it raises) inside it, so this is where CPU time goes.
     verdict_call: hist::Histogram,
@@ -97,32 +99,40 @@ impl Daemon {
     fn read_burst(&mut self) -> Result<usize> {
         let rt_offset = realtime_ns().wrapping_sub(monotonic_ns());
         let mut n = 0;
-        let mut pkts = [None; 1];
+        // The kernel sends one packet per datagram, but a datagram may hold several.
+        let mut pkts = std::mem::take(&mut self.pkt_scratch);
         while n < READ_BURST {
             let mut errors = 0;
+            pkts.clear();
             match self.sock.recv_one(|m| match m {
-                Message::Packet(p) => pkts[0] = Some(p),
+                Message::Packet(p) => pkts.push(p),
                 Message::Error { errno, .. } if errno != 0 => errors += 1,
                 _ => {}
             }) {
                 Ok(true) => {
                     n += 1;
                     self.verdict_errors += errors;
-                    if let Some(p) = pkts[0].take() {
-                        self.on_packet(p, monotonic_ns(), rt_offset);
+                    let read_ns = monotonic_ns();
+                    for &p in &pkts {
+                        self.on_packet(p, read_ns, rt_offset);
                     }
                 }
                 Ok(false) => break,
-                Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => self.enobufs += 1,
+                Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {
+                    n += 1;
+                    self.enobufs += 1
+                }
                 Err(e) => {
                     return Err(anyhow::Error::new(e).context("reading from the NFQUEUE socket"))
                 }
             }
         }
+        self.pkt_scratch = pkts;
         Ok(n)
     }
 
-    /// Accepts, per queue with one batch verdict, every packet due at `now`.
+    /// Accepts, per queue with one batch verdict, the packets due at `now` (at most
+    /// MAX_BATCH per queue; the main loop comes straight back for the rest).
     fn release_due(&mut self, now: u64) -> Result<()> {
         for qi in 0..self.queues.len() {
             let q = &mut self.queues[qi];
@@ -314,6 +324,7 @@ fn run(cli: cli::Cli) -> Result<()> {
         enobufs: 0,
         verdict_errors: 0,
         due_scratch: Vec::with_capacity(capacity),
+        pkt_scratch: Vec::with_capacity(16),
         verdict_call: hist::Histogram::default(),
         batch_max: 0,
         window: 0,

@@ -32,6 +32,11 @@ pub struct Cli {
     /// drops and counts `queue_dropped`. 262144 holds 1 s at ~3 Gbit/s of 1500-byte packets.
     #[arg(long, value_name = "N", default_value_t = 262_144, value_parser = clap::value_parser!(u32).range(1..))]
     pub maxlen: u32,
+    /// Pin the daemon to this CPU (sched_setaffinity). With the end hosts' receive
+    /// processing steered to the other CPUs (rps_cpus), the verdict calls stay short;
+    /// see docs/delayline.md.
+    #[arg(long, value_name = "CPU")]
+    pub cpu: Option<usize>,
     /// Run under SCHED_FIFO at this priority (1–99) with memory locked (mlockall).
     #[arg(long, value_name = "P", value_parser = clap::value_parser!(i32).range(1..=99))]
     pub rt_priority: Option<i32>,
@@ -158,11 +163,14 @@ mod tests {
             "0.5",
             "--rt-priority",
             "50",
+            "--cpu",
+            "1",
         ])
         .unwrap();
         assert_eq!(cli.queues.len(), 2);
         assert_eq!(cli.maxlen, 262_144);
         assert_eq!(cli.rt_priority, Some(50));
+        assert_eq!(cli.cpu, Some(1));
         assert_eq!(cli.stats_interval, Some(0.5));
         assert!(cli.validate().is_ok());
 

@@ -56,14 +56,16 @@ impl DelayLine {
         self.fifo.len()
     }
 
-    /// Removes the packets due at `now_ns` and returns them (oldest first) through `f`;
-    /// returns the id of the last one, to put in the batch verdict.
-    pub fn pop_due(&mut self, now_ns: u64, mut f: impl FnMut(Held)) -> Option<u32> {
+    /// Removes up to `max` of the packets due at `now_ns` and returns them (oldest first)
+    /// through `f`; returns the id of the last one, to put in the batch verdict.
+    pub fn pop_due(&mut self, now_ns: u64, max: usize, mut f: impl FnMut(Held)) -> Option<u32> {
         let mut last = None;
+        let mut n = 0;
         while let Some(h) = self.fifo.front() {
-            if h.due_ns > now_ns {
+            if h.due_ns > now_ns || n == max {
                 break;
             }
+            n += 1;
             let h = self.fifo.pop_front().unwrap();
             last = Some(h.id);
             f(h);
@@ -93,11 +95,11 @@ mod tests {
         d.push(12, 2 * MS);
         assert_eq!(d.next_due(), Some(20 * MS));
         assert_eq!(
-            d.pop_due(20 * MS - 1, |_| panic!("nothing is due yet")),
+            d.pop_due(20 * MS - 1, 10, |_| panic!("nothing is due yet")),
             None
         );
         let mut out = vec![];
-        assert_eq!(d.pop_due(21 * MS, |h| out.push(h.id)), Some(11));
+        assert_eq!(d.pop_due(21 * MS, 10, |h| out.push(h.id)), Some(11));
         assert_eq!(out, vec![10, 11]);
         assert_eq!(d.next_due(), Some(22 * MS));
         assert_eq!(d.held(), 1);
@@ -105,10 +107,22 @@ mod tests {
     }
 
     #[test]
+    fn a_batch_is_capped() {
+        let mut d = DelayLine::new(0, 4);
+        for id in 1..=5 {
+            d.push(id, 0);
+        }
+        assert_eq!(d.pop_due(0, 2, |_| {}), Some(2));
+        assert_eq!(d.pop_due(0, 2, |_| {}), Some(4));
+        assert_eq!(d.pop_due(0, 2, |_| {}), Some(5));
+        assert_eq!(d.pop_due(0, 2, |_| {}), None);
+    }
+
+    #[test]
     fn zero_delay_is_due_on_arrival() {
         let mut d = DelayLine::new(0, 1);
         d.push(1, 5);
-        assert_eq!(d.pop_due(5, |_| {}), Some(1));
+        assert_eq!(d.pop_due(5, 10, |_| {}), Some(1));
         assert_eq!(d.next_due(), None);
     }
 
@@ -119,7 +133,7 @@ mod tests {
         // an arrival estimate earlier than the previous one (kernel stamp vs read time)
         assert_eq!(d.push(2, 95), 110);
         let mut ids = vec![];
-        d.pop_due(110, |h| ids.push(h.id));
+        d.pop_due(110, 10, |h| ids.push(h.id));
         assert_eq!(ids, vec![1, 2]);
     }
 
@@ -129,7 +143,7 @@ mod tests {
         d.push(u32::MAX, 0);
         d.push(0, 0);
         assert_eq!(
-            d.pop_due(1, |_| {}),
+            d.pop_due(1, 10, |_| {}),
             Some(0),
             "the last id is the verdict id, even after wrap"
         );

@@ -27,6 +27,10 @@ const RCVBUF: usize = 64 << 20;
 const COPY_RANGE: u32 = 20;
 /// Messages read per wake-up before looking again at what is due.
 const READ_BURST: usize = 256;
+/// Packets accepted per verdict call. The kernel forwards them, and usually runs the
+/// softirqs that follow (the receiver's or the sender's TCP), inside the call; capping it
+/// lets the other queues and new arrivals be served in between.
+const MAX_BATCH: usize = 128;
 /// An `NFQA_TIMESTAMP` older than this at the read, or later than the read by more than
 /// [`MAX_STAMP_LEAD_NS`], is taken as wrong (a step of the realtime clock) and the read
 /// time is used instead.
@@ -48,6 +52,18 @@ struct Daemon {
     verdict_errors: u64,
     /// Scratch: due times of the packets of one batch.
     due_scratch: Vec<u64>,
+    /// Scratch: the packets of one datagram.
+    pkt_scratch: Vec<nfq::Packet>,
+    /// Duration of each batch-verdict call: the kernel forwards the whole batch (and
+    /// often runs the softirqs it raises) inside it, so this is where CPU time goes.
+    verdict_call: hist::Histogram,
+    batch_max: usize,
+    /// Measurement window: 0 from the start, +1 at each SIGUSR1.
+    window: u32,
+    window_started: u64,
+    /// Host-wide input-backlog drops at the start of the window.
+    softnet_dropped_at_start: u64,
+    cpu: Option<usize>,
 }
 
 impl Daemon {
@@ -71,6 +87,7 @@ impl Daemon {
             if plausible {
                 arrival = ts_mono.min(read_ns);
                 q.stats.kernel_stamped += 1;
+                q.stats.read_lag.record(read_ns - arrival);
             }
         }
         q.line.push(p.id, arrival);
@@ -82,45 +99,56 @@ impl Daemon {
     fn read_burst(&mut self) -> Result<usize> {
         let rt_offset = realtime_ns().wrapping_sub(monotonic_ns());
         let mut n = 0;
-        let mut pkts = [None; 1];
+        // The kernel sends one packet per datagram, but a datagram may hold several.
+        let mut pkts = std::mem::take(&mut self.pkt_scratch);
         while n < READ_BURST {
             let mut errors = 0;
+            pkts.clear();
             match self.sock.recv_one(|m| match m {
-                Message::Packet(p) => pkts[0] = Some(p),
+                Message::Packet(p) => pkts.push(p),
                 Message::Error { errno, .. } if errno != 0 => errors += 1,
                 _ => {}
             }) {
                 Ok(true) => {
                     n += 1;
                     self.verdict_errors += errors;
-                    if let Some(p) = pkts[0].take() {
-                        self.on_packet(p, monotonic_ns(), rt_offset);
+                    let read_ns = monotonic_ns();
+                    for &p in &pkts {
+                        self.on_packet(p, read_ns, rt_offset);
                     }
                 }
                 Ok(false) => break,
-                Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => self.enobufs += 1,
+                Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {
+                    n += 1;
+                    self.enobufs += 1
+                }
                 Err(e) => {
                     return Err(anyhow::Error::new(e).context("reading from the NFQUEUE socket"))
                 }
             }
         }
+        self.pkt_scratch = pkts;
         Ok(n)
     }
 
-    /// Accepts, per queue with one batch verdict, every packet due at `now`.
+    /// Accepts, per queue with one batch verdict, the packets due at `now` (at most
+    /// MAX_BATCH per queue; the main loop comes straight back for the rest).
     fn release_due(&mut self, now: u64) -> Result<()> {
         for qi in 0..self.queues.len() {
             let q = &mut self.queues[qi];
             self.due_scratch.clear();
             let scratch = &mut self.due_scratch;
-            let Some(last) = q.line.pop_due(now, |h| scratch.push(h.due_ns)) else {
+            let Some(last) = q.line.pop_due(now, MAX_BATCH, |h| scratch.push(h.due_ns)) else {
                 continue;
             };
             let num = q.num;
+            let before = monotonic_ns();
             self.sock
                 .accept_up_to(num, last)
                 .with_context(|| format!("sending the verdict for NFQUEUE {num}"))?;
             let done = monotonic_ns();
+            self.verdict_call.record(done - before);
+            self.batch_max = self.batch_max.max(self.due_scratch.len());
             let q = &mut self.queues[qi];
             for &due in &self.due_scratch {
                 q.stats.lateness.record(done.saturating_sub(due));
@@ -133,7 +161,21 @@ impl Daemon {
         self.queues.iter().filter_map(|q| q.line.next_due()).min()
     }
 
-    fn report(&self, started: u64, rt_priority: Option<i32>, maxlen: u32) -> stats::Report {
+    /// Starts a new measurement window (SIGUSR1): per-packet statistics restart from zero,
+    /// e.g. to leave out a transfer's slow start. Drop counters stay cumulative.
+    fn new_window(&mut self, now: u64) {
+        for q in &mut self.queues {
+            q.stats = QueueStats::new(q.stats.delay_ns);
+            q.line.max_held = q.line.held();
+        }
+        self.verdict_call = hist::Histogram::default();
+        self.batch_max = 0;
+        self.window += 1;
+        self.window_started = now;
+        self.softnet_dropped_at_start = stats::read_softnet_dropped();
+    }
+
+    fn report(&self, rt_priority: Option<i32>, maxlen: u32) -> stats::Report {
         let kernel = stats::read_proc();
         let queues = self
             .queues
@@ -150,17 +192,27 @@ impl Daemon {
         stats::Report {
             queues,
             enobufs: self.enobufs,
+            backlog_dropped: stats::read_softnet_dropped()
+                .saturating_sub(self.softnet_dropped_at_start),
             verdict_errors: self.verdict_errors,
-            elapsed_s: (monotonic_ns() - started) as f64 * 1e-9,
+            verdict_calls: self.verdict_call.count,
+            verdict_call_mean_ms: self.verdict_call.mean_ns() / 1e6,
+            verdict_call_p99_ms: self.verdict_call.quantile_ns(0.99) as f64 / 1e6,
+            verdict_call_max_ms: self.verdict_call.max_ns as f64 / 1e6,
+            batch_max: self.batch_max as u64,
+            window: self.window,
+            elapsed_s: (monotonic_ns() - self.window_started) as f64 * 1e-9,
             cpu_user_s,
             cpu_sys_s,
             rt_priority,
+            cpu: self.cpu,
             maxlen,
         }
     }
 }
 
-/// Blocks SIGTERM/SIGINT and returns a signalfd that becomes readable when one arrives.
+/// Blocks SIGTERM/SIGINT (stop) and SIGUSR1 (new window) and returns a signalfd that
+/// becomes readable when one arrives.
 fn termination_signals() -> Result<OwnedFd> {
     // SAFETY: signal-set manipulation on a local sigset_t; signalfd returns a new fd.
     unsafe {
@@ -168,6 +220,7 @@ fn termination_signals() -> Result<OwnedFd> {
         libc::sigemptyset(&mut set);
         libc::sigaddset(&mut set, libc::SIGTERM);
         libc::sigaddset(&mut set, libc::SIGINT);
+        libc::sigaddset(&mut set, libc::SIGUSR1);
         if libc::sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) < 0 {
             bail!("sigprocmask: {}", std::io::Error::last_os_error());
         }
@@ -177,6 +230,40 @@ fn termination_signals() -> Result<OwnedFd> {
         }
         Ok(OwnedFd::from_raw_fd(fd))
     }
+}
+
+/// The number of the pending signal, if any.
+fn read_signal(fd: &OwnedFd) -> Option<i32> {
+    let mut info: libc::signalfd_siginfo = unsafe { std::mem::zeroed() };
+    let size = std::mem::size_of::<libc::signalfd_siginfo>();
+    // SAFETY: reads at most `size` bytes into `info`.
+    let n = unsafe {
+        libc::read(
+            fd.as_raw_fd(),
+            &mut info as *mut _ as *mut libc::c_void,
+            size,
+        )
+    };
+    (n as usize == size).then_some(info.ssi_signo as i32)
+}
+
+fn pin_to_cpu(cpu: usize) -> Result<()> {
+    if cpu >= libc::CPU_SETSIZE as usize {
+        bail!("--cpu {cpu}: no such CPU");
+    }
+    // SAFETY: a zeroed cpu_set_t with one bit set; pid 0 = this process.
+    let r = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set)
+    };
+    if r < 0 {
+        bail!(
+            "--cpu {cpu}: sched_setaffinity failed: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+    Ok(())
 }
 
 /// SCHED_FIFO at `prio` and all memory locked, so neither other processes nor page faults
@@ -208,6 +295,9 @@ fn run(cli: cli::Cli) -> Result<()> {
     // Timers of this process fire on time, not up to 50 µs late (the default slack).
     // SAFETY: plain prctl.
     unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1u64, 0u64, 0u64, 0u64) };
+    if let Some(cpu) = cli.cpu {
+        pin_to_cpu(cpu)?;
+    }
     if let Some(p) = cli.rt_priority {
         go_realtime(p)?;
     }
@@ -234,6 +324,13 @@ fn run(cli: cli::Cli) -> Result<()> {
         enobufs: 0,
         verdict_errors: 0,
         due_scratch: Vec::with_capacity(capacity),
+        pkt_scratch: Vec::with_capacity(16),
+        verdict_call: hist::Histogram::default(),
+        batch_max: 0,
+        window: 0,
+        window_started: 0,
+        softnet_dropped_at_start: stats::read_softnet_dropped(),
+        cpu: cli.cpu,
     };
 
     let _timestamps = sock::enable_kernel_timestamps()
@@ -241,7 +338,7 @@ fn run(cli: cli::Cli) -> Result<()> {
             eprintln!("xferlab-delay: warning: no kernel timestamps ({e}); arrival = read time")
         })
         .ok();
-    let started = monotonic_ns();
+    d.window_started = monotonic_ns();
     let mut early = Vec::new();
     for s in &cli.queues {
         let cfg = nfq::QueueConfig {
@@ -264,7 +361,7 @@ fn run(cli: cli::Cli) -> Result<()> {
     }
 
     let interval_ns = cli.stats_interval.map(|s| (s * 1e9) as u64);
-    let mut next_stats = interval_ns.map(|i| started + i);
+    let mut next_stats = interval_ns.map(|i| d.window_started + i);
     let mut fds = [
         libc::pollfd {
             fd: d.sock.raw_fd(),
@@ -282,7 +379,7 @@ fn run(cli: cli::Cli) -> Result<()> {
         d.release_due(now)?;
         if let (Some(t), Some(path), Some(i)) = (next_stats, &cli.stats, interval_ns) {
             if now >= t {
-                let r = d.report(started, cli.rt_priority, cli.maxlen);
+                let r = d.report(cli.rt_priority, cli.maxlen);
                 stats::write_atomic(path, &r)
                     .with_context(|| format!("writing {}", path.display()))?;
                 next_stats = Some(t + i);
@@ -317,7 +414,18 @@ fn run(cli: cli::Cli) -> Result<()> {
             bail!("ppoll: {e}");
         }
         if fds[1].revents != 0 {
-            break;
+            match read_signal(&signals) {
+                Some(libc::SIGUSR1) => {
+                    if let Some(path) = &cli.stats {
+                        let r = d.report(cli.rt_priority, cli.maxlen);
+                        stats::write_atomic(path, &r)
+                            .with_context(|| format!("writing {}", path.display()))?;
+                    }
+                    d.new_window(monotonic_ns());
+                }
+                Some(_) => break,
+                None => {}
+            }
         }
         if fds[0].revents & libc::POLLERR != 0 {
             // An asynchronous socket error (ENOBUFS without NO_ENOBUFS) is returned by recv.
@@ -329,7 +437,7 @@ fn run(cli: cli::Cli) -> Result<()> {
     }
 
     // Kernel counters are read while the queues are still bound (they vanish with them).
-    let report = d.report(started, cli.rt_priority, cli.maxlen);
+    let report = d.report(cli.rt_priority, cli.maxlen);
     if let Some(path) = &cli.stats {
         stats::write_atomic(path, &report)
             .with_context(|| format!("writing {}", path.display()))?;

@@ -48,6 +48,22 @@ pub fn read_proc() -> BTreeMap<u16, KernelCounters> {
         .unwrap_or_default()
 }
 
+/// Packets dropped host-wide because a CPU's input backlog (`netdev_max_backlog`) was
+/// full: column 2 (hex) of `/proc/net/softnet_stat`, summed over CPUs. Such a loss happens
+/// outside the bottleneck (e.g. when RPS sends the end hosts' packets to a busy CPU).
+pub fn parse_softnet_dropped(text: &str) -> u64 {
+    text.lines()
+        .filter_map(|l| l.split_whitespace().nth(1))
+        .filter_map(|x| u64::from_str_radix(x, 16).ok())
+        .sum()
+}
+
+pub fn read_softnet_dropped() -> u64 {
+    std::fs::read_to_string("/proc/net/softnet_stat")
+        .map(|t| parse_softnet_dropped(&t))
+        .unwrap_or(0)
+}
+
 /// What the daemon measured on one queue.
 #[derive(Debug)]
 pub struct QueueStats {
@@ -58,6 +74,9 @@ pub struct QueueStats {
     pub lateness: Histogram,
     /// Packets whose arrival time came from `NFQA_TIMESTAMP` rather than the read time.
     pub kernel_stamped: u64,
+    /// For those: read time − kernel timestamp, i.e. how long the packet took from the
+    /// router's interface to the daemon (softirq backlog, netlink socket, our loop).
+    pub read_lag: Histogram,
 }
 
 impl QueueStats {
@@ -68,6 +87,7 @@ impl QueueStats {
             bytes: 0,
             lateness: Histogram::default(),
             kernel_stamped: 0,
+            read_lag: Histogram::default(),
         }
     }
 }
@@ -86,17 +106,29 @@ pub struct QueueReport {
     pub queue_dropped: u64,
     pub user_dropped: u64,
     pub kernel_stamped: u64,
+    pub read_lag_mean_ms: f64,
+    pub read_lag_p99_ms: f64,
+    pub read_lag_max_ms: f64,
 }
 
 #[derive(Serialize, Debug)]
 pub struct Report {
     pub queues: BTreeMap<String, QueueReport>,
     pub enobufs: u64,
+    /// Host-wide input-backlog drops during this window (see [`parse_softnet_dropped`]).
+    pub backlog_dropped: u64,
     pub verdict_errors: u64,
+    pub verdict_calls: u64,
+    pub verdict_call_mean_ms: f64,
+    pub verdict_call_p99_ms: f64,
+    pub verdict_call_max_ms: f64,
+    pub batch_max: u64,
+    pub window: u32,
     pub elapsed_s: f64,
     pub cpu_user_s: f64,
     pub cpu_sys_s: f64,
     pub rt_priority: Option<i32>,
+    pub cpu: Option<usize>,
     pub maxlen: u32,
 }
 
@@ -122,6 +154,9 @@ pub fn queue_report(
         queue_dropped: k.queue_dropped,
         user_dropped: k.user_dropped,
         kernel_stamped: s.kernel_stamped,
+        read_lag_mean_ms: s.read_lag.mean_ns() / NS_PER_MS,
+        read_lag_p99_ms: s.read_lag.quantile_ns(0.99) as f64 / NS_PER_MS,
+        read_lag_max_ms: s.read_lag.max_ns as f64 / NS_PER_MS,
     }
 }
 
@@ -166,6 +201,12 @@ mod tests {
         );
         assert_eq!(m[&65535].queue_dropped, 0);
         assert!(parse_proc("garbage\n").is_empty());
+    }
+
+    #[test]
+    fn softnet_drops_are_summed_over_cpus() {
+        let text = "06bb904e 00000000 00000004\n0706701d 00000e11 00000007 00000000\n";
+        assert_eq!(parse_softnet_dropped(text), 0xe11);
     }
 
     #[test]
@@ -220,11 +261,19 @@ mod tests {
         let r = Report {
             queues,
             enobufs: 0,
+            backlog_dropped: 0,
             verdict_errors: 0,
+            verdict_calls: 0,
+            verdict_call_mean_ms: 0.0,
+            verdict_call_p99_ms: 0.0,
+            verdict_call_max_ms: 0.0,
+            batch_max: 0,
+            window: 0,
             elapsed_s: 1.5,
             cpu_user_s: 0.0,
             cpu_sys_s: 0.0,
             rt_priority: None,
+            cpu: None,
             maxlen: 1,
         };
         write_atomic(&path, &r).unwrap();

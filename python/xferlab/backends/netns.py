@@ -228,7 +228,7 @@ def run(scenario, resolved: dict, progress: Progress | None = None, scale: float
     main = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _on_sigterm) if main else None
     try:
-        with host.host_lock():
+        with host.host_lock(on_wait=_say_waiting):
             removed = host.cleanup_leftovers()
             with _needs_bpf(kernel):
                 result = _run_locked(emu, kernel, binary, k, progress)
@@ -241,6 +241,12 @@ def run(scenario, resolved: dict, progress: Progress | None = None, scale: float
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+
+
+def _say_waiting() -> None:
+    import sys
+
+    print("xferlab: another emulation is running on this host; waiting for it to finish", file=sys.stderr, flush=True)
 
 
 def _popen(args: list[str], ns: str, stdout=subprocess.DEVNULL) -> subprocess.Popen:

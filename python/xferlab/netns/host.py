@@ -45,17 +45,24 @@ def require_tools(*tools: str) -> None:
 
 
 @contextlib.contextmanager
-def host_lock(wait: bool = True) -> Iterator[None]:
-    """Exclusive lock over all emulation on this host (flock: released if the holder dies)."""
+def host_lock(wait: bool = True, on_wait=None) -> Iterator[None]:
+    """Exclusive lock over all emulation on this host (flock: released if the holder dies).
+
+    ``wait=False`` fails at once when another emulation holds it; otherwise ``on_wait()`` is
+    called (once) before blocking."""
     STATE_DIR.mkdir(parents=True, exist_ok=True)
     fd = os.open(STATE_DIR / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as e:
-            if e.errno in (errno.EAGAIN, errno.EACCES):
+            if e.errno not in (errno.EAGAIN, errno.EACCES):
+                raise
+            if not wait:
                 raise HostError("another xferlab emulation is running on this host") from None
-            raise
+            if on_wait is not None:
+                on_wait()
+            fcntl.flock(fd, fcntl.LOCK_EX)
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.getpid()}\n".encode())
         yield

@@ -219,6 +219,15 @@ def run(scenario, resolved: dict, progress: Progress | None = None, scale: float
         raise BackendError(f"--scale must be a positive number (got {scale})")
     k = float(scale) if scale else scaling.auto_factor(resolved)
     emu = scaling.scale_resolved(resolved, k)
+    if k != 1 and not scale:
+        import sys
+
+        print(
+            f"xferlab: this host emulates about {scaling.DEFAULT_CAPACITY_BPS / 1e6:.0f} Mbit/s; running the scenario "
+            f"{k:g}× slower (rates ÷ {k:g}, times × {k:g}; --scale 1 runs it at full speed)",
+            file=sys.stderr,
+            flush=True,
+        )
     binary = delay_binary()
     try:
         kernel = {v: kernel_variant(v) for v in sorted({f["variant"] for f in resolved["flows"]})}

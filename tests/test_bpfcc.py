@@ -19,8 +19,9 @@
 
 The path has no propagation delay (this kernel has no netem): the RTT (0.1–25 ms) is the
 queue's, which does not matter for laws expressed per acknowledged segment, per RTT or per
-second.  Root, clang, bpftool, iproute2 and ethtool are needed; without them the host tests
-are skipped.
+second.  (tests/test_bpfcc_delay.py runs the same path with the NFQUEUE delay line,
+``bottleneck_path(delay_s=…)``, for H-TCP's RTT-dependent backoff.)  Root, clang, bpftool,
+iproute2 and ethtool are needed; without them the host tests are skipped.
 """
 
 from __future__ import annotations

@@ -3,16 +3,20 @@
 tests/test_bpfcc.py checks the laws on a path whose RTT is only the queue's, where H-TCP's
 adaptive backoff always gives β = 0.5.  Here the router also runs ``xferlab-delay`` (as
 the netns backend does), which holds the ACKs for 20 ms: RTT_min ≈ 20 ms, and the 40-packet
-drop-tail queue at 50 Mbit/s adds up to 9.6 ms, so RTT_min/RTT_max ≈ 0.68.
+drop-tail queue at 50 Mbit/s adds up to 9.6 ms (measured RTT_max ≈ 30 ms), so RTT_min/RTT_max ≈ 0.66.
 
 * H-TCP: a test build of xl_htcp (the same source with -DXL_RTT_LOG) logs every RTT sample
-  its pkts_acked hook receives (``ack_sample.rtt_us``), and nothing else.  At each congestion event, the
-  simulator's law (crates/sim/src/cc/htcp.rs, default mode) is applied to the samples seen
-  so far and to B(k), the throughput the trace shows (best rate over RTT_min intervals
-  outside recovery, from ``tcpi_delivered``): β = 0.5 when B(k) changed by more than 20 %
+  its pkts_acked hook receives (``ack_sample.rtt_us``), and does nothing else differently
+  (this host permits neither fentry/fexit tracing programs nor kprobes, which could have
+  read the samples from outside).  At each congestion event, the simulator's law
+  (crates/sim/src/cc/htcp.rs, default mode) is applied to the samples seen so far and to
+  B(k), the throughput the trace shows (best rate over RTT_min intervals outside recovery,
+  from ``tcpi_delivered``): β = 0.5 when B(k) changed by more than 20 %
   from B(k−1) or there is no B(k−1), else RTT_min/RTT_max clamped to [0.5, 0.8].  The
   bottleneck rate changes twice during the flow (50 → 30 → 50 Mbit/s), so the reset must
-  happen at the first event after slow start and once after each change, and only then.
+  happen at the slow-start exit and once after each change, and only where the law says.
+  The event ending the first epoch after slow start usually sits near the threshold (B(1) is
+  measured during slow start) and is then reported, not checked.
 * BIC, Scalable, HighSpeed: the reduction and growth checks of tests/test_bpfcc.py, at
   this RTT.
 """
@@ -64,15 +68,15 @@ OTHER_SECONDS = 3.5
 #: A throughput change within this distance of the 20 % threshold is not checked: B(k)
 #: from 1-ms TCP_INFO samples is not exactly the program's B(k) (ACK times, interval grid).
 SWITCH_MARGIN = 0.08
-#: ssthresh may exceed the law applied to the sampled window by this many segments (the
-#: window grows by < 0.5 segment in the ~1 ms between the sample and the loss), and fall
-#: below it by as many (floor of a real product).
+#: ssthresh may differ from the law applied to the sampled window by this many segments: the
+#: window grows by < 0.5 segment in the ~1 ms between the sample and the loss (more if the
+#: sampler is late), and the law's floor is taken on a float product.
 SSTHRESH_SLACK = 1
 
 #: The test build of xl_htcp: the same source compiled with -DXL_RTT_LOG, which logs every RTT
 #: sample pkts_acked receives (ack_sample.rtt_us) to the mmapable array ``xl_rtt_log``.
 LOG_SLOTS = 1 << 17
-_SYS_BPF, _BPF_MAP_GET_FD_BY_ID = 321, 14
+_SYS_BPF, _BPF_MAP_GET_FD_BY_ID = 321, 14  # x86-64, as the BPF build (-D__TARGET_ARCH_x86)
 
 
 def _delay_missing() -> str | None:

@@ -181,6 +181,15 @@ class Backoff:
             return abs(self.ev.ssthresh / self.cwnd_before - self.beta[0]) <= 0.03
         return lo - SSTHRESH_SLACK <= self.ev.ssthresh <= hi + SSTHRESH_SLACK
 
+    def growth_beta(self) -> float:
+        """The β the growth law uses after this event: the law's; after an "unsure" event, the
+        branch (0.5 or adaptive) whose ssthresh is nearer the kernel's."""
+        if self.decision != "unsure":
+            return float(np.mean(self.beta))
+        adaptive = clamp_beta(self.rtt_min / self.rtt_max[1])
+        half, adapt = math.floor(self.cwnd_before * 0.5), math.floor(self.cwnd_before * adaptive)
+        return 0.5 if abs(self.ev.ssthresh - half) <= abs(self.ev.ssthresh - adapt) else adaptive
+
     def describe(self) -> str:
         lo, hi = self.law_range()
         return (
@@ -329,7 +338,7 @@ def test_htcp_adaptive_backoff_and_throughput_reset_with_delay():
     # tell them apart (RTT_min/RTT_max ≈ 0.68 at 50 Mbit/s, ≈ 0.55 once the 30 Mbit/s queue was seen).
     assert all(b.law_range()[0] - math.floor(b.cwnd_before * 0.5) > 2 * SSTHRESH_SLACK for b in adaptive)
     # Growth with each epoch's β: 2(1 − β)α(Δ) per RTT.
-    law = DelayedHtcpLaw({b.ev.i: float(np.mean(b.beta)) for b in backoffs if b.decision != "unsure"})
+    law = DelayedHtcpLaw({b.ev.i: b.growth_beta() for b in backoffs})
     f = fit(tr, law)
     print("  growth / law per epoch: " + ", ".join(f"{r:.3f}" for r in f.growth_ratios) + "\n  " + "\n  ".join(f.detail))
     assert f.growth_follows_law(), f.detail

@@ -27,8 +27,6 @@
 char _license[] SEC("license") = "GPL";
 
 #define DELTA_L_US 1000000ull		/* D_L = 1 s */
-#define BETA_MIN 500			/* beta in 1/1000: 0.5 */
-#define BETA_MAX 800			/* 0.8 */
 #define BANDWIDTH_SWITCH_DIV 5		/* throughput change beyond 1/5 = 20 % resets beta */
 #define ADAPTIVE_MIN_RTT_US 10000	/* beta = 0.5 when RTT_min <= 10 ms (throughput mode) */
 #define ALPHA_ONE 1024			/* alpha in 1/1024 */
@@ -39,13 +37,53 @@ struct htcp {
 	__u64 tp_start;		/* start of the throughput interval (us); 0: none yet */
 	__u32 rtt_min;		/* smallest RTT sample, us; 0: none */
 	__u32 rtt_max;		/* largest RTT sample, us */
-	__u32 beta;		/* backoff factor of the last congestion event, 1/1000 */
+	__u32 beta;		/* backoff factor of the last congestion event, XL_ONE units */
 	__u32 frac;		/* fraction of a segment towards the next increase, XL_ONE units */
 	__u32 tp_segments;	/* segments delivered since tp_start */
 	__u32 b_max;		/* B(k): highest throughput in this epoch, segments/s */
 	__u32 b_prev;		/* B(k-1); 0 when unknown */
 	__u32 in_reduction;	/* a congestion event happened and the window is being reduced */
 };
+
+#ifdef XL_RTT_LOG
+/*
+ * Test builds only (tests/test_bpfcc_delay.py compiles with -DXL_RTT_LOG): every RTT sample
+ * pkts_acked receives is logged, so that the test can apply the law to the same samples
+ * from outside.  Slot 0 counts the samples (in t_ns); samples are in slots 1..SLOTS-1,
+ * timestamped with bpf_ktime_get_ns() (CLOCK_MONOTONIC).  The test runs one socket at a time.
+ */
+#define XL_RTT_LOG_SLOTS (1 << 17)
+struct xl_rtt_log_entry {
+	__u64 t_ns;
+	__s64 rtt_us;
+};
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(max_entries, XL_RTT_LOG_SLOTS);
+	__type(key, __u32);
+	__type(value, struct xl_rtt_log_entry);
+} xl_rtt_log SEC(".maps");
+
+static __always_inline void log_rtt(__s32 rtt_us)
+{
+	__u32 zero = 0, slot;
+	struct xl_rtt_log_entry *head = bpf_map_lookup_elem(&xl_rtt_log, &zero), *e;
+
+	if (!head)
+		return;
+	slot = (__u32)++head->t_ns;
+	if (slot >= XL_RTT_LOG_SLOTS)
+		return;
+	e = bpf_map_lookup_elem(&xl_rtt_log, &slot);
+	if (e) {
+		e->t_ns = bpf_ktime_get_ns();
+		e->rtt_us = rtt_us;
+	}
+}
+#else
+#define log_rtt(rtt_us)
+#endif
 
 static __always_inline struct htcp *htcp_of(struct sock *sk)
 {
@@ -75,7 +113,7 @@ void BPF_PROG(xl_htcp_init, struct sock *sk)
 	ca->tp_start = 0;
 	ca->rtt_min = 0;
 	ca->rtt_max = 0;
-	ca->beta = BETA_MIN;
+	ca->beta = XL_ONE / 2;
 	ca->frac = 0;
 	ca->tp_segments = 0;
 	ca->b_max = 0;
@@ -89,6 +127,7 @@ void BPF_PROG(xl_htcp_pkts_acked, struct sock *sk, const struct ack_sample *samp
 	struct htcp *ca = htcp_of(sk);
 	__s32 rtt = sample->rtt_us;
 
+	log_rtt(rtt);
 	if (!ca->last_congestion)
 		ca->last_congestion = xl_tcp(sk)->tcp_mstamp;
 	if (rtt > 0) {
@@ -131,7 +170,7 @@ void BPF_PROG(xl_htcp_cong_avoid, struct sock *sk, __u32 ack, __u32 acked)
 		return;
 	/* 2 (1 - beta) alpha(D) per RTT, in XL_ONE units */
 	alpha = alpha_raw(now - ca->last_congestion);
-	inc = 2 * (__u64)(1000 - ca->beta) * alpha * (XL_ONE / ALPHA_ONE) / 1000;
+	inc = 2 * (__u64)(XL_ONE - ca->beta) * alpha / ALPHA_ONE;
 	cwnd = xl_max(tp->snd_cwnd, 1);
 	xl_grow_fraction(tp, &ca->frac, (__u64)acked * inc / cwnd);
 }
@@ -139,6 +178,8 @@ void BPF_PROG(xl_htcp_cong_avoid, struct sock *sk, __u32 ack, __u32 acked)
 /*
  * A congestion event: beta <- RTT_min/RTT_max clamped to [0.5, 0.8] (or 0.5 by the
  * throughput-based reset), D restarts, and the window becomes beta * cwnd (at least 2).
+ * beta is kept as the fraction num/den, so that the window is the floor of the exact
+ * product, as the simulator's (a beta rounded to 1/1000 gave up to cwnd/1000 segments less).
  */
 SEC("struct_ops/xl_htcp_ssthresh")
 __u32 BPF_PROG(xl_htcp_ssthresh, struct sock *sk)
@@ -147,21 +188,25 @@ __u32 BPF_PROG(xl_htcp_ssthresh, struct sock *sk)
 	struct htcp *ca = htcp_of(sk);
 	__u32 diff = ca->b_max > ca->b_prev ? ca->b_max - ca->b_prev : ca->b_prev - ca->b_max;
 	int stable = ca->b_prev > 0 && (__u64)diff * BANDWIDTH_SWITCH_DIV <= ca->b_prev;
+	__u32 num = 1, den = 2;		/* beta = num / den: 0.5 unless adaptive */
 
-	if (!stable || ca->rtt_min <= ADAPTIVE_MIN_RTT_US || !ca->rtt_max) {
-		ca->beta = BETA_MIN;
-	} else {
-		__u32 beta = (__u32)((__u64)ca->rtt_min * 1000 / ca->rtt_max);
-
-		ca->beta = beta < BETA_MIN ? BETA_MIN : beta > BETA_MAX ? BETA_MAX : beta;
+	if (stable && ca->rtt_min > ADAPTIVE_MIN_RTT_US && ca->rtt_max) {
+		if ((__u64)ca->rtt_min * 5 >= (__u64)ca->rtt_max * 4) {
+			num = 4;		/* clamped to 0.8 */
+			den = 5;
+		} else if ((__u64)ca->rtt_min * 2 > ca->rtt_max) {
+			num = ca->rtt_min;
+			den = ca->rtt_max;
+		}
 	}
+	ca->beta = (__u32)((__u64)num * XL_ONE / den);
 	ca->b_prev = ca->b_max;
 	ca->b_max = 0;
 	ca->tp_start = 0;
 	ca->last_congestion = tp->tcp_mstamp;
 	ca->frac = 0;
 	ca->in_reduction = 1;
-	return xl_max((__u32)((__u64)tp->snd_cwnd * ca->beta / 1000), 2);
+	return xl_max((__u32)((__u64)tp->snd_cwnd * num / den), 2);
 }
 
 SEC("struct_ops/xl_htcp_set_state")

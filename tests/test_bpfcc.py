@@ -19,8 +19,9 @@
 
 The path has no propagation delay (this kernel has no netem): the RTT (0.1–25 ms) is the
 queue's, which does not matter for laws expressed per acknowledged segment, per RTT or per
-second.  Root, clang, bpftool, iproute2 and ethtool are needed; without them the host tests
-are skipped.
+second.  (tests/test_bpfcc_delay.py runs the same path with the NFQUEUE delay line,
+``bottleneck_path(delay_s=…)``, for H-TCP's RTT-dependent backoff.)  Root, clang, bpftool,
+iproute2 and ethtool are needed; without them the host tests are skipped.
 """
 
 from __future__ import annotations
@@ -31,8 +32,10 @@ import json
 import math
 import os
 import shutil
+import signal
 import socket
 import struct
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -90,14 +93,17 @@ def in_netns(ns: str) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def bottleneck_path() -> Iterator[None]:
+def bottleneck_path(rate: str = RATE, queue: int = QUEUE, delay_s: float = 0.0) -> Iterator[None]:
     """sender —veth— router —veth— receiver; drop-tail bottleneck on the router's egress.
 
     The bottleneck is not on the sender's own egress: there TCP Small Queues would cap the
     queue the flow builds, and the queue would never overflow.  Offloads are off so the
-    queue holds MTU-size packets.  Call with :func:`host.host_lock` held.
+    queue holds MTU-size packets.  With ``delay_s`` > 0, the delay line (``xferlab-delay``,
+    as the netns backend runs it) holds the ACKs crossing the router towards the sender for
+    ``delay_s``: the propagation delay of the path.  Call with :func:`host.host_lock` held.
     """
     names = (SND, RTR, RCV)
+    delay_line: subprocess.Popen | None = None
     for ns in names:
         if ns in host.namespaces():
             host.delete_namespace(ns)
@@ -122,12 +128,58 @@ def bottleneck_path() -> Iterator[None]:
         tc = ["tc", "-n", RTR]
         host.sh([*tc, "qdisc", "add", "dev", "xlrr", "root", "handle", "1:", "htb", "default", "1"])
         burst = ["burst", "3028", "cburst", "3028"]  # two frames: a smooth 100 Mbit/s
-        host.sh([*tc, "class", "add", "dev", "xlrr", "parent", "1:", "classid", "1:1", "htb", "rate", RATE, *burst])
-        host.sh([*tc, "qdisc", "add", "dev", "xlrr", "parent", "1:1", "handle", "10:", "pfifo", "limit", str(QUEUE)])
+        host.sh([*tc, "class", "add", "dev", "xlrr", "parent", "1:", "classid", "1:1", "htb", "rate", rate, *burst])
+        host.sh([*tc, "qdisc", "add", "dev", "xlrr", "parent", "1:1", "handle", "10:", "pfifo", "limit", str(queue)])
+        if delay_s > 0:
+            delay_line = start_delay_line(delay_s)
         yield
     finally:
+        if delay_line is not None:
+            stop_delay_line(delay_line)
         for ns in names:
             host.delete_namespace(ns)
+
+
+def delay_binary() -> str | None:
+    """The delay line binary (as the netns backend finds it), or None when it is not built."""
+    from xferlab.backends import netns as backend
+
+    try:
+        return backend.delay_binary()
+    except backend.BackendError:
+        return None
+
+
+def start_delay_line(delay_s: float) -> subprocess.Popen:
+    """NFQUEUE 0 in the router takes the packets from the receiver (the ACKs); ``xferlab-delay``
+    accepts each ``delay_s`` after it arrived.  No --queue-bypass: without the daemon they are dropped."""
+    binary = delay_binary()
+    if binary is None:
+        raise host.HostError("xferlab-delay is not built (cargo build --release -p xferlab-delayline)")
+    host.sh(["iptables", "-w", "-A", "FORWARD", "-i", "xlrr", "-j", "NFQUEUE", "--queue-num", "0"], ns=RTR)
+    cmd = [binary, "--queue", f"0:{delay_s * 1e6:.3f}us", "--rt-priority", "50"]
+    p = subprocess.Popen(
+        ["ip", "netns", "exec", RTR, *cmd], stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL
+    )
+    ready = threading.Event()
+    reader = threading.Thread(target=lambda: p.stdout.readline().strip() == b"ready" and ready.set(), daemon=True)
+    reader.start()
+    reader.join(10)
+    if not ready.is_set():
+        stop_delay_line(p)
+        raise host.HostError(f"the delay line did not start: {p.stderr.read().decode().strip() or 'no ready line in 10 s'}")
+    return p
+
+
+def stop_delay_line(p: subprocess.Popen) -> None:
+    """Stops the delay line started by :func:`start_delay_line` (by its PID only)."""
+    if p.poll() is None:
+        p.send_signal(signal.SIGTERM)
+        try:
+            p.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
 
 
 @dataclass
@@ -142,6 +194,7 @@ class Trace:
     srtt: np.ndarray  # s
     min_rtt: np.ndarray  # s
     retrans: np.ndarray  # total retransmitted segments
+    t0: float = 0.0  # time.monotonic() (CLOCK_MONOTONIC) at t = 0
 
 
 # struct tcp_info (include/uapi/linux/tcp.h): byte offsets of the fields sampled.
@@ -204,7 +257,7 @@ def bulk_flow(cc: str, seconds: float) -> Trace:
     cols = dict(zip(["t", *_TCPI], a.T, strict=True))
     cols["srtt"] = cols["srtt"] / 1e6
     cols["min_rtt"] = cols["min_rtt"] / 1e6
-    return Trace(**{k: cols[k] for k in Trace.__dataclass_fields__})
+    return Trace(**{k: cols[k] for k in Trace.__dataclass_fields__ if k != "t0"}, t0=start)
 
 
 def run_flow(variant: str, seconds: float) -> Trace:

@@ -30,11 +30,12 @@ def test_nice_ceiling(x, want):
 
 def test_auto_factor_fits_the_host():
     assert scaling.auto_factor(resolved(bottleneck_rate="300Mbps", access_rate="100Mbps")) == 1
-    # 1 Gbit/s needs 2.5 to fit 400 Mbit/s; the senders' sum can be the limit instead.
-    assert scaling.auto_factor(resolved()) == 2.5
+    # 1 Gbit/s needs 2 to fit 500 Mbit/s; the senders' sum can be the limit instead.
+    assert scaling.auto_factor(resolved()) == 2
+    assert scaling.auto_factor(resolved(bottleneck_rate="600Mbps", access_rate="1Gbps")) == 1.25
     assert scaling.auto_factor(resolved(bottleneck_rate="10Gbps", access_rate="100Mbps")) == 1
-    assert scaling.auto_factor(resolved(bottleneck_rate="10Gbps", access_rate="10Gbps")) == 25
-    assert scaling.auto_factor(resolved(bottleneck_rate="10Gbps", access_rate="1Gbps")) == 5  # 2 × 1 Gbit/s
+    assert scaling.auto_factor(resolved(bottleneck_rate="10Gbps", access_rate="10Gbps")) == 20
+    assert scaling.auto_factor(resolved(bottleneck_rate="10Gbps", access_rate="1Gbps")) == 4  # 2 × 1 Gbit/s
 
 
 def test_scaling_preserves_packets_and_bytes_and_dilates_time():

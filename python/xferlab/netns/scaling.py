@@ -22,9 +22,10 @@ from __future__ import annotations
 import copy
 import math
 
-#: Bottleneck rate this kind of host emulates with a punctual delay line (EMULATION.md:
-#: 282 of 287 Mbit/s at C = 300 Mbit/s; the dumbbell tops out around 0.5–0.9 Gbit/s).
-DEFAULT_CAPACITY_BPS = 400e6
+#: Bottleneck rate this kind of host emulates with a punctual delay line even when shared
+#: with other work (BENCHMARKS.md "netns backend: capacity at 100 ms": 733 Mbit/s at
+#: C = 800 on a quiet 2-core host; docs/delayline.md: C ≤ 500 when the machine is shared).
+DEFAULT_CAPACITY_BPS = 500e6
 
 _NICE = (1, 1.25, 1.5, 2, 2.5, 3, 4, 5, 6, 8)
 

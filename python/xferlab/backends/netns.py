@@ -136,7 +136,10 @@ class _Sampler(threading.Thread):
                 reader.close()
 
     def table(self, interval: float) -> pa.Table:
-        rows = {k: [] for k in ("t", "link", "bytes", "packets", "throughput_mbps", "drops", "losses", "queue_pkts")}
+        """The Trace's link table: counters between consecutive samples, at t = the earlier sample."""
+        from ..importers.common import table
+
+        rows = []
         for name in ("bottleneck", "reverse") if self.reverse else ("bottleneck",):
             prev = None
             for t, stats in self.samples:
@@ -145,35 +148,25 @@ class _Sampler(threading.Thread):
                     continue
                 if prev is not None:
                     t_prev, q_prev = prev
-                    dt = max(t - t_prev, 1e-9)
-                    db = max(0, q["bytes"] - q_prev["bytes"])
-                    # tc counts frames (IP + 14 bytes of Ethernet header); the Trace counts IP bytes.
-                    dp = max(0, q["packets"] - q_prev["packets"])
-                    ip_bytes = max(0, db - 14 * dp)
-                    rows["t"].append(round(t_prev / interval) * interval)
-                    rows["link"].append(name)
-                    rows["bytes"].append(ip_bytes)
-                    rows["packets"].append(dp)
-                    rows["throughput_mbps"].append(ip_bytes * 8 / dt / 1e6)
-                    rows["drops"].append(max(0, q["drops"] - q_prev["drops"]))
-                    rows["losses"].append(0)
-                    rows["queue_pkts"].append(int(q_prev.get("qlen", 0)))
+                    packets = max(0, q["packets"] - q_prev["packets"])
+                    # qdiscs count frames (IP + 14 bytes of Ethernet header); the Trace counts IP bytes.
+                    ip_bytes = max(0, q["bytes"] - q_prev["bytes"] - 14 * packets)
+                    rows.append(
+                        {
+                            "t": round(t_prev / interval) * interval,
+                            "link": name,
+                            "bytes": ip_bytes,
+                            "packets": packets,
+                            "throughput_mbps": ip_bytes * 8 / max(t - t_prev, 1e-9) / 1e6,
+                            "drops": max(0, q["drops"] - q_prev["drops"]),
+                            "losses": 0,
+                            "queue_pkts": int(q_prev.get("qlen", 0)),
+                            # only the backlog at each sample is known, not the largest in between
+                            "queue_max_pkts": int(max(q_prev.get("qlen", 0), q.get("qlen", 0))),
+                        }
+                    )
                 prev = (t, q)
-        rows["queue_max_pkts"] = list(rows["queue_pkts"])
-        schema = pa.schema(
-            [
-                pa.field("t", pa.float64(), False),
-                pa.field("link", pa.string(), False),
-                pa.field("bytes", pa.uint64(), False),
-                pa.field("packets", pa.uint64(), False),
-                pa.field("throughput_mbps", pa.float64(), False),
-                pa.field("drops", pa.uint64(), False),
-                pa.field("losses", pa.uint64(), False),
-                pa.field("queue_pkts", pa.uint32(), False),
-                pa.field("queue_max_pkts", pa.uint32(), False),
-            ]
-        )
-        return pa.table(rows, schema=schema)
+        return table("link", rows)
 
 
 class _Terminated(Exception):

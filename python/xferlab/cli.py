@@ -173,6 +173,12 @@ def version():
     console.print(f"xferlab {__version__}, simulator {sim._module().__version__} (variants: {', '.join(sim.variants())})")
 
 
+from .cli_campaign import bench_app, campaign_app  # noqa: E402
+
+app.add_typer(campaign_app, name="campaign")
+app.add_typer(bench_app, name="bench")
+
+
 def main():  # pragma: no cover
     app()
 

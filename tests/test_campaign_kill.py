@@ -31,12 +31,27 @@ pytestmark = pytest.mark.slow
 
 
 def _start(path, out):
+    env = {**os.environ, "XFERLAB_KILL_TEST": str(out)}
     return subprocess.Popen(
         [sys.executable, "-m", "xferlab.cli", "campaign", "run", str(path), "--out", str(out), "--workers", "2", "--quiet"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        env=env,
     )
+
+
+def _orphans(out) -> list[int]:
+    """Worker processes of this test's campaigns still alive."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                if f"XFERLAB_KILL_TEST={out}".encode() in f.read().split(b"\0"):
+                    found.append(int(pid))
+        except OSError:
+            pass
+    return found
 
 
 def _rows(out):
@@ -68,6 +83,11 @@ def test_kill_and_resume_loses_and_duplicates_nothing(tmp_path):
             keys = [r["run_key"] for r in _rows(out)]
             assert len(keys) == len(set(keys)) and set(keys) <= expected
     assert kills >= 10, f"only {kills} kills before the campaign finished: make the runs longer"
+    # The workers die with their campaign (a worker still starting up exits when it is ready).
+    deadline = time.monotonic() + 20
+    while _orphans(out) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _orphans(out) == []
     p = _start(path, out)
     stdout, stderr = p.communicate(timeout=300)
     assert p.returncode == 0, stderr

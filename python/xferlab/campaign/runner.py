@@ -60,18 +60,17 @@ def execute(task: dict) -> dict:
         return {"key": task["key"], "status": "failed", "error": msg.strip(), "wall": time.perf_counter() - t0}
 
 
-def _die_with_parent() -> None:
+def _die_with_parent(parent: int) -> None:
     """Worker initialiser: a SIGKILLed campaign takes its workers with it (Linux)."""
-    parent = os.getppid()
     if sys.platform.startswith("linux"):
         import ctypes
 
         try:
             libc = ctypes.CDLL("libc.so.6", use_errno=True)
-            libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+            libc.prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
         except OSError:
             pass
-    if os.getppid() != parent:  # the parent died before prctl
+    if os.getppid() != parent:  # the parent died before prctl took effect
         os._exit(1)
 
 
@@ -157,7 +156,9 @@ def _run_pool(workers: int, tasks: list[dict], finish) -> None:
 
     # spawn: the parent holds a DuckDB connection and threads that must not be forked.
     ctx = mp.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=min(workers, len(tasks)), mp_context=ctx, initializer=_die_with_parent) as pool:
+    with ProcessPoolExecutor(
+        max_workers=min(workers, len(tasks)), mp_context=ctx, initializer=_die_with_parent, initargs=(os.getpid(),)
+    ) as pool:
         pending = set()
         queue = list(reversed(tasks))
         # Keep at most 2 × workers submitted so that a kill loses little queued work.

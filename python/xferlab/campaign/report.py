@@ -85,7 +85,7 @@ def load(folder: Path) -> tuple[dict, pd.DataFrame]:
 
     try:
         with CampaignFolder(Path(folder), None) as f:
-            df = f.db.execute("SELECT * FROM runs ORDER BY point, repetition").df()
+            df = f.db.sql("SELECT * FROM runs ORDER BY point, repetition").to_arrow_table().to_pandas()
             manifest = f.manifest
     except duckdb.IOException as e:
         raise CampaignError(f"{folder}: cannot read the catalog ({e}); is a campaign still running there?") from None

@@ -163,6 +163,8 @@ class CampaignFolder:
             self.db = duckdb.connect(str(self.root / CATALOG), read_only=campaign is None)
         except duckdb.Error as e:
             self.close()
+            if "lock" in str(e).lower():
+                raise CampaignError(f"{self.root / CATALOG} is in use by a running campaign; wait for it to finish") from None
             raise CampaignError(f"{self.root / CATALOG}: cannot open the catalog ({e}); the folder looks corrupt") from None
         if campaign is not None:
             self._init_catalog()

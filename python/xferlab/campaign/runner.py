@@ -13,6 +13,7 @@ import time
 import traceback
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -72,6 +73,8 @@ def _die_with_parent(parent: int) -> None:
             pass
     if os.getppid() != parent:  # the parent died before prctl took effect
         os._exit(1)
+    # Ctrl-C reaches the whole process group: the parent alone decides what to do.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _tasks(folder: CampaignFolder, runs: list[RunSpec]) -> list[dict]:
@@ -156,9 +159,10 @@ def _run_pool(workers: int, tasks: list[dict], finish) -> None:
 
     # spawn: the parent holds a DuckDB connection and threads that must not be forked.
     ctx = mp.get_context("spawn")
-    with ProcessPoolExecutor(
+    pool = ProcessPoolExecutor(
         max_workers=min(workers, len(tasks)), mp_context=ctx, initializer=_die_with_parent, initargs=(os.getpid(),)
-    ) as pool:
+    )
+    try:
         pending = set()
         queue = list(reversed(tasks))
         # Keep at most 2 × workers submitted so that a kill loses little queued work.
@@ -167,7 +171,22 @@ def _run_pool(workers: int, tasks: list[dict], finish) -> None:
                 pending.add(pool.submit(execute, queue.pop()))
             finished, pending = wait(pending, return_when=FIRST_COMPLETED)
             for f in finished:
-                finish(f.result())
+                try:
+                    res = f.result()
+                except BrokenProcessPool:
+                    raise CampaignError(
+                        "a worker process died (out of memory? killed?); the finished runs are recorded: "
+                        "run the same command again to resume"
+                    ) from None
+                finish(res)
+    except BaseException:
+        # Interrupted: stop the workers now, before the folder's lock is released, so that
+        # no run of this campaign is still being written when the command returns.
+        for proc in list(getattr(pool, "_processes", {}).values()):
+            proc.kill()
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
 
 
 def _run_dask(address: str, tasks: list[dict], finish, log) -> int:
@@ -189,9 +208,13 @@ def _run_dask(address: str, tasks: list[dict], finish, log) -> int:
         n_workers = len(client.scheduler_info().get("workers", {})) or 1
         if log:
             log(f"Dask: {client.scheduler.address}, {n_workers} worker(s)")
-        futures = [client.submit(execute, t, pure=False) for t in tasks]
+        futures = {client.submit(execute, t, pure=False): t["key"] for t in tasks}
         for fut in as_completed(futures):
-            finish(fut.result())
+            try:
+                res = fut.result()
+            except Exception as e:  # noqa: BLE001 - a lost worker fails this run, not the campaign
+                res = {"key": futures[fut], "status": "failed", "error": f"Dask: {type(e).__name__}: {e}"}
+            finish(res)
         return n_workers
     finally:
         client.close()

@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 
 import duckdb
 import pytest
@@ -161,6 +162,12 @@ def test_foreign_corrupt_and_other_campaign_folders_are_never_overwritten(tmp_pa
     p = cli("campaign", "run", other, "--out", out, "--force")
     assert p.returncode == 0, p.stderr
     assert [r["rtt_ms"] for r in rows(out)] == [7.0]
+
+    broken = tmp_path / "broken"
+    shutil.copytree(out, broken)
+    (broken / "catalog.duckdb").write_bytes(b"not a database" * 100)
+    p = cli("campaign", "run", other, "--out", broken)
+    assert p.returncode == 2 and "corrupt" in p.stderr and "Traceback" not in p.stderr
 
     (out / "campaign.json").write_text("{not json")
     p = cli("campaign", "run", other, "--out", out)

@@ -88,6 +88,7 @@ MEASURES = [
 
 def sheet(folder: Path) -> pd.DataFrame:
     """One row per scenario and candidate: each measure (mean ± 95 % CI over repetitions) beside Reno's."""
+    folder = Path(folder)
     manifest, df = load(folder)
     ok = df[df["status"] == "ok"]
     if ok.empty:
@@ -166,6 +167,26 @@ def _write(folder: Path, manifest: dict, table: pd.DataFrame) -> None:
         doc.append(f"<p class=warn>{incomplete} transfer(s) did not complete: their times are left out.</p>")
     doc += [f"<table><thead>{head}</thead><tbody>{body}</tbody></table>", "</body></html>"]
     _atomic(folder / "hstts.html", "".join(doc))
+    _atomic(folder / "hstts.md", markdown(table, manifest))
+
+
+def markdown(table: pd.DataFrame, manifest: dict) -> str:
+    """The sheet as a Markdown table (mean over repetitions; ± the 95 % CI half-width)."""
+    labels = " | ".join(f"{label} | Reno" for _, label in MEASURES)
+    lines = [
+        f"| RTT (ms) | Cg | R | sources | variant | {labels} | T̄ / T̄ Reno |",
+        "|" + "---:|" * 4 + "---|" + "---:|" * (2 * len(MEASURES) + 1),
+    ]
+    for _, r in table.iterrows():
+        cells = [f"{r['rtt_ms']:g}", f"{r['congestion_level']:g}", f"{r['reverse_level']:g}", str(r["pairs"]), r["variant"]]
+        for c, _ in MEASURES:
+            cells += [_pm(r[c], r[c + "_ci"]), _pm(r[c + "_ref"], r[c + "_ref_ci"])]
+        cells.append(f"**{_num(r['time_ratio'])}**")
+        lines.append("| " + " | ".join(cells) + " |")
+    note = f"{manifest.get('repetitions')} repetition(s) per scenario and variant, {manifest.get('backend')} backend."
+    if int(table["incomplete"].sum()):
+        note += f" {int(table['incomplete'].sum())} transfer(s) did not complete and are left out."
+    return "\n".join(lines) + "\n\n" + note + "\n"
 
 
 def _atomic(path: Path, text: str) -> None:

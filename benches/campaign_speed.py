@@ -119,6 +119,16 @@ def main() -> int:
             f"| {60 * r['runs'] / r['wall_s']:.0f} | {r['run_wall_sum_s']:.1f} s "
             f"| {r['load_before']:.1f} → {r['load_after']:.1f} |"
         )
+    loads = [x for _, _, r in results for x in (r["load_before"], r["load_after"])]
+    lines += [
+        "",
+        f"The 1-minute load average ranged over {min(loads):.1f}–{max(loads):.1f} during these runs: the 2 cores are shared, "
+        "so other jobs slow each pass by different amounts and the speed-ups are noisy (a speed-up above 2× means the "
+        "1-worker pass was slowed more than the 2-worker one). The sum of per-run wall times (each run timed inside its "
+        "worker) shows how much each pass was slowed: on an idle machine it is about the same for every mode. The runs "
+        "are short (~2 s each, about half of it the per-run figures and report), so the fixed costs of a pass (starting "
+        "the interpreter and 2 workers, or a Dask cluster: a few seconds) weigh a few per cent.",
+    ]
     section = "\n".join(lines) + "\n"
     print(section)
     if not args.no_write:

@@ -141,6 +141,9 @@ def test_a_failing_run_is_recorded_and_does_not_stop_the_campaign(tmp_path, cli)
     assert bad["variant"] == "bbr" and "bbr" in bad["error"] and bad["aggregate_goodput_mbps"] is None
     p = cli("campaign", "run", path, "--out", out)  # resume: the failed run is not retried by default
     assert "2 already in the catalog" in p.stdout.replace("\n", " ")
+    p = cli("campaign", "run", path, "--out", out, "--retry-failed", "--workers", "1")  # retried: replaced, not added
+    assert "1 already in the catalog" in p.stdout.replace("\n", " ") and "1 failed" in p.stdout
+    assert sorted(r["status"] for r in rows(out, "status")) == ["failed", "ok"]
     assert cli("campaign", "report", out).returncode == 0
     assert "Failed runs" in (out / "report" / "index.html").read_text()
 

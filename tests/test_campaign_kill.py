@@ -23,11 +23,18 @@ CAMPAIGN = {
         "seed": 3,
     },
     "sweep": {"protocol.variant": ["reno", "cubic"], "topology.rtt": ["5ms", "20ms"]},
-    "repetitions": 3,
+    "repetitions": 5,
     "order": "random",
 }
 
 pytestmark = pytest.mark.slow
+KILLS = 11
+
+
+def _finished(out) -> int:
+    """Complete run folders (hidden ones are being staged)."""
+    runs = out / "runs"
+    return sum(1 for p in runs.iterdir() if not p.name.startswith(".")) if runs.is_dir() else 0
 
 
 def _start(path, out):
@@ -66,13 +73,19 @@ def test_kill_and_resume_loses_and_duplicates_nothing(tmp_path):
     path = tmp_path / "kill.yaml"
     path.write_text(json.dumps(CAMPAIGN))
     expected = {r.key for r in spec.load(path).runs}
-    assert len(expected) == 12
+    assert len(expected) == 20
     out = tmp_path / "campaign"
     rng = random.Random(20261122)
     kills = 0
-    for _ in range(12):
+    for _ in range(KILLS):
+        # Kill once 0, 1 or 2 more runs have finished (plus a random delay): during start-up,
+        # while runs are in flight, between a run folder and its catalog row — on any machine speed.
         p = _start(path, out)
-        time.sleep(rng.uniform(0.4, 3.5))
+        target = _finished(out) + rng.randint(0, 2)
+        deadline = time.monotonic() + 60
+        while _finished(out) < target and p.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        time.sleep(rng.uniform(0.0, 0.4) if target else rng.uniform(0.1, 1.5))
         if p.poll() is not None:
             break  # finished before the kill
         os.kill(p.pid, signal.SIGKILL)
@@ -82,7 +95,7 @@ def test_kill_and_resume_loses_and_duplicates_nothing(tmp_path):
         if (out / catalog.CATALOG).exists():
             keys = [r["run_key"] for r in _rows(out)]
             assert len(keys) == len(set(keys)) and set(keys) <= expected
-    assert kills >= 10, f"only {kills} kills before the campaign finished: make the runs longer"
+    assert kills == KILLS, f"only {kills} kills before the campaign finished"
     # The workers die with their campaign (a worker still starting up exits when it is ready).
     deadline = time.monotonic() + 20
     while _orphans(out) and time.monotonic() < deadline:
@@ -93,7 +106,7 @@ def test_kill_and_resume_loses_and_duplicates_nothing(tmp_path):
     assert p.returncode == 0, stderr
     rows = _rows(out)
     keys = [r["run_key"] for r in rows]
-    assert len(keys) == len(set(keys)) == 12 and set(keys) == expected
+    assert len(keys) == len(set(keys)) == 20 and set(keys) == expected
     for r in rows:
         assert r["status"] == "ok", r["error"]
         for col in (*catalog.CORE_METRICS, "completion_mean_s", "completion_p99_s"):

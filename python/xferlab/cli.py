@@ -201,6 +201,11 @@ from .cli_import import compare_command, import_app  # noqa: E402  (imports and 
 app.add_typer(import_app, name="import")
 app.command("compare")(compare_command)
 
+from .cli_campaign import bench_app, campaign_app  # noqa: E402  (campaigns and benchmark suites: cli_campaign.py)
+
+app.add_typer(campaign_app, name="campaign")
+app.add_typer(bench_app, name="bench")
+
 
 def main():  # pragma: no cover
     app()

@@ -1,0 +1,334 @@
+"""The report of a campaign: tables and figures across the sweep, as one HTML file.
+
+Each sweep point is summarised by the mean over its repetitions with a 95 % confidence
+interval (Student's t, n − 1 degrees of freedom). Figures follow the seeds: a metric against
+RTT per variant (seed 002 fig. 10), total goodput against streams beside Altman's model
+(seed 002 fig. 4), completion-time CDFs and their 75th/99th percentiles against RTT
+(seed 001 figs. 9 and 12), and goodput distributions.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+import os
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from .. import models
+from ..report import CSS, _fmt, _img, _png, plt
+from .catalog import CampaignFolder
+from .spec import CampaignError
+
+#: Two-sided 95 % quantiles of Student's t for 1..30 degrees of freedom (then 1.96).
+_T975 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131]
+_T975 += [2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042]
+
+#: Sweep fields → the catalog column that holds their resolved value (numbers, not strings).
+AXIS_COLUMNS = {
+    "protocol.variant": "variant",
+    "topology.rtt": "rtt_ms",
+    "workload.streams": "streams",
+    "topology.pairs": "pairs",
+    "workload.congestion_level": "congestion_level",
+    "workload.reverse": "reverse_level",
+    "workload.background.level": "background_level",
+    "topology.buffer": "buffer_packets",
+    "topology.bottleneck_rate": "bottleneck_mbps",
+    "topology.access_rate": "access_mbps",
+}
+AXIS_LABELS = {
+    "variant": "variant",
+    "rtt_ms": "RTT (ms)",
+    "streams": "streams",
+    "pairs": "pairs",
+    "congestion_level": "Cg",
+    "reverse_level": "R",
+    "background_level": "Bg",
+    "buffer_packets": "buffer (packets)",
+    "bottleneck_mbps": "C (Mbit/s)",
+    "access_mbps": "Ca (Mbit/s)",
+}
+#: Metrics summarised per point: column → label.
+SUMMARY = {
+    "aggregate_goodput_mbps": "total goodput G (Mbit/s)",
+    "mean_flow_goodput_mbps": "mean flow goodput (Mbit/s)",
+    "jain_index": "Jain index",
+    "mean_flow_cov": "mean flow CoV",
+    "efficiency": "efficiency G/C",
+    "completion_mean_s": "mean completion time (s)",
+    "completion_p99_s": "p99 completion time (s)",
+}
+
+
+def t975(n: int) -> float:
+    """Two-sided 95 % Student quantile for a mean of n samples."""
+    return _T975[n - 2] if 2 <= n <= 31 else 1.96
+
+
+def mean_ci(values) -> tuple[float, float, int]:
+    """Mean, half-width of its 95 % confidence interval (NaN below 2 samples), count."""
+    a = np.asarray([v for v in values if v is not None and not pd.isna(v)], dtype=float)
+    if a.size == 0:
+        return math.nan, math.nan, 0
+    if a.size == 1:
+        return float(a[0]), math.nan, 1
+    return float(a.mean()), t975(a.size) * float(a.std(ddof=1)) / math.sqrt(a.size), int(a.size)
+
+
+def load(folder: Path) -> tuple[dict, pd.DataFrame]:
+    """The manifest and the runs table of a campaign folder."""
+    import duckdb
+
+    try:
+        with CampaignFolder(Path(folder), None) as f:
+            df = f.db.sql("SELECT * FROM runs ORDER BY point, repetition").to_arrow_table().to_pandas()
+            manifest = f.manifest
+    except duckdb.IOException as e:
+        raise CampaignError(f"{folder}: cannot read the catalog ({e}); is a campaign still running there?") from None
+    return manifest, df
+
+
+def _axes(manifest: dict, df: pd.DataFrame) -> list[str]:
+    """Columns of df that hold the swept axes (a column per axis, numbers where possible)."""
+    cols = []
+    for field in [*manifest.get("sweep", {}), *manifest.get("zip", {})]:
+        col = AXIS_COLUMNS.get(field)
+        if col is None:
+            col = "axis:" + field
+            df[col] = df["params"].map(lambda p, k=field: str(json.loads(p).get(k)))
+        cols.append(col)
+    return cols
+
+
+def _label(col: str) -> str:
+    return AXIS_LABELS.get(col, col.removeprefix("axis:"))
+
+
+def _series_name(keys: tuple, cols: list[str]) -> str:
+    return ", ".join(f"{v:g}" if isinstance(v, float) else str(v) for v in keys) if cols else "all"
+
+
+def points_table(ok: pd.DataFrame, axes: list[str], counts: pd.DataFrame) -> pd.DataFrame:
+    rows = []
+    groups = ok.groupby(axes, sort=True, dropna=False) if axes else [((), ok)]
+    for keys, g in groups:
+        keys = keys if isinstance(keys, tuple) else (keys,)
+        row = dict(zip(axes, keys, strict=True))
+        row["runs"] = len(g)
+        for col in SUMMARY:
+            m, h, _ = mean_ci(g[col])
+            row[col], row[col + "_ci"] = m, h
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _errorbar_lines(ax, table: pd.DataFrame, x: str, y: str, series: list[str]) -> None:
+    groups = table.groupby(series, sort=True) if series else [((), table)]
+    for keys, g in groups:
+        keys = keys if isinstance(keys, tuple) else (keys,)
+        g = g.sort_values(x)
+        ax.errorbar(g[x], g[y], yerr=g[y + "_ci"].fillna(0), marker="o", ms=3, capsize=3, lw=1, label=_series_name(keys, series))
+
+
+def fig_vs_rtt(table: pd.DataFrame, axes: list[str]) -> bytes:
+    series = [a for a in axes if a != "rtt_ms"]
+    metrics = [("mean_flow_goodput_mbps", "mean flow goodput (Mbit/s)"), ("jain_index", "Jain index"), ("mean_flow_cov", "CoV")]
+    fig, axs = plt.subplots(1, 3, figsize=(11, 3.4))
+    for ax, (col, label) in zip(axs, metrics, strict=True):
+        _errorbar_lines(ax, table, "rtt_ms", col, series)
+        ax.set_xlabel("RTT (ms)")
+        ax.set_ylabel(label)
+        if table["rtt_ms"].max() > 10 * max(table["rtt_ms"].min(), 1e-9):
+            ax.set_xscale("log")
+    axs[0].legend(title=", ".join(map(_label, series)) or None)
+    fig.suptitle("Metrics against RTT (mean ± 95 % CI over repetitions; seed 002 fig. 10)")
+    fig.tight_layout()
+    return _png(fig)
+
+
+def fig_vs_streams(table: pd.DataFrame, ok: pd.DataFrame, axes: list[str]) -> bytes:
+    series = [a for a in axes if a != "streams"]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    _errorbar_lines(ax, table, "streams", "aggregate_goodput_mbps", series)
+    # Altman's model with N = pairs × streams parallel AIMD streams and C = r_TP (β = 0.5, Reno).
+    pairs = int(ok["pairs"].median())
+    capacity = float(ok["ideal_goodput_mbps"].median())
+    n = np.linspace(1, table["streams"].max(), 200)
+    ax.plot(n, [models.altman_goodput(k * pairs, capacity, 0.5) for k in n], "k--", lw=1, label=f"Altman x(N·{pairs}), β = 0.5")
+    ax.axhline(capacity, color="grey", lw=0.6, ls=":", label="r_TP")
+    ax.set_xlabel("parallel streams per pair")
+    ax.set_ylabel("total goodput (Mbit/s)")
+    ax.set_title("Total goodput against streams (seed 002 fig. 4)")
+    ax.legend(title=", ".join(map(_label, series)) or None)
+    return _png(fig)
+
+
+def _completion_times(g: pd.DataFrame) -> list[float]:
+    out = []
+    for m in g["metrics"]:
+        for t in json.loads(m).get("transfers", []):
+            if t.get("completion_time_s") is not None:
+                out.append(t["completion_time_s"])
+    return out
+
+
+def fig_completion(ok: pd.DataFrame, table: pd.DataFrame, axes: list[str]) -> bytes:
+    has_rtt = "rtt_ms" in axes
+    fig, axs = plt.subplots(1, 2 if has_rtt else 1, figsize=(11 if has_rtt else 6.5, 3.8), squeeze=False)
+    ax = axs[0][0]
+    groups = list(ok.groupby(axes, sort=True)) if axes else [((), ok)]
+    for i, (keys, g) in enumerate(groups[:16]):
+        keys = keys if isinstance(keys, tuple) else (keys,)
+        t = np.sort(_completion_times(g))
+        if t.size:
+            ax.step(t, np.arange(1, t.size + 1) / t.size, where="post", lw=1, label=_series_name(keys, axes), color=f"C{i % 10}")
+    ax.set_xlabel("completion time (s)")
+    ax.set_ylabel("CDF")
+    ax.set_title("Completion times, all repetitions (seed 001 fig. 9)")
+    ax.legend(title=", ".join(map(_label, axes)) or None, fontsize=6)
+    if has_rtt:
+        ax = axs[0][1]
+        series = [a for a in axes if a != "rtt_ms"]
+        p = ok.groupby(axes, sort=True)
+        rows = []
+        for keys, g in p:
+            keys = keys if isinstance(keys, tuple) else (keys,)
+            row = dict(zip(axes, keys, strict=True))
+            for q in ("completion_p75_s", "completion_p99_s"):
+                row[q], row[q + "_ci"], _ = mean_ci(g[q])
+            rows.append(row)
+        qt = pd.DataFrame(rows)
+        for q, style in (("completion_p75_s", "-"), ("completion_p99_s", "--")):
+            groups = qt.groupby(series, sort=True) if series else [((), qt)]
+            for i, (keys, g) in enumerate(groups):
+                keys = keys if isinstance(keys, tuple) else (keys,)
+                g = g.sort_values("rtt_ms")
+                name = f"{_series_name(keys, series)} p{q[12:14]}"
+                ax.errorbar(g["rtt_ms"], g[q], yerr=g[q + "_ci"].fillna(0), ls=style, marker="o", ms=3, capsize=3, lw=1,
+                            color=f"C{i % 10}", label=name)  # fmt: skip
+        ax.set_xlabel("RTT (ms)")
+        ax.set_ylabel("completion time (s)")
+        ax.set_title("75th and 99th percentiles (seed 001 fig. 12)")
+        ax.legend(fontsize=6)
+    fig.tight_layout()
+    return _png(fig)
+
+
+def _xticks(ax, labels: list[str], first: int) -> None:
+    slanted = len(labels) > 6
+    ax.set_xticks(range(first, first + len(labels)), labels, rotation=60 if slanted else 0, ha="right" if slanted else "center")
+
+
+def fig_goodput_distribution(ok: pd.DataFrame, axes: list[str]) -> bytes:
+    groups = list(ok.groupby(axes, sort=True)) if axes else [((), ok)]
+    data, labels = [], []
+    for keys, g in groups:
+        keys = keys if isinstance(keys, tuple) else (keys,)
+        flows = [f["mean_goodput_mbps"] for m in g["metrics"] for f in json.loads(m).get("flows", [])]
+        data.append([x for x in flows if x is not None])
+        labels.append(_series_name(keys, axes))
+    fig, ax = plt.subplots(figsize=(max(6, 0.45 * len(data) + 2), 4))
+    ax.boxplot(data, showmeans=True, widths=0.6)
+    _xticks(ax, labels, 1)
+    ax.set_ylabel("flow mean goodput (Mbit/s)")
+    ax.set_title(f"Distribution of the flows' mean goodputs over all repetitions ({', '.join(map(_label, axes)) or 'all runs'})")
+    return _png(fig)
+
+
+def fig_points(table: pd.DataFrame, axes: list[str]) -> bytes:
+    """Fallback when neither RTT nor streams is swept: total goodput per point."""
+    labels = [_series_name(tuple(r[a] for a in axes), axes) for _, r in table.iterrows()]
+    fig, ax = plt.subplots(figsize=(max(6, 0.45 * len(labels) + 2), 3.6))
+    ax.bar(range(len(labels)), table["aggregate_goodput_mbps"], yerr=table["aggregate_goodput_mbps_ci"].fillna(0), capsize=3)
+    _xticks(ax, labels, 0)
+    ax.set_ylabel("total goodput (Mbit/s)")
+    ax.set_title("Total goodput per sweep point (mean ± 95 % CI)")
+    return _png(fig)
+
+
+def _cell(v, ci=None) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "—"
+    if ci is None or (isinstance(ci, float) and math.isnan(ci)):
+        return _fmt(float(v) if isinstance(v, (float, np.floating)) else v)
+    return f"{_fmt(float(v))} ± {_fmt(float(ci), 2)}"
+
+
+def render(folder: Path) -> Path:
+    """Writes ``DIR/report/index.html`` (+ figures, and ``runs.parquet``: the catalog's table)."""
+    folder = Path(folder)
+    manifest, df = load(folder)
+    out = folder / "report"
+    out.mkdir(exist_ok=True)
+    ok = df[df["status"] == "ok"].copy()
+    failed = df[df["status"] != "ok"]
+    axes = _axes(manifest, ok)
+    _axes(manifest, failed := failed.copy())
+    df.drop(columns=[c for c in df.columns if c.startswith("axis:")]).to_parquet(out / "runs.parquet", index=False)
+
+    parts = [
+        "<!doctype html><html lang=en><head><meta charset=utf-8>",
+        f"<title>xferlab campaign — {html.escape(manifest['name'])}</title><style>{CSS}</style></head><body>",
+        f"<h1>Campaign {html.escape(manifest['name'])}</h1>",
+        f"<p class=muted>{html.escape(manifest.get('description', '') or '')}</p>",
+    ]
+    planned = manifest.get("runs", 0)
+    parts.append(
+        f"<p>{len(ok)} run(s) ok, {len(failed)} failed, {planned - len(df)} not run yet, of {planned} planned "
+        f"({manifest.get('repetitions')} repetition(s) per point) on the <b>{html.escape(manifest.get('backend', ''))}</b> "
+        "backend. Values are means over repetitions ± the half-width of their 95 % confidence interval (Student's t).</p>"
+    )
+    if planned - len(df) > 0:
+        parts.append("<p class=warn>The campaign is incomplete: run the same <code>xferlab campaign run</code> to finish it.</p>")
+    if len(ok):
+        table = points_table(ok, axes, df)
+        volume = ok["completion_mean_s"].notna().any()
+        cols = [*axes, "runs", *[c for c in SUMMARY if volume or not c.startswith("completion")]]
+        head = "".join(f"<th>{html.escape(_label(c) if c in axes else SUMMARY.get(c, c))}</th>" for c in cols)
+        body = ""
+        for _, r in table.iterrows():
+            body += "<tr>" + "".join(f"<td>{_cell(r[c], r.get(c + '_ci'))}</td>" for c in cols) + "</tr>"
+        parts += ["<h2>Sweep points</h2>", f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"]
+        parts.append("<h2>Figures</h2>")
+        figs = []
+        if "rtt_ms" in axes and table["rtt_ms"].nunique() > 1:
+            figs.append(("vs_rtt", fig_vs_rtt(table, axes), "metrics against RTT per variant"))
+        if "streams" in axes and table["streams"].nunique() > 1:
+            figs.append(("vs_streams", fig_vs_streams(table, ok, axes), "total goodput against streams with Altman's model"))
+        if volume:
+            figs.append(("completion", fig_completion(ok, table, axes), "completion-time CDFs and percentiles"))
+        if not figs:
+            figs.append(("points", fig_points(table, axes), "total goodput per sweep point"))
+        figs.append(("distribution", fig_goodput_distribution(ok, axes), "goodput distributions"))
+        for name, data, alt in figs:
+            parts.append(_img(out, name, data, alt))
+    if len(failed):
+        rows = "".join(
+            f"<tr><td>{html.escape(r.run_key)}</td><td>{html.escape(str(json.loads(r.params)))}</td><td>{r.repetition}</td>"
+            f"<td><pre>{html.escape(str(r.error))}</pre></td></tr>"
+            for r in failed.itertuples()
+        )
+        parts += [
+            "<h2>Failed runs</h2>",
+            f"<table><thead><tr><th>run</th><th>point</th><th>repetition</th><th>error</th></tr></thead><tbody>{rows}</tbody></table>",
+        ]
+    parts += [
+        "<h2>Data</h2>",
+        "<p>Each run's folder (trace, metrics, report) is <code>runs/&lt;run_key&gt;/</code>. The catalog "
+        "<code>catalog.duckdb</code> holds one row per run (parameters, status, flat metrics, the whole metrics JSON); "
+        "<code>report/runs.parquet</code> is a copy of it. For example:</p>",
+        '<pre>duckdb catalog.duckdb "SELECT variant, rtt_ms, count(*) AS n, avg(jain_index) FROM runs '
+        "WHERE status = 'ok' GROUP BY ALL ORDER BY ALL\"</pre>",
+        "<details><summary>Campaign manifest</summary><pre>",
+        html.escape(json.dumps(manifest, indent=2, default=str)),
+        "</pre></details></body></html>",
+    ]
+    path = out / "index.html"
+    tmp = out / f".index.html.tmp-{os.getpid()}"
+    tmp.write_text("".join(parts))
+    os.replace(tmp, path)
+    return path

@@ -1,0 +1,260 @@
+"""Campaign files: a scenario, sweep axes and repetitions, expanded into runs.
+
+::
+
+    name: table2-grid
+    scenario: ../seed002-table2.yaml        # a path (relative to this file) or an inline mapping
+    set: {workload.stagger: 2s}             # overrides of the scenario, as --set
+    sweep:                                  # cartesian product of the axes
+      protocol.variant: [reno, bic, cubic]
+      topology.rtt: [11.5ms, 100ms]
+    zip:                                    # axes varied together (equal lengths), crossed with sweep
+      workload.congestion_level: [0.5, 1.0]
+      workload.reverse: [0.0, 1.0]
+    repetitions: 3                          # each point K times, with seeds derived from the scenario's
+    order: random                           # or sequential (default); shuffle_seed fixes the order
+    backend: sim
+
+Each run is identified by a stable key: a hash of the fully validated scenario (seed
+included), the repetition and the backend. Repetition k of a point runs with the seed
+:func:`derive_seed`\\ (scenario seed, k): the same k gives the same seed at every point
+(common random numbers), and seeds never repeat within a point.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .. import scenario as sc
+from ..scenario import ScenarioError
+
+#: Fields of a campaign file.
+FIELDS = ("name", "description", "scenario", "set", "sweep", "zip", "repetitions", "order", "shuffle_seed", "backend")
+
+
+class CampaignError(Exception):
+    """A campaign file or folder that cannot be used; the message says why and what to do."""
+
+
+def derive_seed(base: int, repetition: int) -> int:
+    """Seed of repetition ``repetition`` of a scenario whose seed is ``base``."""
+    h = hashlib.sha256(f"xferlab-repetition:{base}:{repetition}".encode()).digest()
+    return int.from_bytes(h[:8], "big") >> 1  # < 2**63
+
+
+def _canonical(data: Any) -> str:
+    return json.dumps(data, sort_keys=True, separators=(",", ":"), default=str)
+
+
+def _digest(data: Any, n: int = 16) -> str:
+    return hashlib.sha256(_canonical(data).encode()).hexdigest()[:n]
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One run of a campaign: a sweep point, a repetition, its scenario and key."""
+
+    key: str
+    point: int
+    repetition: int
+    seed: int
+    params: dict  # the swept fields of this point: {"protocol.variant": "cubic", ...}
+    given: dict  # the scenario as given to the engine (overrides applied, seed set)
+
+    def label(self) -> str:
+        axes = " ".join(f"{k.split('.')[-1]}={v}" for k, v in self.params.items())
+        return f"{axes} rep={self.repetition}".strip()
+
+
+@dataclass
+class Campaign:
+    name: str
+    description: str
+    base: dict  # the scenario with `set` applied
+    axes: dict[str, list]  # cartesian axes
+    zipped: dict[str, list]  # axes varied together
+    repetitions: int
+    order: str
+    shuffle_seed: int
+    backend: str
+    source: str
+    runs: list[RunSpec] = field(default_factory=list)
+
+    @property
+    def swept(self) -> list[str]:
+        return [*self.axes, *self.zipped]
+
+    def fingerprint(self) -> str:
+        """Identity of the campaign: what runs it holds (not their order)."""
+        return _digest(
+            {
+                "name": self.name,
+                "base": self.base,
+                "axes": self.axes,
+                "zip": self.zipped,
+                "repetitions": self.repetitions,
+                "backend": self.backend,
+            }
+        )
+
+    def manifest(self) -> dict:
+        return {
+            "name": self.name,
+            "description": self.description,
+            "fingerprint": self.fingerprint(),
+            "backend": self.backend,
+            "scenario": self.base,
+            "sweep": self.axes,
+            "zip": self.zipped,
+            "repetitions": self.repetitions,
+            "runs": len(self.runs),
+            "source": self.source,
+        }
+
+    def ordered(self) -> list[RunSpec]:
+        """Runs in execution order: by point then repetition, or shuffled (reproducibly)."""
+        runs = list(self.runs)
+        if self.order == "random":
+            random.Random(self.shuffle_seed).shuffle(runs)
+        return runs
+
+
+def _points(axes: dict[str, list], zipped: dict[str, list]) -> list[dict]:
+    cart = [dict(zip(axes, values, strict=True)) for values in itertools.product(*axes.values())] if axes else [{}]
+    if not zipped:
+        return cart
+    n = len(next(iter(zipped.values())))
+    rows = [{k: v[i] for k, v in zipped.items()} for i in range(n)]
+    return [{**c, **z} for c in cart for z in rows]
+
+
+def _axis_map(value: Any, what: str, source: str) -> dict[str, list]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise CampaignError(f"{source}: {what}: expected a mapping of field → list of values")
+    out = {}
+    for k, v in value.items():
+        if not isinstance(k, str) or "." not in k and k != "seed":
+            raise CampaignError(f"{source}: {what}: {k!r}: expected section.field, e.g. topology.rtt")
+        if not isinstance(v, list) or not v:
+            raise CampaignError(f"{source}: {what}.{k}: expected a non-empty list of values")
+        if len({_canonical(x) for x in v}) != len(v):
+            raise CampaignError(f"{source}: {what}.{k}: a value is listed twice")
+        out[k] = v
+    return out
+
+
+def from_dict(data: Any, source: str = "<campaign>", base_dir: Path | None = None) -> Campaign:
+    """Validates a campaign (as read from YAML) and expands it into its runs."""
+    if not isinstance(data, dict):
+        raise CampaignError(f"{source}: expected a mapping (name, scenario, sweep, repetitions, ...)")
+    unknown = sorted(set(data) - set(FIELDS))
+    if unknown:
+        raise CampaignError(f"{source}: unknown field(s) {', '.join(unknown)} (known: {', '.join(FIELDS)})")
+    name = data.get("name")
+    if not isinstance(name, str) or not name:
+        raise CampaignError(f"{source}: name: required (a short name, used in reports)")
+    scen = data.get("scenario")
+    if isinstance(scen, str):
+        path = Path(scen)
+        if not path.is_absolute() and base_dir is not None:
+            path = base_dir / path
+        try:
+            base = sc.load_raw(path)
+        except ScenarioError as e:
+            raise CampaignError(f"{source}: scenario: {e}") from None
+    elif isinstance(scen, dict):
+        base = json.loads(json.dumps(scen))
+    else:
+        raise CampaignError(f"{source}: scenario: expected a scenario file path or an inline scenario mapping")
+    overrides = data.get("set") or {}
+    if not isinstance(overrides, dict):
+        raise CampaignError(f"{source}: set: expected a mapping of section.field → value")
+    for k, v in overrides.items():
+        try:
+            sc._set_path(base, str(k), v, source)
+        except ScenarioError as e:
+            raise CampaignError(str(e)) from None
+    axes = _axis_map(data.get("sweep"), "sweep", source)
+    zipped = _axis_map(data.get("zip"), "zip", source)
+    if zipped and len({len(v) for v in zipped.values()}) != 1:
+        raise CampaignError(f"{source}: zip: all lists must have the same length")
+    both = set(axes) & set(zipped)
+    if both:
+        raise CampaignError(f"{source}: {', '.join(sorted(both))} is both in sweep and zip")
+    reps = data.get("repetitions", 1)
+    if not isinstance(reps, int) or isinstance(reps, bool) or not 1 <= reps <= 10_000:
+        raise CampaignError(f"{source}: repetitions: expected an integer from 1 to 10000")
+    order = data.get("order", "sequential")
+    if order not in ("sequential", "random"):
+        raise CampaignError(f"{source}: order: expected sequential or random")
+    shuffle_seed = data.get("shuffle_seed", 0)
+    if not isinstance(shuffle_seed, int):
+        raise CampaignError(f"{source}: shuffle_seed: expected an integer")
+    backend = data.get("backend", "sim")
+    if not isinstance(backend, str):
+        raise CampaignError(f"{source}: backend: expected a backend name")
+    c = Campaign(
+        name=name,
+        description=str(data.get("description", "") or ""),
+        base=base,
+        axes=axes,
+        zipped=zipped,
+        repetitions=reps,
+        order=order,
+        shuffle_seed=shuffle_seed,
+        backend=backend,
+        source=source,
+    )
+    c.runs = expand(c)
+    return c
+
+
+def expand(c: Campaign) -> list[RunSpec]:
+    runs, keys = [], set()
+    for p, point in enumerate(_points(c.axes, c.zipped)):
+        params = dict(point)
+        overrides = list(point.items())
+        label = ", ".join(f"{k}={v}" for k, v in point.items()) or "the scenario"
+        try:
+            s = sc.from_dict(c.base, f"{c.source} ({label})", overrides)
+        except ScenarioError as e:
+            raise CampaignError(str(e)) from None
+        for k in range(c.repetitions):
+            seed = derive_seed(s.seed, k)
+            given = json.loads(json.dumps(c.base))
+            for path, value in overrides:
+                sc._set_path(given, path, value, c.source)
+            given["seed"] = seed
+            scenario = s.model_copy(update={"seed": seed})
+            key = _digest({"scenario": scenario.model_dump(mode="json"), "repetition": k, "backend": c.backend})
+            if key in keys:
+                raise CampaignError(f"{c.source}: two sweep points give the same scenario ({label}); remove the duplicate")
+            keys.add(key)
+            runs.append(RunSpec(key=key, point=p, repetition=k, seed=seed, params=params, given=given))
+    return runs
+
+
+def load(path: str | Path, overrides: dict | None = None) -> Campaign:
+    """Reads a campaign file; ``overrides`` replace its top-level fields (e.g. repetitions)."""
+    p = Path(path)
+    try:
+        data = yaml.safe_load(p.read_text())
+    except FileNotFoundError:
+        raise CampaignError(f"{p}: no such file") from None
+    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as e:
+        raise CampaignError(f"{p}: cannot read: {e}") from None
+    except yaml.YAMLError as e:
+        raise CampaignError(f"{p}: not valid YAML: {e}") from None
+    if isinstance(data, dict) and overrides:
+        data.update(overrides)
+    return from_dict(data, str(p), p.parent)

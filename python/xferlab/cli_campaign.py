@@ -1,0 +1,193 @@
+"""``xferlab campaign run|report`` and ``xferlab bench hstts``."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+from .backends import BackendError
+from .campaign.spec import CampaignError
+from .runfolder import RunFolderError
+from .scenario import ScenarioError
+
+console = Console()
+err = Console(stderr=True)
+USAGE = 2
+
+campaign_app = typer.Typer(no_args_is_help=True, help="Sweeps and repetitions of a scenario, archived in a DuckDB catalog.")
+bench_app = typer.Typer(no_args_is_help=True, help="Benchmark suites (seed 004's user-oriented benchmark).")
+
+
+def _fail(message: str, status: int = USAGE):
+    err.print(f"[bold red]error:[/] {message}", highlight=False, markup=True, soft_wrap=True)
+    raise typer.Exit(status)
+
+
+class _Reporter:
+    """A rich progress bar (done/total, ETA) on a terminal, plain lines otherwise."""
+
+    def __init__(self, title: str, quiet: bool = False):
+        self.title = title
+        self.quiet = quiet
+        self.bar = None
+        self.failed = 0
+        self.done = 0
+        self.total = 0
+        self.t0 = time.perf_counter()
+
+    def __enter__(self):
+        if not self.quiet and console.is_terminal:
+            self.bar = Progress(
+                TextColumn("[bold]{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("runs"),
+                TextColumn("{task.fields[failed]}"),
+                TimeElapsedColumn(),
+                TextColumn("ETA"),
+                TimeRemainingColumn(),
+                console=console,
+            )
+            self.bar.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        if self.bar is not None:
+            self.bar.__exit__(*exc)
+
+    def log(self, text: str) -> None:
+        (self.bar.console if self.bar else console).print(text, highlight=False, markup=False)
+
+    def start(self, total: int, done: int) -> None:
+        self.total, self.done = total, done
+        if self.bar is not None:
+            self.task = self.bar.add_task(self.title, total=total, completed=done, failed="")
+        elif not self.quiet:
+            console.print(f"{self.title}: {total} runs, {done} already done", highlight=False)
+
+    def result(self, run, outcome) -> None:
+        self.done += 1
+        if outcome.status != "ok":
+            self.failed += 1
+            first = (outcome.error or "").splitlines()[0] if outcome.error else ""
+            self.log(f"run {run.key} ({run.label()}) failed: {first}")
+        if self.bar is not None:
+            self.bar.update(self.task, advance=1, failed=f"[red]{self.failed} failed[/]" if self.failed else "")
+        elif not self.quiet:
+            wall = f"{outcome.wall:.1f} s" if outcome.wall is not None else ""
+            console.print(f"[{self.done}/{self.total}] {outcome.status} {run.key} {run.label()} {wall}", highlight=False)
+
+
+def run_campaign(campaign, out: Path, workers, dask, force, retry_failed, quiet, title=None):
+    from .campaign import runner
+
+    with _Reporter(title or campaign.name, quiet) as rep:
+        summary = runner.run(
+            campaign,
+            out,
+            workers=workers,
+            dask=dask,
+            force=force,
+            retry_failed=retry_failed,
+            on_start=rep.start,
+            on_result=rep.result,
+            log=rep.log,
+        )
+    return summary
+
+
+def _print_summary(s, out: Path) -> None:
+    parts = [f"{s.ok} run(s) done", f"{s.failed} failed"]
+    if s.skipped:
+        parts.append(f"{s.skipped} already in the catalog")
+    if s.adopted:
+        parts.append(f"{s.adopted} adopted from complete folders")
+    console.print(
+        f"{', '.join(parts)} ({s.planned} planned) in {s.wall_seconds:.1f} s on {s.workers} worker(s); "
+        f"catalog: {out / 'catalog.duckdb'}",
+        highlight=False,
+    )
+
+
+@campaign_app.command("run")
+def campaign_run(
+    file: Path = typer.Argument(..., help="campaign YAML file"),
+    out: Path = typer.Option(..., "--out", "-o", help="campaign folder (created, or resumed when it holds this campaign)"),
+    workers: Optional[int] = typer.Option(None, "--workers", "-j", help="local worker processes (default: CPU count)"),
+    dask: Optional[str] = typer.Option(None, "--dask", help="Dask scheduler address (tcp://host:8786), or local[:N]"),
+    repetitions: Optional[int] = typer.Option(None, "--repetitions", "-r", help="override the file's repetitions"),
+    backend: Optional[str] = typer.Option(None, "--backend", "-b", help="override the file's backend (sim, netns)"),
+    force: bool = typer.Option(False, "--force", help="discard a folder that holds a different campaign"),
+    retry_failed: bool = typer.Option(False, "--retry-failed", help="run again the runs recorded as failed"),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress output"),
+):
+    """Run (or resume) every run of a campaign; each finished run is committed to DIR/catalog.duckdb."""
+    from .campaign import spec
+
+    overrides = {}
+    if repetitions is not None:
+        overrides["repetitions"] = repetitions
+    if backend is not None:
+        overrides["backend"] = backend
+    if workers is not None and workers < 1:
+        _fail("--workers must be at least 1")
+    if workers is not None and dask:
+        _fail("give --workers or --dask, not both")
+    try:
+        c = spec.load(file, overrides)
+        s = run_campaign(c, out, workers, dask, force, retry_failed, quiet)
+    except (CampaignError, ScenarioError, BackendError, RunFolderError) as e:
+        _fail(str(e))
+    except KeyboardInterrupt:
+        _fail(f"interrupted; the finished runs are in {out / 'catalog.duckdb'}, run the same command to resume", 130)
+    _print_summary(s, out)
+    if s.failed:
+        console.print(f"[yellow]{s.failed} run(s) failed[/]: see the error column of the runs table", highlight=False)
+
+
+@campaign_app.command("report")
+def campaign_report(folder: Path = typer.Argument(..., help="a campaign folder")):
+    """Tables and figures across the sweep (mean ± 95 % CI over repetitions) as one HTML report."""
+    from .campaign import report
+
+    try:
+        path = report.render(folder)
+    except CampaignError as e:
+        _fail(str(e))
+    console.print(f"report: [bold]{path}[/]")
+
+
+@bench_app.command("hstts")
+def bench_hstts(
+    variant: list[str] = typer.Option(..., "--variant", "-v", help="candidate variant(s), compared with Reno (repeatable)"),
+    backend: str = typer.Option("sim", "--backend", "-b", help="sim or netns"),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="benchmark folder (default: results/hstts-BACKEND)"),
+    repetitions: int = typer.Option(3, "--repetitions", "-r", help="repetitions of each scenario"),
+    workers: Optional[int] = typer.Option(None, "--workers", "-j", help="local worker processes"),
+    dask: Optional[str] = typer.Option(None, "--dask", help="Dask scheduler address, or local[:N]"),
+    quick: bool = typer.Option(False, "--quick", help="a 4-scenario subset (for tests and a first look)"),
+    force: bool = typer.Option(False, "--force", help="discard a folder that holds a different benchmark"),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress output"),
+):
+    """Seed 004's user-oriented benchmark (HSTTS): completion times of a candidate beside Reno."""
+    from .campaign import hstts
+
+    if repetitions < 1:
+        _fail("--repetitions must be at least 1")
+    out = out or Path("results") / f"hstts-{backend}{'-quick' if quick else ''}"
+    try:
+        c = hstts.campaign(variant, backend=backend, repetitions=repetitions, quick=quick)
+        s = run_campaign(c, out, workers, dask, force, False, quiet, title=f"HSTTS ({', '.join(c.axes['protocol.variant'])})")
+        sheet = hstts.sheet(out)
+    except (CampaignError, ScenarioError, BackendError, RunFolderError) as e:
+        _fail(str(e))
+    except KeyboardInterrupt:
+        _fail(f"interrupted; run the same command to resume ({out})", 130)
+    _print_summary(s, out)
+    hstts.print_sheet(sheet, console)
+    console.print(f"sheet: [bold]{out / 'hstts.html'}[/] and {out / 'hstts.csv'}")

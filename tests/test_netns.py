@@ -225,3 +225,23 @@ def test_volume_transfers_with_reverse_traffic_and_token_buckets(cli, tmp_path):
     # 8 MB at 30 Mbit/s of frames is about 2.2 s; both backends should agree on it.
     assert abs(transfers["completion_time"].mean() - sim_c) < 0.1 * sim_c, (transfers["completion_time"].tolist(), sim_c)
     assert m["completion"]["count"] == 2
+
+
+@needs_host
+def test_background_on_off_sources_take_their_share(cli, tmp_path):
+    """Bg = 0.5: unresponsive ON/OFF UDP sources carry about half the bottleneck on average,
+    and the TCP transfers get what is left."""
+    out, m, meta = run(
+        cli,
+        tmp_path,
+        topology={"pairs": 2, "access_rate": "100Mbps", "bottleneck_rate": "100Mbps", "rtt": "10ms"},
+        workload={"duration": "5s", "background": {"level": 0.5, "mean_on": "0.2s", "mean_off": "0.2s"}},
+    )
+    sent = sum(meta["stats"]["background_bytes"])
+    expected = 0.5 * 100e6 / 8 * 5.0
+    assert 0.5 * expected < sent < 1.5 * expected, (sent, expected)
+    link = pq.read_table(out / "trace" / "link.parquet").to_pandas()
+    carried = link[link["link"] == "bottleneck"]["bytes"].sum()
+    transfers = pq.read_table(out / "trace" / "flows.parquet").to_pandas()["bytes"].sum()
+    assert carried > transfers + 0.3 * sent  # the bottleneck carried the background too
+    assert m["aggregate_goodput_mbps"] < 0.85 * m["ideal_goodput_mbps"]

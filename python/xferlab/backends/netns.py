@@ -204,8 +204,6 @@ def run(scenario, resolved: dict, progress: Progress | None = None, scale: float
     from ..netns import host, scaling
 
     check_host()
-    if resolved.get("background"):
-        raise BackendError("background ON/OFF traffic (workload.background) is not emulated by the netns backend yet")
     if resolved.get("shaper") is not None and resolved["shaper"]["kind"] == "pacer":
         raise BackendError("a pacing shaper on the bottleneck (topology.shaper.limiter: pacing) has no netns equivalent")
     if scale is not None and (not math.isfinite(scale) or scale <= 0):
@@ -282,10 +280,14 @@ def _flows(d, emu: dict) -> tuple[list[_Flow], list]:
 
 
 def _run_locked(emu: dict, kernel: dict, binary: str, k: float, progress) -> BackendRun:
-    from ..netns import scaling
+    from ..netns import host, scaling
     from ..netns import topology as topo
 
     paths = [topo.PathSpec(p["access_rate_bps"], p["rtt_s"]) for p in emu["pair_paths"]]
+    # Background ON/OFF sources (Bg): hosts of their own, with an access link at their rate.
+    background = emu.get("background") or []
+    first_bg = len(paths)
+    paths += [topo.PathSpec(b["rate_bps"], emu["rtt_s"]) for b in background]
     shaper = emu.get("shaper")
     spec = topo.DumbbellSpec(
         run_id=uuid.uuid4().hex[:6],
@@ -311,10 +313,13 @@ def _run_locked(emu: dict, kernel: dict, binary: str, k: float, progress) -> Bac
     flows, spec.token_buckets = _flows(d, emu)
     reverse = any(f.spec.get("role") == "reverse" for f in flows)
     workdir = Path(tempfile.mkdtemp(prefix="xferlab-netns-"))
-    delay_proc, sampler, warnings = None, None, []
+    delay_proc, sampler, warnings, bg_procs = None, None, [], []
     try:
         t_build = time.monotonic()
         d.build()
+        for j in range(len(background)):
+            # The sink discards the datagrams without an ICMP reply.
+            host.sh(["iptables", "-w", "-A", "INPUT", "-p", "udp", "--dport", "9", "-j", "DROP"], ns=d.ns("b", first_bg + j))
         build_s = time.monotonic() - t_build
         delay_proc = _start_delay(d, binary, workdir / "delay.json")
         interval = max(IPERF3_MIN_INTERVAL, min(emu["goodput_interval_s"], emu["tcp_interval_s"]))
@@ -325,7 +330,10 @@ def _run_locked(emu: dict, kernel: dict, binary: str, k: float, progress) -> Bac
         t0 = time.monotonic()
         sampler = _Sampler(d, t0, emu["link_interval_s"], reverse=reverse)
         sampler.start()
+        for j, b in enumerate(background):
+            bg_procs.append(_start_background(d, first_bg + j, b, emu, seed=emu["seed"] + j))
         _drive(flows, emu, kernel, interval, t0, k, progress, warnings, delay_proc, tools)
+        bg_bytes = _stop_background(bg_procs)
         sampler.stop.set()
         sampler.join()
         delay_stats = _stop_delay(delay_proc, workdir / "delay.json")
@@ -339,6 +347,10 @@ def _run_locked(emu: dict, kernel: dict, binary: str, k: float, progress) -> Bac
                 if p is not None and p.poll() is None:
                     p.kill()
                     p.wait()
+        for p in bg_procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
         if delay_proc is not None and delay_proc.poll() is None:
             delay_proc.kill()
             delay_proc.wait()
@@ -364,6 +376,7 @@ def _run_locked(emu: dict, kernel: dict, binary: str, k: float, progress) -> Bac
         "delay_line": delay_stats,
         "delay_line_late": bool(late),
         "link_sampler_cpu_s": sampler.cost_s,
+        "background_bytes": bg_bytes,
         "warnings": warnings,
     }
     return BackendRun(
@@ -494,6 +507,33 @@ def _drive(flows, emu, kernel, interval, t0, k, progress, warnings, delay_proc, 
                 fl.client.wait()
             if fl.exited is None:
                 fl.exited = time.monotonic() - t0
+
+
+def _start_background(d, pair: int, source: dict, emu: dict, seed: int) -> subprocess.Popen:
+    """One unresponsive ON/OFF UDP source (:mod:`xferlab.netns.onoff`) from host a{pair} to b{pair}."""
+    import sys
+
+    horizon = (emu["end_s"] or max((f["start_s"] + (f["duration_s"] or 0)) for f in emu["flows"])) + 60
+    args = [sys.executable, "-m", "xferlab.netns.onoff", "--dst", d.addr("b", pair), "--rate", repr(source["rate_bps"])]
+    args += ["--mean-on", repr(source["mean_on_s"]), "--mean-off", repr(source["mean_off_s"])]
+    args += ["--size", str(emu["mtu"] - 28), "--seed", str(seed), "--duration", repr(horizon)]
+    return _popen(args, d.ns("a", pair), stdout=subprocess.PIPE)
+
+
+def _stop_background(procs: list[subprocess.Popen]) -> list[int]:
+    """Stops the background sources; the bytes each sent."""
+    sent = []
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+        try:
+            out, _ = p.communicate(timeout=5)
+            sent.append(int(json.loads(out or b"{}").get("bytes", 0)))
+        except (subprocess.TimeoutExpired, ValueError):
+            p.kill()
+            p.wait()
+            sent.append(0)
+    return sent
 
 
 def _start_delay(d, binary: str, stats_file: Path) -> subprocess.Popen:

@@ -8,12 +8,13 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from . import __version__
 from .backends import BackendError
+from .cli_common import console
+from .cli_common import fail as _fail
 from .metrics import MetricsError
 from .runfolder import RunFolderError
 from .scenario import ScenarioError
@@ -23,16 +24,6 @@ app = typer.Typer(
     no_args_is_help=True,
     help="xferlab: experiments on bulk data transfers over high bandwidth-delay-product networks.",
 )
-console = Console()
-err = Console(stderr=True)
-
-#: Exit status for a user mistake (bad scenario, bad folder), as argparse/click use.
-USAGE = 2
-
-
-def _fail(message: str, status: int = USAGE):
-    err.print(f"[bold red]error:[/] {message}", highlight=False, markup=True, soft_wrap=True)
-    raise typer.Exit(status)
 
 
 def _summary(m: dict, out: Path) -> None:

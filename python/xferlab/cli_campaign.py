@@ -7,25 +7,17 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from .backends import BackendError
 from .campaign.spec import CampaignError
+from .cli_common import console
+from .cli_common import fail as _fail
 from .runfolder import RunFolderError
 from .scenario import ScenarioError
 
-console = Console()
-err = Console(stderr=True)
-USAGE = 2
-
 campaign_app = typer.Typer(no_args_is_help=True, help="Sweeps and repetitions of a scenario, archived in a DuckDB catalog.")
 bench_app = typer.Typer(no_args_is_help=True, help="Benchmark suites (seed 004's user-oriented benchmark).")
-
-
-def _fail(message: str, status: int = USAGE):
-    err.print(f"[bold red]error:[/] {message}", highlight=False, markup=True, soft_wrap=True)
-    raise typer.Exit(status)
 
 
 class _Reporter:

@@ -7,8 +7,9 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.console import Console
 
+from .cli_common import console, err
+from .cli_common import fail as _fail
 from .importers import ImportLogError
 from .metrics import MetricsError
 from .runfolder import RunFolderError
@@ -18,14 +19,6 @@ import_app = typer.Typer(
     no_args_is_help=True,
     help="Turn logs from a real testbed (iperf3 JSON, ss snapshots) into a run folder with trace, metrics and report.",
 )
-console = Console()
-err = Console(stderr=True)
-USAGE = 2
-
-
-def _fail(message: str, status: int = USAGE):
-    err.print(f"[bold red]error:[/] {message}", highlight=False, markup=True, soft_wrap=True)
-    raise typer.Exit(status)
 
 
 def _default_out(name: str) -> Path:

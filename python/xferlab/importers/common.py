@@ -79,6 +79,25 @@ SCHEMAS = {
 }
 
 
+def read_log(path: str | Path) -> str:
+    """A log file's text; :class:`ImportLogError` naming the file when it cannot be read."""
+    p = Path(path)
+    try:
+        return p.read_text()
+    except FileNotFoundError:
+        raise ImportLogError(f"{p}: no such file") from None
+    except (IsADirectoryError, PermissionError, UnicodeDecodeError, OSError) as e:
+        raise ImportLogError(f"{p}: cannot read: {e}") from None
+
+
+def flow_row(e, **measured) -> dict:
+    """A ``flows`` row: who the flow is (``e``'s flow_id, pair, stream, source, sink, variant,
+    role, volume_bytes) and what the log measured (start, end, bytes, completion_time,
+    segments_sent, retransmissions). Logs do not tell fast recoveries or timeouts: 0."""
+    ident = ("flow_id", "pair", "stream", "source", "sink", "variant", "role", "volume_bytes")
+    return {**{k: getattr(e, k) for k in ident}, **measured, "fast_recoveries": 0, "timeouts": 0}
+
+
 def table(name: str, rows: list[dict]) -> pa.Table:
     """A Trace table from row dicts, with the exact schema (an empty table when no rows)."""
     schema = SCHEMAS[name]

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from .common import ImportLogError, goodput_rows, rebin, table
+from .common import ImportLogError, flow_row, goodput_rows, read_log, rebin, table
 
 #: Linux MSS over a 1500-byte MTU with timestamps, when the document does not say.
 DEFAULT_MSS = 1448
@@ -65,12 +65,7 @@ def load_docs(path: str | Path) -> list[dict]:
     writes them). Raises :class:`ImportLogError` naming the file when it is missing,
     unreadable, not JSON, not iperf3, or an iperf3 error report."""
     p = Path(path)
-    try:
-        text = p.read_text()
-    except FileNotFoundError:
-        raise ImportLogError(f"{p}: no such file") from None
-    except (IsADirectoryError, PermissionError, UnicodeDecodeError, OSError) as e:
-        raise ImportLogError(f"{p}: cannot read: {e}") from None
+    text = read_log(p)
     decoder = json.JSONDecoder()
     docs, i = [], 0
     while True:
@@ -227,24 +222,15 @@ def tables_from_runs(entries: list[Iperf3Flow], *, goodput_interval_s: float, en
             if (sent and sent < e.volume_bytes) or (end_s is not None and e.start_s + completion > end_s + 1e-9):
                 completion = None
         flows.append(
-            {
-                "flow_id": e.flow_id,
-                "pair": e.pair,
-                "stream": e.stream,
-                "source": e.source,
-                "sink": e.sink,
-                "variant": e.variant,
-                "role": e.role,
-                "start": start,
-                "end": end,
-                "bytes": received,
-                "volume_bytes": e.volume_bytes,
-                "completion_time": completion,
-                "segments_sent": math.ceil(sent / mss) if sent else 0,
-                "retransmissions": int(retrans or 0),
-                "fast_recoveries": 0,
-                "timeouts": 0,
-            }
+            flow_row(
+                e,
+                start=start,
+                end=end,
+                bytes=received,
+                completion_time=completion,
+                segments_sent=math.ceil(sent / mss) if sent else 0,
+                retransmissions=int(retrans or 0),
+            )
         )
         goodput += goodput_rows(e.flow_id, rebin(rx, goodput_interval_s, start, end), goodput_interval_s)
         total = 0

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from .common import ImportLogError, goodput_rows, rebin, table
+from .common import ImportLogError, goodput_rows, read_log, rebin, table
 
 #: Congestion controls ss prints as a bare word in the info line.
 CONGESTION_CONTROLS = {
@@ -75,12 +75,7 @@ def _num(info: dict, key: str, default=None):
 def parse(path: str | Path) -> tuple[list[float], dict[tuple[str, str], Socket]]:
     """The snapshot times (Unix seconds) and the sockets seen, with their samples."""
     p = Path(path)
-    try:
-        text = p.read_text()
-    except FileNotFoundError:
-        raise ImportLogError(f"{p}: no such file") from None
-    except (IsADirectoryError, PermissionError, UnicodeDecodeError, OSError) as e:
-        raise ImportLogError(f"{p}: cannot read: {e}") from None
+    text = read_log(p)
     times: list[float] = []
     sockets: dict[tuple[str, str], Socket] = {}
     current: Socket | None = None

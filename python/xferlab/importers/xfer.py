@@ -21,11 +21,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from .common import goodput_rows, rebin, table
-
-
-class XferLogError(Exception):
-    """Not an xfer trace, or one without what a flow needs."""
+from .common import ImportLogError, flow_row, goodput_rows, read_log, rebin, table
 
 
 @dataclass
@@ -46,11 +42,11 @@ class XferFlow:
 
 def load(path: str | Path) -> dict:
     try:
-        doc = json.loads(Path(path).read_text())
-    except (OSError, ValueError) as e:
-        raise XferLogError(f"{path}: not an xfer trace ({e})") from None
+        doc = json.loads(read_log(path))
+    except ValueError as e:
+        raise ImportLogError(f"{path}: not an xfer trace ({e})") from None
     if not isinstance(doc, dict) or doc.get("run", {}).get("tool") != "xfer":
-        raise XferLogError(f"{path}: not an xfer --json trace")
+        raise ImportLogError(f"{path}: not an xfer --json trace")
     return doc
 
 
@@ -61,7 +57,7 @@ def tables_from_xfer(entries: list[XferFlow], *, goodput_interval_s: float) -> d
         run = e.doc.get("run") or {}
         f_rows = e.doc.get("flows") or []
         if len(f_rows) != 1:
-            raise XferLogError(f"flow {e.flow_id}: expected one xfer stream, found {len(f_rows)}")
+            raise ImportLogError(f"flow {e.flow_id}: expected one xfer stream, found {len(f_rows)}")
         f = f_rows[0]
         # receiver time r ↦ run time: its first data byte arrived one forward delay after the data start
         shift = e.data_start_s + e.forward_delay_s - float(f["start"])
@@ -78,24 +74,15 @@ def tables_from_xfer(entries: list[XferFlow], *, goodput_interval_s: float) -> d
             rx.append((shift + a, shift + t, float(g["bytes"])))
             prev = t
         flows.append(
-            {
-                "flow_id": e.flow_id,
-                "pair": e.pair,
-                "stream": e.stream,
-                "source": e.source,
-                "sink": e.sink,
-                "variant": e.variant,
-                "role": e.role,
-                "start": start,
-                "end": end,
-                "bytes": received,
-                "volume_bytes": e.volume_bytes,
-                "completion_time": float(completion) if completion is not None else None,
-                "segments_sent": -(-int(run.get("bytes") or received) // e.mss),
-                "retransmissions": int(max((r.get("retransmissions") or 0 for r in e.doc.get("tcp") or []), default=0)),
-                "fast_recoveries": 0,
-                "timeouts": 0,
-            }
+            flow_row(
+                e,
+                start=start,
+                end=end,
+                bytes=received,
+                completion_time=float(completion) if completion is not None else None,
+                segments_sent=-(-int(run.get("bytes") or received) // e.mss),
+                retransmissions=int(max((r.get("retransmissions") or 0 for r in e.doc.get("tcp") or []), default=0)),
+            )
         )
         goodput += goodput_rows(e.flow_id, rebin(rx, goodput_interval_s, start, end), goodput_interval_s)
         for r in e.doc.get("tcp") or []:

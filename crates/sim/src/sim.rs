@@ -326,10 +326,11 @@ impl Simulation {
             self.events += 1;
             let (kind, i) = (ev.what & 0xff, (ev.what >> 8) as usize);
             // A pipe's head leaves it; the event moves in place to the next head, if any
-            // (one sift of the heap instead of a pop and a push).
-            let f = &mut self.flows[i];
+            // (one sift of the heap instead of a pop and a push). Only pipe events index
+            // `flows`: for the others `i` is a background source or unused.
             let (packet, next) = match kind {
                 AT_BOTTLENECK | AT_RECEIVER | AT_NIC => {
+                    let f = &mut self.flows[i];
                     let pipe = match kind {
                         AT_BOTTLENECK => &mut f.to_bottleneck,
                         AT_RECEIVER => &mut f.to_receiver,
@@ -339,6 +340,7 @@ impl Simulation {
                     (Packet::Data(seg), pipe.q.front().map(|h| h.0))
                 }
                 AT_SENDER => {
+                    let f = &mut self.flows[i];
                     let (_, ack) = f.to_sender.q.pop_front().expect("scheduled head");
                     (Packet::Ack(ack), f.to_sender.q.front().map(|h| h.0))
                 }

@@ -335,3 +335,26 @@ fn a_token_bucket_shaped_bottleneck_delivers_its_rate_in_bursts() {
         "{total:.1} vs {expected:.1}"
     );
 }
+
+#[test]
+fn more_background_sources_than_flows_run() {
+    // Regression (issue 10): a background source's index was used to index the flows, so a
+    // scenario with more sources than flows panicked (index out of bounds).
+    let mut cfg = dumbbell(1, 1e9, 1e9, 10, 800, 3);
+    cfg.background = (0..5)
+        .map(|k| OnOffConfig {
+            access_rate_bps: 100e6,
+            mean_on_ns: 200 * NS_PER_MS,
+            mean_off_ns: 200 * NS_PER_MS,
+            packet_bytes: 1500,
+            start_ns: k * NS_PER_MS,
+        })
+        .collect();
+    let tr = Simulation::new(cfg).unwrap().run();
+    assert!(
+        tr.stats.background_packets > 10_000,
+        "{}",
+        tr.stats.background_packets
+    );
+    assert!(mean_goodput(&tr, 0, 1.0, 3.0) > 500.0);
+}

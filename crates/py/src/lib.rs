@@ -77,6 +77,9 @@ fn run<'py>(
     stats.set_item("bottleneck_max_queue", s.bottleneck_max_queue)?;
     stats.set_item("background_packets", s.background_packets)?;
     stats.set_item("background_drops", s.background_drops)?;
+    stats.set_item("loss_probes", s.loss_probes)?;
+    stats.set_item("segments_lost", s.segments_lost)?;
+    stats.set_item("duplicate_segments", s.duplicate_segments)?;
     let out = PyDict::new(py);
     out.set_item("tables", tables)?;
     out.set_item("stats", stats)?;

@@ -174,11 +174,19 @@ pub struct TcpConfig {
     /// Segments SACKed above a hole before it is deemed lost (RFC 6675 DupThresh).
     #[serde(default = "default_dupthresh")]
     pub dupthresh: u32,
-    /// TCP Small Queues: a connection keeps at most this much of its host link's time worth
-    /// of segments queued in its own host (Linux: ~1 ms of the pacing rate, at least two
-    /// segments). Beyond it the sender waits, and a window it cannot use does not grow.
-    #[serde(default = "default_host_queue")]
-    pub host_queue_ns: Time,
+    /// Kernel timer frequency (`CONFIG_HZ`): TCP's retransmission, loss-probe and
+    /// delayed-ACK timers count in jiffies of 1/HZ s (250 on the project's machines and in
+    /// Debian's kernels).
+    #[serde(default = "default_hz")]
+    pub hz: u32,
+    /// Linux SACK compression at the receiver (`tcp_comp_sack_nr`, 44; 0 turns it off):
+    /// beyond three duplicate ACKs, out-of-order data is acknowledged once per
+    /// `comp_sack_delay_ns` (at most RTT/20) or per this many segments.
+    #[serde(default = "default_comp_sack_nr")]
+    pub comp_sack_nr: u32,
+    /// `tcp_comp_sack_delay_ns` (1 ms).
+    #[serde(default = "default_comp_sack_delay")]
+    pub comp_sack_delay_ns: Time,
 }
 
 /// Sampling intervals of the trace tables.
@@ -205,7 +213,9 @@ impl Default for TcpConfig {
             delayed_ack: true,
             delayed_ack_timeout_ns: default_delack(),
             dupthresh: default_dupthresh(),
-            host_queue_ns: default_host_queue(),
+            hz: default_hz(),
+            comp_sack_nr: default_comp_sack_nr(),
+            comp_sack_delay_ns: default_comp_sack_delay(),
         }
     }
 }
@@ -253,7 +263,13 @@ fn default_delack() -> Time {
 fn default_dupthresh() -> u32 {
     3
 }
-fn default_host_queue() -> Time {
+fn default_hz() -> u32 {
+    250
+}
+fn default_comp_sack_nr() -> u32 {
+    44
+}
+fn default_comp_sack_delay() -> Time {
     NS_PER_MS
 }
 fn default_goodput_interval() -> Time {
@@ -390,6 +406,9 @@ impl SimConfig {
         }
         if self.tcp.initial_cwnd == 0 || self.tcp.dupthresh == 0 {
             return err("tcp.initial_cwnd and tcp.dupthresh must be positive".into());
+        }
+        if !(10..=10_000).contains(&self.tcp.hz) {
+            return err("tcp.hz must be in [10, 10000]".into());
         }
         Ok(())
     }

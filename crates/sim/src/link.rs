@@ -116,6 +116,11 @@ impl Link {
         self.loss_rate
     }
 
+    /// How long a packet offered at `now` would wait before its serialisation starts.
+    pub fn queue_delay(&self, now: Time) -> Time {
+        (self.busy_until_ps / 1000).saturating_sub(now)
+    }
+
     /// Packets waiting at `now` (not counting the one being serialised).
     pub fn backlog(&mut self, now: Time) -> u32 {
         self.advance(now);

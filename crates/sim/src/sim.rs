@@ -15,10 +15,10 @@ use rand_core::{Rng, SeedableRng};
 use rand_pcg::Pcg64Mcg;
 
 use crate::cc;
-use crate::config::{ConfigError, FlowConfig, FlowRole, SimConfig};
+use crate::config::{ConfigError, FlowConfig, FlowRole, LimiterConfig, SimConfig};
 use crate::gate::Gate;
 use crate::link::{Link, Offer};
-use crate::tcp::{AckSegment, CaState, Receiver, Segment, Sender};
+use crate::tcp::{AckSegment, CaState, Poll, Receiver, Segment, Sender};
 use crate::time::{secs, Time};
 use crate::trace::{TcpTable, Trace};
 
@@ -34,6 +34,7 @@ const END_HARD: u64 = 8;
 const COMPLETE: u64 = 9;
 const AT_NIC: u64 = 10;
 const BG_ARRIVAL: u64 = 11;
+const PACE: u64 = 12;
 
 /// An entry of the event list: ordered by time, then by insertion (FIFO among equals).
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -94,17 +95,18 @@ struct Flow {
     /// The bottleneck the data crosses, and the one the ACKs cross (if any).
     data_link: usize,
     ack_link: Option<usize>,
-    /// Segments this flow may keep queued in its host (TCP Small Queues).
-    host_queue_limit: usize,
-    /// The sender stopped because its host queue was full; resume as it drains.
+    /// The sender stopped because its host queue was full (TCP Small Queues); it is
+    /// polled again when a segment leaves the host (TSQ completion).
     host_limited: bool,
+    one_way_rtt: Time,
     one_way_fwd: Time,
     one_way_rev: Time,
     start: Time,
     end: Option<Time>,
     completed_at: Option<Time>,
-    rto_event_at: Option<Time>,
+    timer_event_at: Option<Time>,
     delack_event_at: Option<Time>,
+    pace_event_at: Option<Time>,
     goodput_bins: Vec<u64>,
     delivered_bytes: u64,
     /// (arrival time, bytes) of recent in-order deliveries, oldest first (eager receivers).
@@ -175,13 +177,20 @@ impl Simulation {
         }
         let mss = cfg.mss as u64;
         let mut flows = Vec::with_capacity(cfg.flows.len());
-        for fc in &cfg.flows {
+        for (i, fc) in cfg.flows.iter().enumerate() {
             let pair = &cfg.pairs[fc.pair as usize];
             let total_segs = fc.volume_bytes.map(|v| v.div_ceil(mss));
             let last_seg_len = fc
                 .volume_bytes
                 .map_or(cfg.mss, |v| (v - (v.div_ceil(mss) - 1) * mss) as u32);
-            let cc = cc::by_name(&fc.variant).expect("validated");
+            let cc_seed = cfg.seed ^ (i as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+            let cc = cc::build(&fc.variant, cc_seed).expect("validated");
+            let mut sender = Sender::new(cc, &cfg.tcp, cfg.mss, total_segs, fc.max_window_pkts);
+            if let Some(LimiterConfig::Pacer { rate_bps }) = fc.limiter {
+                // SO_MAX_PACING_RATE counts payload; the pacer counts IP + 14 bytes.
+                let frame = (cfg.mss + cfg.header_bytes + crate::gate::QDISC_L2_HEADER) as f64;
+                sender.set_max_pacing_rate(rate_bps / 8.0 * cfg.mss as f64 / frame);
+            }
             let tcp_iv = cfg.measure.tcp_interval_ns;
             let reverse = fc.role == FlowRole::Reverse;
             let gate = fc.limiter.as_ref().map(Gate::from_config);
@@ -189,8 +198,8 @@ impl Simulation {
                 cfg: fc.clone(),
                 last_seg_len,
                 total_segs,
-                sender: Sender::new(cc, &cfg.tcp, total_segs, fc.max_window_pkts),
-                receiver: Receiver::new(&cfg.tcp),
+                sender,
+                receiver: Receiver::new(&cfg.tcp, pair.rtt_ns),
                 gate,
                 to_nic: Pipe::new(),
                 to_bottleneck: Pipe::new(),
@@ -203,20 +212,16 @@ impl Simulation {
                     0
                 },
                 ack_link: if reverse { Some(0) } else { rev_link },
-                host_queue_limit: {
-                    let wire = (cfg.mss + cfg.header_bytes + cfg.frame_overhead) as f64 * 8.0;
-                    ((pair.access_rate_bps * cfg.tcp.host_queue_ns as f64 / 1e9 / wire).ceil()
-                        as usize)
-                        .max(2)
-                },
                 host_limited: false,
+                one_way_rtt: pair.rtt_ns,
                 one_way_fwd: pair.rtt_ns / 2,
                 one_way_rev: pair.rtt_ns - pair.rtt_ns / 2,
                 start: fc.start_ns,
                 end: None,
                 completed_at: None,
-                rto_event_at: None,
+                timer_event_at: None,
                 delack_event_at: None,
+                pace_event_at: None,
                 goodput_bins: Vec::new(),
                 delivered_bytes: 0,
                 recent_deliveries: VecDeque::new(),
@@ -402,6 +407,10 @@ impl Simulation {
                         self.schedule(t, AT_RECEIVER, i);
                     }
                 }
+                // The segment left its host: a sender held back by TSQ resumes.
+                if self.flows[i].host_limited {
+                    self.transmit(i);
+                }
             }
             (AT_RECEIVER, Packet::Data(seg)) => self.receive(i, now, seg),
             (COMPLETE, _) => {
@@ -418,30 +427,38 @@ impl Simulation {
             (RTO, _) => {
                 self.sample_tcp(i);
                 let f = &mut self.flows[i];
-                if f.rto_event_at == Some(now) {
-                    f.rto_event_at = None;
+                if f.timer_event_at == Some(now) {
+                    f.timer_event_at = None;
                 }
-                if f.sender.rto_deadline().is_some_and(|d| d <= now) {
-                    f.sender.on_rto(now);
+                if f.sender.timer_deadline().is_some_and(|d| d <= now) {
+                    f.sender.on_timer(now);
                     self.transmit(i);
                 } else {
-                    self.arm_rto(i);
+                    self.arm_timer(i);
                 }
+            }
+            (PACE, _) => {
+                let f = &mut self.flows[i];
+                if f.pace_event_at == Some(now) {
+                    f.pace_event_at = None;
+                }
+                self.transmit(i);
             }
             (DELACK, _) => {
                 let f = &mut self.flows[i];
                 if f.delack_event_at == Some(now) {
                     f.delack_event_at = None;
                 }
-                if let Some(ack) = f.receiver.on_delack_timer(now) {
+                if let Some(ack) = f.receiver.on_timer(now) {
                     self.send_ack(i, now, ack);
                 }
                 self.arm_delack(i);
             }
             (START, _) => {
+                let rtt = self.handshake_rtt(i);
                 let f = &mut self.flows[i];
                 let stop = f.cfg.duration_ns.map(|d| f.start + d);
-                f.sender.start(stop);
+                f.sender.start(now, stop, Some(rtt));
                 self.sample_tcp(i);
                 self.transmit(i);
             }
@@ -505,15 +522,18 @@ impl Simulation {
     /// `now` when receivers are processed eagerly, see `eager_receivers`).
     fn receive(&mut self, i: usize, at: Time, seg: Segment) {
         self.received_segments += 1;
-        // A delayed ACK due before this arrival goes out first, at its own time.
-        if let Some(d) = self.flows[i].receiver.delack_deadline() {
+        // A delayed or compressed ACK due before this arrival goes out first, at its time.
+        if let Some(d) = self.flows[i].receiver.timer_deadline() {
             if d <= at {
-                if let Some(ack) = self.flows[i].receiver.on_delack_timer(d) {
+                if let Some(ack) = self.flows[i].receiver.on_timer(d) {
                     self.send_ack(i, d, ack);
                 }
             }
         }
         let got = self.flows[i].receiver.on_segment(at, &seg);
+        if let Some(ack) = got.flushed {
+            self.send_ack(i, at, ack);
+        }
         if got.delivered.1 > got.delivered.0 {
             self.deliver(i, at, got.delivered.0, got.delivered.1);
         }
@@ -579,23 +599,46 @@ impl Simulation {
         }
     }
 
-    /// Puts on the wire every segment the sender may send now.
+    /// The RTT the flow's SYN exchange measures when it starts: propagation plus the
+    /// queues it would wait in now.
+    fn handshake_rtt(&mut self, i: usize) -> Time {
+        let now = self.now;
+        let f = &self.flows[i];
+        let (data, ack) = (f.data_link, f.ack_link);
+        let mut rtt = f.one_way_rtt + self.links[data].queue_delay(now);
+        if let Some(l) = ack {
+            rtt += self.links[l].queue_delay(now);
+        }
+        rtt
+    }
+
+    /// Puts on the wire every segment the sender may send now (Linux `tcp_write_xmit`).
     fn transmit(&mut self, i: usize) {
         let now = self.now;
         let header = self.cfg.header_bytes;
-        // Segments in `to_bottleneck` are exactly those still in the host (queued or being
-        // serialised): the hop after the host link has no propagation delay.
         self.flows[i].host_limited = false;
+        let mut sent_new = 0;
         loop {
             let f = &mut self.flows[i];
-            if f.to_nic.q.len() + f.to_bottleneck.q.len() >= f.host_queue_limit {
-                f.host_limited = true;
-                f.sender.on_host_limited();
-                break;
-            }
-            let Some(seg) = f.sender.poll_transmit(now) else {
-                break;
+            // Segments in `to_nic` and `to_bottleneck` are exactly those still in the host
+            // (queued or being serialised): the hop after the host link has no delay.
+            let queued = f.to_nic.q.len() + f.to_bottleneck.q.len();
+            let seg = match f.sender.poll_transmit(now, queued) {
+                Poll::Send(seg) => seg,
+                Poll::HostQueue => {
+                    f.host_limited = true;
+                    break;
+                }
+                Poll::Pacing(t) => {
+                    if f.pace_event_at.is_none_or(|e| t < e) {
+                        f.pace_event_at = Some(t);
+                        self.schedule(t, PACE, i);
+                    }
+                    break;
+                }
+                Poll::CwndFull | Poll::Idle => break,
             };
+            sent_new += !seg.retransmission as u32;
             let bytes = self.seg_len(i, seg.seq) + header;
             let f = &mut self.flows[i];
             if let Some(gate) = f.gate.as_mut() {
@@ -613,14 +656,15 @@ impl Simulation {
                 self.schedule(d, AT_BOTTLENECK, i);
             }
         }
-        self.arm_rto(i);
+        self.flows[i].sender.end_transmit(now, sent_new);
+        self.arm_timer(i);
     }
 
-    fn arm_rto(&mut self, i: usize) {
+    fn arm_timer(&mut self, i: usize) {
         let f = &mut self.flows[i];
-        if let Some(d) = f.sender.rto_deadline() {
-            if f.rto_event_at.is_none_or(|e| d < e) {
-                f.rto_event_at = Some(d);
+        if let Some(d) = f.sender.timer_deadline() {
+            if f.timer_event_at.is_none_or(|e| d < e) {
+                f.timer_event_at = Some(d);
                 self.schedule(d, RTO, i);
             }
         }
@@ -628,7 +672,7 @@ impl Simulation {
 
     fn arm_delack(&mut self, i: usize) {
         let f = &mut self.flows[i];
-        if let Some(d) = f.receiver.delack_deadline() {
+        if let Some(d) = f.receiver.timer_deadline() {
             if f.delack_event_at.is_none_or(|e| d < e) {
                 f.delack_event_at = Some(d);
                 self.schedule(d, DELACK, i);
@@ -774,6 +818,10 @@ impl Simulation {
         tr.stats.bottleneck_max_queue = self.links[0].max_backlog;
         tr.stats.background_packets = self.background.iter().map(|b| b.sent).sum();
         tr.stats.background_drops = self.background.iter().map(|b| b.dropped).sum();
+        let senders = || self.flows.iter().map(|f| &f.sender.stats);
+        tr.stats.loss_probes = senders().map(|s| s.loss_probes).sum();
+        tr.stats.segments_lost = senders().map(|s| s.lost).sum();
+        tr.stats.duplicate_segments = senders().map(|s| s.dsacks).sum();
         tr
     }
 

@@ -88,6 +88,12 @@ pub struct RunStats {
     /// Packets sent and dropped by the background ON/OFF sources.
     pub background_packets: u64,
     pub background_drops: u64,
+    /// Over all flows: tail loss probes sent, segments the senders marked lost (originals
+    /// and lost retransmissions, Linux `tp->lost`), and duplicates the receivers reported
+    /// (D-SACK: retransmissions that were not needed).
+    pub loss_probes: u64,
+    pub segments_lost: u64,
+    pub duplicate_segments: u64,
 }
 
 #[derive(Clone, Debug, Default)]

@@ -229,11 +229,17 @@ fn token_buckets_burst_where_pacers_do_not() {
     assert!(total(&bucket) < total(&paced));
 }
 
-#[test]
-fn reverse_traffic_crosses_the_reverse_bottleneck_and_slows_the_acks() {
-    let base = dumbbell(2, 1e9, 1e9, 20, 200, 20);
-    let mut cfg = base.clone();
+/// Two forward flows on a 1 Gbit/s dumbbell with a reverse bottleneck, alone or with two
+/// reverse flows from the same pairs' receivers. Hosts have 10 Gbit/s interfaces: with
+/// host and bottleneck at the same rate and no host noise, a lone flow keeps a standing
+/// queue that arrivals in step with its departures never let anyone else into (a
+/// drop-tail phase effect), which is not what these tests are about.
+fn two_way(window_cap: Option<u32>) -> (Trace, Trace) {
+    let mut cfg = dumbbell(2, 10e9, 1e9, 20, 200, 20);
     cfg.reverse_bottleneck = Some(cfg.bottleneck.clone());
+    for f in cfg.flows.iter_mut() {
+        f.max_window_pkts = window_cap;
+    }
     let mut with_reverse = cfg.clone();
     // Two reverse sources at 1 Gbit/s each: the reverse bottleneck queues.
     for pair in 0..2 {
@@ -241,11 +247,18 @@ fn reverse_traffic_crosses_the_reverse_bottleneck_and_slows_the_acks() {
             pair,
             role: FlowRole::Reverse,
             duration_ns: None,
-            ..base.flows[0].clone()
+            max_window_pkts: None,
+            ..cfg.flows[0].clone()
         });
     }
     let quiet = Simulation::new(cfg).unwrap().run();
     let busy = Simulation::new(with_reverse).unwrap().run();
+    (quiet, busy)
+}
+
+#[test]
+fn reverse_traffic_crosses_the_reverse_bottleneck_and_costs_throughput() {
+    let (quiet, busy) = two_way(None);
     let fwd = |tr: &Trace| mean_goodput(tr, 0, 5.0, 20.0) + mean_goodput(tr, 1, 5.0, 20.0);
     let rev = mean_goodput(&busy, 2, 5.0, 20.0) + mean_goodput(&busy, 3, 5.0, 20.0);
     // Both directions carry data, but two-way traffic through drop-tail queues costs
@@ -258,20 +271,6 @@ fn reverse_traffic_crosses_the_reverse_bottleneck_and_slows_the_acks() {
         fwd(&busy)
     );
     assert!(fwd(&busy) < fwd(&quiet));
-    let srtt = |tr: &Trace, f: u32| {
-        let v: Vec<f64> = (0..tr.tcp.t_s.len())
-            .filter(|&k| tr.tcp.flow_id[k] == f && tr.tcp.t_s[k] > 5.0)
-            .filter_map(|k| tr.tcp.srtt_ms[k])
-            .collect();
-        v.iter().sum::<f64>() / v.len() as f64
-    };
-    // ...but their ACKs queue behind the reverse data: longer round trips.
-    assert!(
-        srtt(&busy, 0) > srtt(&quiet, 0),
-        "{} vs {}",
-        srtt(&busy, 0),
-        srtt(&quiet, 0)
-    );
     let reverse_queue: u32 = (0..busy.link.t_s.len())
         .filter(|&k| busy.link.link[k] == "reverse")
         .map(|k| busy.link.queue_max_pkts[k])
@@ -283,6 +282,49 @@ fn reverse_traffic_crosses_the_reverse_bottleneck_and_slows_the_acks() {
         "reverse traffic runs to the end"
     );
     assert!(busy.link.link.iter().any(|l| l == "reverse"));
+}
+
+#[test]
+fn acks_queued_behind_reverse_data_lengthen_the_round_trip() {
+    // The forward flows are capped at 400 segments each (464 Mbit/s together over 20 ms),
+    // so that alone they queue nowhere: any change of their RTT comes from the reverse
+    // traffic. (Uncapped, the reverse traffic also lowers their throughput and their own
+    // queueing, and the effects mix.)
+    let (quiet, busy) = two_way(Some(400));
+    let srtt = |tr: &Trace, f: u32| {
+        let v: Vec<f64> = (0..tr.tcp.t_s.len())
+            .filter(|&k| tr.tcp.flow_id[k] == f && tr.tcp.t_s[k] > 5.0)
+            .filter_map(|k| tr.tcp.srtt_ms[k])
+            .collect();
+        v.iter().sum::<f64>() / v.len() as f64
+    };
+    let queue_ms = |tr: &Trace, link: &str| {
+        let v: Vec<f64> = (0..tr.link.t_s.len())
+            .filter(|&k| tr.link.link[k] == link && tr.link.t_s[k] > 5.0)
+            .map(|k| tr.link.queue_pkts[k] as f64 * 1538.0 * 8.0 / 1e9 * 1e3)
+            .collect();
+        v.iter().sum::<f64>() / v.len() as f64
+    };
+    assert!(queue_ms(&quiet, "bottleneck") < 0.05);
+    let reverse = queue_ms(&busy, "reverse");
+    assert!(reverse > 0.3, "reverse queue {reverse:.2} ms");
+    // ACKs bunched in the reverse queue release the forward data in bursts, which queue
+    // at the forward bottleneck (ACK compression, Zhang, Shenker & Clark 1991).
+    let compression = queue_ms(&busy, "bottleneck") - queue_ms(&quiet, "bottleneck");
+    assert!(
+        compression > 0.1,
+        "forward queue grew by {compression:.2} ms"
+    );
+    for f in 0..2 {
+        let (q, b) = (srtt(&quiet, f), srtt(&busy, f));
+        assert!(q < 20.1, "quiet srtt {q:.2} ms");
+        // The RTT grows by the ACKs' wait plus the queueing their bunching causes.
+        let expected = reverse + compression;
+        assert!(
+            (b - q) > 0.8 * expected && (b - q) < 1.25 * expected,
+            "flow {f}: {b:.2} vs {q:.2} ms, expected +{expected:.2} ms"
+        );
+    }
 }
 
 #[test]
@@ -357,4 +399,66 @@ fn more_background_sources_than_flows_run() {
         tr.stats.background_packets
     );
     assert!(mean_goodput(&tr, 0, 1.0, 3.0) > 500.0);
+}
+
+#[test]
+fn slow_start_doubles_every_round_trip_when_the_host_queue_binds() {
+    // Issue 11: one Reno flow, 1 Gbit/s host into 10 Gbit/s, 100 ms, one BDP of buffer.
+    // The host interface is slower than the bottleneck, so TCP Small Queues holds the
+    // sender back; each segment leaving the host lets it send again (TSQ completion), and
+    // a window at least half used may grow (`tcp_is_cwnd_limited`): the window doubles
+    // every RTT until the path (8 333 segments at 1 Gbit/s) is full, as with Linux.
+    let mut cfg = dumbbell(1, 1e9, 10e9, 100, 83_333, 3);
+    cfg.flows[0].start_ns = 0;
+    let tr = Simulation::new(cfg).unwrap().run();
+    let cwnd_at = |t: f64| {
+        let k = (0..tr.tcp.t_s.len())
+            .find(|&k| (tr.tcp.t_s[k] - t).abs() < 1e-9)
+            .unwrap();
+        tr.tcp.cwnd[k]
+    };
+    let rounds: Vec<u32> = (1..=11).map(|r| cwnd_at(0.1 * r as f64)).collect();
+    assert_eq!(
+        rounds,
+        [10, 20, 40, 80, 160, 320, 640, 1280, 2560, 5120, 10240],
+        "cwnd at 100 ms intervals"
+    );
+    // Then it stops at twice what the path holds: an unused window does not grow.
+    let last = cwnd_at(3.0);
+    assert!((16_000..17_500).contains(&last), "{last}");
+    assert_eq!(tr.stats.bottleneck_drops, 0);
+    // The host link carries 1 Gbit/s from the 12th round trip on.
+    assert!(mean_goodput(&tr, 0, 1.5, 3.0) > 0.99 * ideal_mbps(1e9));
+}
+
+#[test]
+fn retransmissions_equal_losses_for_every_variant() {
+    // RACK-TLP (RFC 8985): holes are marked lost in time order, lost retransmissions are
+    // found without a timeout, and a timeout marks only segments older than the latest
+    // RTT, so a sender resends what was dropped and nothing else. Two flows, 200 Mbit/s,
+    // 40 ms, half a BDP of buffer (VALIDATION.md §6).
+    for variant in cc_names() {
+        let mut cfg = dumbbell(2, 200e6, 200e6, 40, 417, 30);
+        for f in cfg.flows.iter_mut() {
+            f.variant = variant.into();
+        }
+        let tr = Simulation::new(cfg).unwrap().run();
+        let retransmissions: u64 = tr.flows.retransmissions.iter().sum();
+        let timeouts: u64 = tr.flows.timeouts.iter().sum();
+        let drops = tr.stats.bottleneck_drops;
+        assert!(drops > 0, "{variant}: no loss to recover");
+        assert_eq!(timeouts, 0, "{variant}");
+        assert_eq!(
+            tr.stats.duplicate_segments, 0,
+            "{variant}: spurious retransmissions"
+        );
+        assert!(
+            retransmissions <= drops + drops / 100,
+            "{variant}: {retransmissions} retransmissions for {drops} drops"
+        );
+    }
+}
+
+fn cc_names() -> Vec<&'static str> {
+    xferlab_sim::cc::NAMES.to_vec()
 }

@@ -38,8 +38,9 @@
 //!   (ssthresh ← cwnd) when within one round ACKs spaced at most 2 ms apart span more than
 //!   half the minimum RTT (ACK train), or when the smallest of the round's first 8 RTT
 //!   samples exceeds the minimum RTT by `clamp(min_rtt/8, 4 ms, 16 ms)` (delay increase).
-//!   Rounds are counted in acknowledged segments: a round ends once the segments in flight
-//!   at its start have been acknowledged. `Cubic::new(false)` disables it.
+//!   A round ends once `snd_una` passes the `snd_nxt` of its start, as in Linux; delay
+//!   samples within 1 s of a congestion-avoidance epoch's start are ignored, as in Linux's
+//!   `bictcp_acked`. `Cubic::new(false)` disables it.
 
 use super::{Ack, CongestionControl, Window};
 use crate::time::{Time, NS_PER_MS, NS_PER_S};
@@ -67,14 +68,15 @@ pub fn alpha_cubic() -> f64 {
     3.0 * (1.0 - BETA) / (1.0 + BETA)
 }
 
-/// HyStart's per-round state.
+/// HyStart's per-round state (Linux `struct bictcp`'s HyStart fields).
 #[derive(Debug, Default, Clone)]
 struct HyStart {
-    /// Slow-start exit detected; applied to ssthresh on the next `on_ack`.
+    /// Slow-start exit detected (ssthresh was set to cwnd then).
     found: bool,
-    /// Segments still to be acknowledged in the current round; 0: the next ACK starts one.
-    round_left: u32,
-    /// Time the current round started (its first ACK).
+    /// The round ends once `snd_una` passes this (`snd_nxt` at its start); `None`: the next
+    /// ACK starts a round.
+    end_seq: Option<u64>,
+    /// Time the current round started.
     round_start: Time,
     /// Time of the last ACK of the current ACK train.
     last_ack: Time,
@@ -164,17 +166,21 @@ impl Cubic {
         self.w_est = cwnd;
     }
 
-    fn hystart_update(&mut self, ack: &Ack, rtt: Time) {
+    /// Linux `hystart_update`: per round (a window of data), an ACK train spanning half
+    /// the minimum RTT, or an RTT rise over its first samples, ends slow start there.
+    fn hystart_update(&mut self, w: &mut Window, ack: &Ack, rtt: Time) {
         let h = &mut self.hystart;
-        if h.round_left == 0 {
-            h.round_left = ack.in_flight.max(1);
+        if h.end_seq.is_none_or(|e| ack.snd_una > e) {
+            h.end_seq = Some(ack.snd_nxt);
             h.round_start = ack.now;
             h.last_ack = ack.now;
             h.curr_rtt = Time::MAX;
             h.sample_cnt = 0;
         }
-        h.round_left = h.round_left.saturating_sub(ack.acked);
-        // ACK train: closely spaced ACKs spanning half the minimum RTT.
+        if w.cwnd < HYSTART_LOW_WINDOW {
+            return;
+        }
+        // ACK train: closely spaced ACKs spanning half the minimum RTT (unpaced sender).
         if ack.now.saturating_sub(h.last_ack) <= HYSTART_ACK_DELTA {
             h.last_ack = ack.now;
             if ack.now - h.round_start > self.min_rtt / 2 {
@@ -191,6 +197,9 @@ impl Cubic {
                 h.found = true;
             }
         }
+        if h.found {
+            w.ssthresh = w.cwnd;
+        }
     }
 }
 
@@ -199,19 +208,22 @@ impl CongestionControl for Cubic {
         "cubic"
     }
 
-    fn on_packets_acked(&mut self, w: &Window, ack: &Ack) {
+    fn on_packets_acked(&mut self, w: &mut Window, ack: &Ack) {
         let Some(rtt) = ack.rtt.filter(|&r| r > 0) else {
             return;
         };
+        // Discard delay samples right after a loss episode (Linux `bictcp_acked`).
+        if self
+            .epoch_start
+            .is_some_and(|e| ack.now.saturating_sub(e) < NS_PER_S)
+        {
+            return;
+        }
         if self.min_rtt == 0 || rtt < self.min_rtt {
             self.min_rtt = rtt;
         }
-        if self.hystart_enabled
-            && !self.hystart.found
-            && w.in_slow_start()
-            && w.cwnd >= HYSTART_LOW_WINDOW
-        {
-            self.hystart_update(ack, rtt);
+        if self.hystart_enabled && !self.hystart.found && w.in_slow_start() {
+            self.hystart_update(w, ack, rtt);
         }
     }
 
@@ -221,14 +233,9 @@ impl CongestionControl for Cubic {
         }
         let mut acked = ack.acked;
         if w.in_slow_start() {
-            if self.hystart.found && self.hystart_enabled {
-                // HyStart: leave slow start at the current window.
-                w.ssthresh = w.cwnd;
-            } else {
-                acked = w.slow_start(acked);
-                if acked == 0 {
-                    return;
-                }
+            acked = w.slow_start(acked);
+            if acked == 0 {
+                return;
             }
         }
         let cwnd = w.cwnd.max(1) as f64;
@@ -313,6 +320,26 @@ mod tests {
             min_rtt: rtt,
             in_flight,
             cwnd_limited: true,
+            ..Ack::default()
+        }
+    }
+
+    /// One round trip at `now` as HyStart sees it: ACKs of two segments advance
+    /// `snd_una`, and the sender refills its window after each.
+    fn hs_round(c: &mut Cubic, w: &mut Window, now: Time, rtt: Time, una: &mut u64) {
+        let mut left = w.cwnd;
+        while left > 0 {
+            let n = left.min(2);
+            left -= n;
+            let nxt = *una + w.cwnd as u64;
+            *una += n as u64;
+            let a = Ack {
+                snd_una: *una,
+                snd_nxt: nxt,
+                ..ack(now, n, rtt, w.cwnd)
+            };
+            c.on_packets_acked(w, &a);
+            c.on_ack(w, &a);
         }
     }
 
@@ -345,7 +372,7 @@ mod tests {
             cwnd_cnt: 0,
         };
         // One RTT sample so that the minimum RTT is known.
-        c.on_packets_acked(&w, &ack(0, 2, RTT, 1000));
+        c.on_packets_acked(&mut w, &ack(0, 2, RTT, 1000));
         loss(&mut c, &mut w, 0);
         (c, w)
     }
@@ -442,7 +469,7 @@ mod tests {
             ssthresh: 50,
             cwnd_cnt: 0,
         };
-        c.on_packets_acked(&w, &ack(0, 2, rtt, 100));
+        c.on_packets_acked(&mut w, &ack(0, 2, rtt, 100));
         loss(&mut c, &mut w, 0);
         assert_eq!(w.cwnd, 70);
         for r in 0..40u64 {
@@ -488,18 +515,20 @@ mod tests {
     fn hystart_delay_increase_ends_slow_start() {
         let mut c = Cubic::default();
         let mut w = Window::new(32);
-        round(&mut c, &mut w, 0, RTT);
+        let mut una = 0;
+        hs_round(&mut c, &mut w, 0, RTT, &mut una);
         assert_eq!(w.cwnd, 64);
         assert_eq!(w.ssthresh, u32::MAX);
         // Next round the RTT is 115 ms > 100 + clamp(100/8, 4, 16) = 112.5 ms: after the
         // first 8 samples (8 ACKs: cwnd 64 + 16 = 80) the 9th ACK ends slow start.
-        round(&mut c, &mut w, RTT, 115 * NS_PER_MS);
+        hs_round(&mut c, &mut w, RTT, 115 * NS_PER_MS, &mut una);
         assert_eq!(w.ssthresh, 80);
         // Without HyStart the same rounds keep doubling.
         let mut c = Cubic::new(false);
         let mut w = Window::new(32);
-        round(&mut c, &mut w, 0, RTT);
-        round(&mut c, &mut w, RTT, 115 * NS_PER_MS);
+        let mut una = 0;
+        hs_round(&mut c, &mut w, 0, RTT, &mut una);
+        hs_round(&mut c, &mut w, RTT, 115 * NS_PER_MS, &mut una);
         assert_eq!(w.cwnd, 128);
         assert_eq!(w.ssthresh, u32::MAX);
     }
@@ -508,9 +537,10 @@ mod tests {
     fn hystart_small_delay_increase_is_ignored() {
         let mut c = Cubic::default();
         let mut w = Window::new(32);
-        round(&mut c, &mut w, 0, RTT);
+        let mut una = 0;
+        hs_round(&mut c, &mut w, 0, RTT, &mut una);
         // 112 ms ≤ 112.5 ms: no exit.
-        round(&mut c, &mut w, RTT, 112 * NS_PER_MS);
+        hs_round(&mut c, &mut w, RTT, 112 * NS_PER_MS, &mut una);
         assert_eq!(w.cwnd, 128);
         assert_eq!(w.ssthresh, u32::MAX);
     }
@@ -519,11 +549,16 @@ mod tests {
     fn hystart_ack_train_ends_slow_start() {
         let mut c = Cubic::default();
         let mut w = Window::new(128);
-        // 64 ACKs of two segments, 1 ms apart, RTT 100 ms: the train passes half the
-        // minimum RTT (50 ms) at the ACK 51 ms after the first, when cwnd = 128 + 2·51.
+        // 64 ACKs of two segments, 1 ms apart, RTT 100 ms, all in one round: the train
+        // passes half the minimum RTT (50 ms) at the ACK 51 ms after the first, when
+        // cwnd = 128 + 2·51.
         for k in 0..64u64 {
-            let a = ack(k * NS_PER_MS, 2, RTT, 128);
-            c.on_packets_acked(&w, &a);
+            let a = Ack {
+                snd_una: 2 * (k + 1),
+                snd_nxt: 128 + 2 * k,
+                ..ack(k * NS_PER_MS, 2, RTT, 128)
+            };
+            c.on_packets_acked(&mut w, &a);
             c.on_ack(&mut w, &a);
         }
         assert_eq!(w.ssthresh, 230);
@@ -531,10 +566,10 @@ mod tests {
         let mut c = Cubic::default();
         let mut w = Window::new(10);
         let a = ack(0, 2, RTT, 10);
-        c.on_packets_acked(&w, &a);
+        c.on_packets_acked(&mut w, &a);
         c.on_ack(&mut w, &a);
         let a = ack(60 * NS_PER_MS, 2, 200 * NS_PER_MS, 10);
-        c.on_packets_acked(&w, &a);
+        c.on_packets_acked(&mut w, &a);
         c.on_ack(&mut w, &a);
         assert_eq!(w.ssthresh, u32::MAX);
     }

@@ -133,7 +133,7 @@ impl CongestionControl for Htcp {
         "htcp"
     }
 
-    fn on_packets_acked(&mut self, _w: &Window, ack: &Ack) {
+    fn on_packets_acked(&mut self, _w: &mut Window, ack: &Ack) {
         self.last_congestion.get_or_insert(ack.now);
         if let Some(r) = ack.rtt.filter(|&r| r > 0) {
             if self.rtt_min == 0 || r < self.rtt_min {
@@ -210,8 +210,8 @@ mod tests {
             acked,
             rtt: Some(rtt),
             min_rtt: rtt,
-            in_flight: 0,
             cwnd_limited: true,
+            ..Ack::default()
         }
     }
 
@@ -266,19 +266,19 @@ mod tests {
             ssthresh: 500,
             cwnd_cnt: 0,
         };
-        h.on_packets_acked(&w, &ack(0, 2, 60 * ms));
-        h.on_packets_acked(&w, &ack(ms, 2, 100 * ms));
-        h.on_packets_acked(&w, &ack(2 * ms, 2, 80 * ms));
+        h.on_packets_acked(&mut w.clone(), &ack(0, 2, 60 * ms));
+        h.on_packets_acked(&mut w.clone(), &ack(ms, 2, 100 * ms));
+        h.on_packets_acked(&mut w.clone(), &ack(2 * ms, 2, 80 * ms));
         assert_eq!(h.ssthresh_on_loss(&w, 3 * ms), 600);
         assert!((h.beta() - 0.6).abs() < 1e-12);
         // A path whose RTT doubles under load backs off by half.
         let mut h = Htcp::new(false);
-        h.on_packets_acked(&w, &ack(0, 2, 50 * ms));
-        h.on_packets_acked(&w, &ack(ms, 2, 200 * ms));
+        h.on_packets_acked(&mut w.clone(), &ack(0, 2, 50 * ms));
+        h.on_packets_acked(&mut w.clone(), &ack(ms, 2, 200 * ms));
         assert_eq!(h.ssthresh_on_loss(&w, 2 * ms), 500);
         // An unqueued path backs off by 0.8 only.
         let mut h = Htcp::new(false);
-        h.on_packets_acked(&w, &ack(0, 2, 100 * ms));
+        h.on_packets_acked(&mut w.clone(), &ack(0, 2, 100 * ms));
         assert_eq!(h.ssthresh_on_loss(&w, ms), 800);
         assert_eq!(h.ssthresh_on_loss(&Window { cwnd: 2, ..w }, ms), 2);
     }
@@ -293,7 +293,7 @@ mod tests {
             cwnd_cnt: 0,
         };
         // Congestion event at t = 0 with RTT_min = RTT_max: β = 0.8, scaling 2(1 − 0.8) = 0.4.
-        h.on_packets_acked(&w, &ack(0, 2, rtt));
+        h.on_packets_acked(&mut w.clone(), &ack(0, 2, rtt));
         w.ssthresh = h.ssthresh_on_loss(&w, 0);
         w.cwnd = w.ssthresh;
         h.on_recovery_exit(&mut w, 0);
@@ -337,7 +337,7 @@ mod tests {
             ssthresh: 1000,
             cwnd_cnt: 0,
         };
-        h.on_packets_acked(&w, &ack(0, 2, rtt));
+        h.on_packets_acked(&mut w.clone(), &ack(0, 2, rtt));
         h.ssthresh_on_loss(&w, 10 * NS_PER_S);
         // 0.5 s after the loss: back to the low-speed α (scaled by 2(1 − 0.8)).
         assert!((h.alpha(10 * NS_PER_S + NS_PER_S / 2) - 0.4).abs() < 1e-9);

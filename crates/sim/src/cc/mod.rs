@@ -5,14 +5,19 @@
 //!
 //! | hook                 | Linux                 | when                                            |
 //! |----------------------|-----------------------|-------------------------------------------------|
+//! | `init`               | `.init`               | the connection is established (after the SYN exchange) |
 //! | `on_packets_acked`   | `.pkts_acked`         | every ACK that delivers data, with an RTT sample |
-//! | `on_ack`             | `.cong_avoid`         | every ACK that delivers data outside recovery   |
+//! | `on_ack`             | `.cong_avoid`         | every ACK that advances `snd_una` outside recovery |
 //! | `ssthresh_on_loss`   | `.ssthresh`           | a loss is detected (fast retransmit or RTO)     |
 //! | `on_rto`             | `CA_EVENT_LOSS`       | the retransmission timer expired                |
 //! | `on_recovery_exit`   | `.set_state(Open)`    | fast recovery ends                              |
+//! | `on_state`           | `.set_state`          | the congestion state changes                    |
+//! | `cong_control`       | `.cong_control`       | every ACK, in place of the sender's own window rules (BBR) |
+//! | `pacing_rate`        | `sk_pacing_rate`      | the rate the control asks the sender to pace at |
 //!
 //! Windows are counted in segments, as Linux counts `snd_cwnd`.
 
+use crate::tcp::{CaState, RateSample};
 use crate::time::Time;
 
 pub mod bic;
@@ -104,20 +109,46 @@ impl Window {
 }
 
 /// What an ACK tells the congestion control.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, Default)]
 pub struct Ack {
     pub now: Time,
     /// Segments newly delivered by this ACK (cumulatively acknowledged or SACKed, each once).
     pub acked: u32,
-    /// RTT measured from the echoed timestamp, if this ACK delivered data.
+    /// RTT of the most recently sent segment this ACK delivered (Linux `rs->rtt_us`).
     pub rtt: Option<Time>,
-    /// Smallest RTT seen on the connection so far.
+    /// Smallest RTT seen on the connection so far (`Time::MAX` until known).
     pub min_rtt: Time,
     /// Segments in flight after this ACK was processed.
     pub in_flight: u32,
-    /// The sender used its whole window in the last round (Linux `tcp_is_cwnd_limited`):
-    /// a window that is not used must not grow.
+    /// The sender used its window (Linux `tcp_is_cwnd_limited`): a window that is not
+    /// used must not grow.
     pub cwnd_limited: bool,
+    /// `snd_una` and `snd_nxt` after this ACK (HyStart's rounds).
+    pub snd_una: u64,
+    pub snd_nxt: u64,
+    /// Congestion state after this ACK's loss processing.
+    pub state: CaState,
+    /// The delivery-rate sample (Linux `struct rate_sample`).
+    pub rate: RateSample,
+    /// Segments delivered (`tp->delivered`) and marked lost (`tp->lost`) so far.
+    pub delivered: u64,
+    pub lost: u64,
+    /// When `delivered` last changed (`tp->delivered_mstamp`).
+    pub delivered_mstamp: Time,
+    pub mss: u32,
+    pub srtt: Option<Time>,
+    /// Earliest departure of the next segment under pacing (`tcp_wstamp_ns`).
+    pub pacing_next: Time,
+    /// Segments sent and not cumulatively acknowledged (`packets_out`).
+    pub packets_out: u32,
+}
+
+/// What a `cong_control` asks of the sender beyond cwnd and pacing.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Control {
+    /// Mark the sender application-limited (BBR's PROBE_RTT, which must not take its
+    /// own low delivery rate as a bandwidth sample).
+    pub app_limited: bool,
 }
 
 /// A congestion control algorithm: per-flow state plus the Linux-shaped hooks.
@@ -125,10 +156,14 @@ pub trait CongestionControl: Send {
     /// The name as Linux spells it (`net.ipv4.tcp_congestion_control`).
     fn name(&self) -> &'static str;
 
-    /// Every ACK that delivers data, in any state, with its RTT sample (Linux `.pkts_acked`).
-    fn on_packets_acked(&mut self, _w: &Window, _ack: &Ack) {}
+    /// The connection is established (Linux `.init`, after the SYN exchange).
+    fn init(&mut self, _w: &mut Window, _ack: &Ack) {}
 
-    /// Window growth on an ACK outside loss recovery (Linux `.cong_avoid`).
+    /// Every ACK that delivers data, in any state, with its RTT sample (Linux `.pkts_acked`).
+    fn on_packets_acked(&mut self, _w: &mut Window, _ack: &Ack) {}
+
+    /// Window growth on an ACK that advances `snd_una` outside loss recovery (Linux
+    /// `.cong_avoid`).
     fn on_ack(&mut self, w: &mut Window, ack: &Ack);
 
     /// A congestion event: return the new slow-start threshold (Linux `.ssthresh`).
@@ -139,6 +174,25 @@ pub trait CongestionControl: Send {
 
     /// Fast recovery ended; the sender has set `cwnd` to `ssthresh`.
     fn on_recovery_exit(&mut self, _w: &mut Window, _now: Time) {}
+
+    /// The congestion state changed (Linux `.set_state`); `ack` describes the sender then.
+    fn on_state(&mut self, _state: CaState, _w: &Window, _ack: &Ack) {}
+
+    /// Whether `cong_control` replaces the sender's window rules (Linux `.cong_control`).
+    fn has_cong_control(&self) -> bool {
+        false
+    }
+
+    /// Sets cwnd (and the pacing rate) on every ACK (Linux `.cong_control`).
+    fn cong_control(&mut self, _w: &mut Window, _ack: &Ack) -> Control {
+        Control::default()
+    }
+
+    /// The pacing rate this control asks for, payload bytes per second; `None`: the
+    /// control does not pace (Linux `sk_pacing_status == SK_PACING_NONE`).
+    fn pacing_rate(&self) -> Option<f64> {
+        None
+    }
 }
 
 /// Variant names as Linux spells them, in the order the seeds list them.
@@ -146,6 +200,12 @@ pub const NAMES: &[&str] = &["reno", "bic", "cubic", "highspeed", "htcp", "scala
 
 /// Builds the congestion control called `name`, or `None` if it is not implemented.
 pub fn by_name(name: &str) -> Option<Box<dyn CongestionControl>> {
+    build(name, 0)
+}
+
+/// Builds the congestion control called `name`; `seed` feeds its random choices.
+pub fn build(name: &str, seed: u64) -> Option<Box<dyn CongestionControl>> {
+    let _ = seed;
     match name {
         "reno" => Some(Box::new(reno::Reno)),
         "bic" => Some(Box::new(bic::Bic::default())),
@@ -165,12 +225,12 @@ pub(crate) mod testing {
     /// An ACK of `acked` segments from a window-limited sender.
     pub fn ack(acked: u32) -> Ack {
         Ack {
-            now: 0,
             acked,
             rtt: Some(1),
             min_rtt: 1,
-            in_flight: 0,
             cwnd_limited: true,
+            mss: 1448,
+            ..Ack::default()
         }
     }
 

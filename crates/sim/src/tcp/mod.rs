@@ -1,0 +1,67 @@
+//! TCP endpoints, sans-IO: they are given `now` and packets, and return packets to send.
+//!
+//! Sequence numbers count segments (every segment carries `mss` bytes except the last of a
+//! volume-bound flow), as Linux counts its window in packets.
+//!
+//! The sender follows Linux 6.x (`net/ipv4/tcp_output.c`, `tcp_input.c`, `tcp_recovery.c`,
+//! `tcp_rate.c`), one piece per file:
+//!
+//! | file          | what                                                        | Linux                                   |
+//! |---------------|-------------------------------------------------------------|-----------------------------------------|
+//! | `board.rs`    | per-segment scoreboard, transmission-ordered list           | `TCP_SKB_CB()->sacked`, `tsorted_sent_queue` |
+//! | `rack.rs`     | RACK-TLP loss detection (RFC 8985)                          | `tcp_recovery.c`                        |
+//! | `rate.rs`     | delivery-rate sampling                                      | `tcp_rate.c`                            |
+//! | `sender.rs`   | send path (TSQ, pacing, cwnd validation), ACK path, recovery | `tcp_write_xmit`, `tcp_ack`, `tcp_fastretrans_alert` |
+//! | `timers.rs`   | the retransmission timer (RTO, loss probe, reorder timeout) | `tcp_timer.c`, `tcp_schedule_loss_probe` |
+//! | `receiver.rs` | reassembly, delayed ACKs, SACK blocks, SACK compression      | `tcp_data_queue`, `__tcp_ack_snd_check` |
+
+mod board;
+mod rack;
+mod rate;
+mod receiver;
+mod sender;
+mod timers;
+
+pub use rate::RateSample;
+pub use receiver::{Received, Receiver};
+pub use sender::{Poll, Sender, SenderStats};
+pub use timers::TimerKind;
+
+use crate::time::Time;
+
+/// A data segment in flight.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Segment {
+    pub seq: u64,
+    /// Send time, echoed by the receiver (RFC 7323 timestamps).
+    pub ts: Time,
+    pub retransmission: bool,
+}
+
+/// Up to three SACK blocks, as fit in a segment with timestamps (RFC 2018).
+pub const MAX_SACK_BLOCKS: usize = 3;
+
+/// An acknowledgement in flight.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AckSegment {
+    /// Next segment expected (cumulative ACK).
+    pub cum: u64,
+    /// Timestamp echoed by the receiver (its `ts_recent`, RFC 7323 §4.3).
+    pub ts_echo: Time,
+    /// SACK blocks `[start, end)`, most recent first; `n_sack` of them are valid.
+    pub sack: [(u64, u64); MAX_SACK_BLOCKS],
+    pub n_sack: u8,
+    /// A duplicate segment this ACK reports (D-SACK, RFC 2883).
+    pub dsack: Option<u64>,
+}
+
+/// Congestion state, as Linux's `icsk_ca_state` (Disorder is not distinguished from Open,
+/// and CWR, entered only when a loss probe repairs a loss, lasts no longer than the ACK
+/// that enters it, as in Linux's `tcp_process_tlp_ack`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Default)]
+pub enum CaState {
+    #[default]
+    Open = 0,
+    Recovery = 1,
+    Loss = 2,
+}

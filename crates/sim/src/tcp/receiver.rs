@@ -1,0 +1,381 @@
+//! The receiving end: reassembly, delayed ACKs, SACK and D-SACK blocks, and Linux's SACK
+//! compression.
+//!
+//! In-order data is acknowledged every second segment or after the delayed-ACK timeout
+//! (RFC 1122/5681); a segment that fills a hole is acknowledged at once (RFC 5681 §4.2).
+//! Out-of-order segments are acknowledged as Linux 6.x does (`__tcp_ack_snd_check`): the
+//! first three duplicate ACKs for a given `rcv_nxt` go at once, later ones are compressed
+//! into one ACK per `min(1 ms, RTT/20)` or per 44 segments (`tcp_comp_sack_delay_ns`,
+//! `tcp_comp_sack_nr`), and the pending ACK is sent before a third SACK block would be
+//! changed, so that no received range goes unreported (`tcp_sack_compress_send_ack`,
+//! `TCP_SACK_BLOCKS_EXPECTED`). The receiver remembers four blocks, most recent first, and
+//! reports three (what fits beside timestamps). The echoed timestamp is `TS.Recent` (RFC
+//! 7323 §4.3): the TSval of
+//! the last in-order segment that started a new ACK, so a delayed ACK echoes the first of
+//! its two segments and duplicate ACKs echo the last in-order one.
+
+use super::timers::Jiffies;
+use super::{AckSegment, Segment, MAX_SACK_BLOCKS};
+use crate::config::TcpConfig;
+use crate::time::Time;
+
+/// Immediate duplicate ACKs before SACK compression starts (`TCP_FASTRETRANS_THRESH`).
+const DUPACKS_BEFORE_COMPRESSION: u32 = 3;
+/// SACK blocks the receiver remembers (`TCP_NUM_SACKS`).
+const NUM_SACKS: usize = 4;
+/// Changing a block beyond the first two flushes a compressed ACK
+/// (`TCP_SACK_BLOCKS_EXPECTED`).
+const SACK_BLOCKS_EXPECTED: usize = 2;
+
+pub struct Receiver {
+    /// Next segment expected in order.
+    pub rcv_nxt: u64,
+    /// Out-of-order segments held, as sorted disjoint ranges `[start, end)` above `rcv_nxt`.
+    ooo: Vec<(u64, u64)>,
+    /// Starts of the most recently changed ranges, newest first (RFC 2018 block order).
+    recent: [u64; NUM_SACKS],
+    n_recent: usize,
+    /// `rcv_nxt` as advertised by the last ACK sent (Linux `rcv_wup`, RFC 7323 Last.ACK.sent).
+    rcv_wup: u64,
+    /// Timestamp to echo (RFC 7323 TS.Recent).
+    ts_recent: Time,
+    delayed_ack: bool,
+    delack_timeout: Time,
+    delack_at: Option<Time>,
+    /// SACK compression: at most this many ACKs withheld (0: off), for at most this long.
+    comp_sack_nr: u32,
+    comp_sack_delay: Time,
+    /// The receiver's RTT estimate (Linux `rcv_rtt_est`), which caps the delay at RTT/20.
+    rtt: Time,
+    comp_at: Option<Time>,
+    compressed: u32,
+    comp_rcv_nxt: u64,
+    dup_acks: u32,
+    /// A duplicate segment to report in the next ACK (D-SACK, RFC 2883).
+    dsack: Option<u64>,
+    clock: Jiffies,
+}
+
+/// What the receiver did with a segment.
+pub struct Received {
+    /// Segments that became in-order (delivered to the application), `[from, to)`.
+    pub delivered: (u64, u64),
+    /// A compressed ACK flushed before the segment changed the SACK blocks (sent first).
+    pub flushed: Option<AckSegment>,
+    /// An ACK to send now.
+    pub ack: Option<AckSegment>,
+}
+
+impl Receiver {
+    /// A receiver on a path of round-trip time `rtt` (its own estimate, for SACK compression).
+    pub fn new(tcp: &TcpConfig, rtt: Time) -> Self {
+        Self {
+            rcv_nxt: 0,
+            ooo: Vec::new(),
+            recent: [0; NUM_SACKS],
+            n_recent: 0,
+            rcv_wup: 0,
+            ts_recent: 0,
+            delayed_ack: tcp.delayed_ack,
+            delack_timeout: tcp.delayed_ack_timeout_ns,
+            delack_at: None,
+            comp_sack_nr: tcp.comp_sack_nr,
+            comp_sack_delay: tcp.comp_sack_delay_ns,
+            rtt,
+            comp_at: None,
+            compressed: 0,
+            comp_rcv_nxt: 0,
+            dup_acks: 0,
+            dsack: None,
+            clock: Jiffies::new(tcp.hz),
+        }
+    }
+
+    /// Timer-wheel phase of this host (host noise on); `None`: exact timers.
+    pub fn set_timer_phase(&mut self, phase: Option<Time>) {
+        self.clock.phase = phase;
+    }
+
+    /// When the receiver's next timer (delayed ACK or compressed SACK) fires.
+    pub fn timer_deadline(&self) -> Option<Time> {
+        match (self.delack_at, self.comp_at) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    fn touch(&mut self, start: u64) {
+        let mut list = [start; NUM_SACKS];
+        let mut n = 1;
+        for &s in &self.recent[..self.n_recent] {
+            if s != start && n < NUM_SACKS {
+                list[n] = s;
+                n += 1;
+            }
+        }
+        self.recent = list;
+        self.n_recent = n;
+    }
+
+    /// The ACK sent now: it carries the current state and ends every pending delay
+    /// (Linux `tcp_event_ack_sent`).
+    fn send_ack(&mut self) -> AckSegment {
+        let mut ack = AckSegment {
+            cum: self.rcv_nxt,
+            ts_echo: self.ts_recent,
+            sack: [(0, 0); MAX_SACK_BLOCKS],
+            n_sack: 0,
+            dsack: self.dsack.take(),
+        };
+        for &start in &self.recent[..self.n_recent] {
+            if ack.n_sack as usize == MAX_SACK_BLOCKS {
+                break;
+            }
+            // A recently reported range may have merged into another: report what holds it.
+            let i = self.ooo.partition_point(|r| r.1 <= start);
+            if let Some(&r) = self.ooo.get(i) {
+                if r.0 <= start && !ack.sack[..ack.n_sack as usize].contains(&r) {
+                    ack.sack[ack.n_sack as usize] = r;
+                    ack.n_sack += 1;
+                }
+            }
+        }
+        self.rcv_wup = self.rcv_nxt;
+        self.delack_at = None;
+        self.comp_at = None;
+        self.compressed = 0;
+        ack
+    }
+
+    fn holds(&self, seq: u64) -> bool {
+        if seq < self.rcv_nxt {
+            return true;
+        }
+        let i = self.ooo.partition_point(|r| r.1 <= seq);
+        self.ooo.get(i).is_some_and(|r| r.0 <= seq)
+    }
+
+    /// A data segment arrives at `now`.
+    pub fn on_segment(&mut self, now: Time, seg: &Segment) -> Received {
+        let before = self.rcv_nxt;
+        if self.holds(seg.seq) {
+            // A duplicate: report it at once (RFC 2883).
+            self.dsack = Some(seg.seq);
+            return Received {
+                delivered: (before, before),
+                flushed: None,
+                ack: Some(self.send_ack()),
+            };
+        }
+        if seg.seq == self.rcv_nxt {
+            return self.in_order(now, seg);
+        }
+        let flushed = (self.compressed > 0 && self.sack_position(seg.seq) >= SACK_BLOCKS_EXPECTED)
+            .then(|| self.send_ack());
+        self.insert_ooo(seg.seq);
+        Received {
+            delivered: (before, before),
+            flushed,
+            ack: self.ooo_ack(now),
+        }
+    }
+
+    /// Where in the recent-block list the block `seq` extends is, or the list's length if
+    /// `seq` starts a new block.
+    fn sack_position(&self, seq: u64) -> usize {
+        for (k, &start) in self.recent[..self.n_recent].iter().enumerate() {
+            let i = self.ooo.partition_point(|r| r.1 <= start);
+            if let Some(&(s, e)) = self.ooo.get(i) {
+                if s <= start && (e == seq || s == seq + 1) {
+                    return k;
+                }
+            }
+        }
+        self.n_recent
+    }
+
+    fn in_order(&mut self, now: Time, seg: &Segment) -> Received {
+        let before = self.rcv_nxt;
+        if seg.seq <= self.rcv_wup {
+            self.ts_recent = seg.ts;
+        }
+        let had_holes = !self.ooo.is_empty();
+        self.rcv_nxt += 1;
+        if let Some(&(s, e)) = self.ooo.first() {
+            if s == self.rcv_nxt {
+                self.rcv_nxt = e;
+                self.ooo.remove(0);
+            }
+        }
+        let delivered = (before, self.rcv_nxt);
+        // A filled hole, more than one segment unacknowledged, or no delayed ACKs: now.
+        let ack = if had_holes || !self.delayed_ack || self.rcv_nxt - self.rcv_wup >= 2 {
+            Some(self.send_ack())
+        } else {
+            if self.delack_at.is_none() {
+                self.delack_at = Some(self.clock.expiry(now, self.delack_timeout));
+            }
+            None
+        };
+        Received {
+            delivered,
+            flushed: None,
+            ack,
+        }
+    }
+
+    /// Out-of-order data (Linux `__tcp_ack_snd_check` with a non-empty out-of-order queue).
+    fn ooo_ack(&mut self, now: Time) -> Option<AckSegment> {
+        if self.comp_sack_nr == 0 || self.compressed >= self.comp_sack_nr {
+            return Some(self.send_ack());
+        }
+        if self.comp_rcv_nxt != self.rcv_nxt {
+            self.comp_rcv_nxt = self.rcv_nxt;
+            self.dup_acks = 0;
+        }
+        if self.dup_acks < DUPACKS_BEFORE_COMPRESSION {
+            self.dup_acks += 1;
+            return Some(self.send_ack());
+        }
+        self.compressed += 1;
+        if self.comp_at.is_none() {
+            // 5 % of the RTT, at most `tcp_comp_sack_delay_ns` (an hrtimer: no jiffies).
+            self.comp_at = Some(now + self.comp_sack_delay.min(self.rtt / 20));
+        }
+        None
+    }
+
+    fn insert_ooo(&mut self, seq: u64) {
+        let i = self.ooo.partition_point(|r| r.1 < seq);
+        // Ranges are [s, e): `seq` extends range i if e == seq (holds are excluded above).
+        if let Some(r) = self.ooo.get_mut(i) {
+            if r.1 == seq {
+                r.1 = seq + 1;
+                let s = r.0;
+                if let Some(&(ns, ne)) = self.ooo.get(i + 1) {
+                    if ns == seq + 1 {
+                        self.ooo[i].1 = ne;
+                        self.ooo.remove(i + 1);
+                    }
+                }
+                self.touch(s);
+                return;
+            }
+            if r.0 == seq + 1 {
+                r.0 = seq;
+                self.touch(seq);
+                return;
+            }
+        }
+        self.ooo.insert(i, (seq, seq + 1));
+        self.touch(seq);
+    }
+
+    /// The receiver's timer fired at `now`: the delayed or compressed ACK, if one is due.
+    pub fn on_timer(&mut self, now: Time) -> Option<AckSegment> {
+        let delack_due = self.delack_at.is_some_and(|d| d <= now);
+        let comp_due = self.comp_at.is_some_and(|d| d <= now);
+        if delack_due {
+            self.delack_at = None;
+        }
+        if comp_due {
+            self.comp_at = None;
+        }
+        let pending =
+            (delack_due && self.rcv_nxt > self.rcv_wup) || (comp_due && self.compressed > 0);
+        pending.then(|| self.send_ack())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::time::{NS_PER_MS, NS_PER_S, NS_PER_US};
+
+    fn seg(seq: u64) -> Segment {
+        Segment {
+            seq,
+            ts: seq * 10,
+            retransmission: false,
+        }
+    }
+
+    fn receiver() -> Receiver {
+        Receiver::new(&TcpConfig::default(), 100 * NS_PER_MS)
+    }
+
+    #[test]
+    fn delays_acks_and_reports_sack_blocks() {
+        let mut r = receiver();
+        assert!(r.on_segment(0, &seg(0)).ack.is_none());
+        assert_eq!(r.timer_deadline(), Some(40 * NS_PER_MS));
+        let a = r.on_segment(1, &seg(1)).ack.unwrap();
+        // A delayed ACK echoes the first of its two segments.
+        assert_eq!((a.cum, a.ts_echo), (2, 0));
+        assert_eq!(r.timer_deadline(), None);
+        // 2 is lost; 3 and 4 arrive out of order.
+        let a = r.on_segment(2, &seg(3)).ack.unwrap();
+        assert_eq!((a.cum, a.n_sack, a.sack[0], a.ts_echo), (2, 1, (3, 4), 0));
+        r.on_segment(3, &seg(7)); // a second hole at 5..7
+        let a = r.on_segment(4, &seg(4)).ack.unwrap();
+        assert_eq!(a.n_sack, 2);
+        assert_eq!(a.sack[0], (3, 5));
+        assert_eq!(a.sack[1], (7, 8));
+        // The retransmission of 2 fills the first hole: delivered 2..5, ACK at once,
+        // echoing the retransmission's timestamp.
+        let got = r.on_segment(5, &seg(2));
+        assert_eq!(got.delivered, (2, 5));
+        let a = got.ack.unwrap();
+        assert_eq!((a.cum, a.n_sack, a.sack[0], a.ts_echo), (5, 1, (7, 8), 20));
+    }
+
+    #[test]
+    fn delayed_ack_timer_acknowledges_a_lone_segment() {
+        let mut r = receiver();
+        r.on_segment(0, &seg(0));
+        assert!(r.on_timer(39_999_999).is_none());
+        assert_eq!(r.on_timer(40_000_000).unwrap().cum, 1);
+        assert_eq!(r.timer_deadline(), None);
+    }
+
+    #[test]
+    fn duplicate_acks_beyond_three_are_compressed() {
+        let mut r = receiver();
+        // Segment 0 lost; 1..=60 arrive 10 µs apart.
+        let mut acks = 0;
+        for s in 1..=60u64 {
+            acks += r.on_segment(s * 10 * NS_PER_US, &seg(s)).ack.is_some() as u32;
+        }
+        // Three immediate duplicate ACKs, then one once 44 are withheld (segment 48);
+        // 49..60 wait for the 1 ms timer armed at segment 49 (490 µs).
+        assert_eq!(acks, 4);
+        assert_eq!(r.timer_deadline(), Some(490 * NS_PER_US + NS_PER_MS));
+        let a = r.on_timer(490 * NS_PER_US + NS_PER_MS).unwrap();
+        assert_eq!((a.cum, a.sack[0]), (0, (1, 61)));
+        // A duplicate is reported by a D-SACK at once.
+        let a = r.on_segment(2 * NS_PER_MS, &seg(5)).ack.unwrap();
+        assert_eq!(a.dsack, Some(5));
+    }
+
+    #[test]
+    fn a_compressed_ack_is_flushed_before_a_third_block_changes() {
+        let mut r = receiver();
+        // 0 lost; 1..=5 arrive: three immediate duplicate ACKs, 4 and 5 withheld.
+        for s in 1..=5 {
+            r.on_segment(s, &seg(s));
+        }
+        // 7 (6 lost) starts a second block: no flush, still compressed.
+        let got = r.on_segment(7, &seg(7));
+        assert!(got.flushed.is_none() && got.ack.is_none());
+        // 9 (8 lost) would start a third: the pending ACK goes first, with the two blocks
+        // it knew, so that no received range goes unreported.
+        let got = r.on_segment(9, &seg(9));
+        let f = got.flushed.expect("flushed");
+        assert_eq!((f.n_sack, f.sack[0], f.sack[1]), (2, (7, 8), (1, 6)));
+        assert!(got.ack.is_none());
+        // Four blocks are remembered, three reported, newest first.
+        r.on_segment(11, &seg(11));
+        let a = r.on_timer(NS_PER_S).unwrap();
+        assert_eq!(&a.sack[..], &[(11, 12), (9, 10), (7, 8)]);
+    }
+}

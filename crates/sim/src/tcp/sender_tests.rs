@@ -1,0 +1,285 @@
+//! Unit tests of the sender: each feeds a synthetic ACK sequence and checks what Linux
+//! would do.
+
+use super::*;
+use crate::cc;
+use crate::time::{NS_PER_MS, NS_PER_S};
+
+fn sender_of(variant: &str, total: Option<u64>, rtt: Option<Time>) -> Sender {
+    let mut s = Sender::new(
+        cc::by_name(variant).unwrap(),
+        &TcpConfig::default(),
+        1448,
+        total,
+        None,
+    );
+    s.start(0, None, rtt);
+    s
+}
+
+fn sender(total: Option<u64>) -> Sender {
+    sender_of("reno", total, None)
+}
+
+/// Everything the sender may send at `now` with an empty host queue.
+fn drain(s: &mut Sender, now: Time) -> Vec<Segment> {
+    let mut out = vec![];
+    while let Poll::Send(seg) = s.poll_transmit(now, 0) {
+        out.push(seg);
+    }
+    let new = out.iter().filter(|g| !g.retransmission).count() as u32;
+    s.end_transmit(now, new);
+    out
+}
+
+fn ack(cum: u64, sack: &[(u64, u64)], ts: Time) -> AckSegment {
+    let mut a = AckSegment {
+        cum,
+        ts_echo: ts,
+        sack: [(0, 0); 3],
+        n_sack: sack.len() as u8,
+        dsack: None,
+    };
+    a.sack[..sack.len()].copy_from_slice(sack);
+    a
+}
+
+#[test]
+fn sends_initial_window_then_grows_in_slow_start() {
+    let mut s = sender(None);
+    assert_eq!(drain(&mut s, 0).len(), 10);
+    s.on_ack(NS_PER_MS, &ack(2, &[], 0));
+    assert_eq!(s.win.cwnd, 12);
+    // Two acknowledged, two more window: four new segments.
+    assert_eq!(drain(&mut s, NS_PER_MS).len(), 4);
+    assert_eq!(s.srtt(), Some(NS_PER_MS));
+}
+
+#[test]
+fn rack_marks_the_hole_once_three_segments_above_it_are_sacked() {
+    let mut s = sender(None);
+    s.win.cwnd = 20;
+    assert_eq!(drain(&mut s, 0).len(), 20);
+    // Segment 5 is lost; 0..5 are acknowledged at 10 µs, 6, 7, 8 SACKed after.
+    let us = 1000;
+    s.on_ack(10 * us, &ack(5, &[], 0));
+    // Only ACKs that advance snd_una grow the window (Linux `tcp_may_raise_cwnd`).
+    assert_eq!(s.win.cwnd, 25);
+    s.on_ack(11 * us, &ack(5, &[(6, 7)], 0));
+    s.on_ack(12 * us, &ack(5, &[(6, 8)], 0));
+    // Below three SACKed segments RACK waits a reordering window (min_rtt/4)...
+    assert_eq!(s.state, CaState::Open);
+    assert_eq!(s.timer_kind(), Some(TimerKind::ReorderTimeout));
+    assert_eq!(s.win.cwnd, 25);
+    // ...from the third on it has none: 5 is lost, recovery starts.
+    s.on_ack(13 * us, &ack(5, &[(6, 9)], 0));
+    assert_eq!(s.state, CaState::Recovery);
+    assert_eq!(s.win.ssthresh, 12);
+    let out = drain(&mut s, 13 * us);
+    assert_eq!(
+        out.first().map(|g| (g.seq, g.retransmission)),
+        Some((5, true))
+    );
+    assert_eq!(s.stats.retransmissions, 1);
+    assert_eq!(s.stats.lost, 1);
+    // The retransmission arrives: everything sent is acknowledged, recovery ends with
+    // cwnd = ssthresh (the same ACK may then add to it in congestion avoidance).
+    let last = s.board.nxt();
+    s.on_ack(30 * us, &ack(last, &[], 13 * us));
+    assert_eq!(s.state, CaState::Open);
+    assert!((12..=13).contains(&s.win.cwnd), "cwnd {}", s.win.cwnd);
+}
+
+#[test]
+fn a_lost_retransmission_is_found_without_a_timeout() {
+    let ms = NS_PER_MS;
+    let mut s = sender_of("reno", None, Some(10 * ms));
+    s.win.cwnd = 20;
+    drain(&mut s, 0);
+    // 0 is lost; 1, 2, 3 SACKed at 10 ms: 0 is marked lost and resent.
+    s.on_ack(10 * ms, &ack(0, &[(1, 4)], 0));
+    let out = drain(&mut s, 10 * ms);
+    assert_eq!(
+        out[0],
+        Segment {
+            seq: 0,
+            ts: 10 * ms,
+            retransmission: true
+        }
+    );
+    // New data was sent after the retransmission (PRR); 4..19 arrive, the
+    // retransmission does not, and a segment sent after it is SACKed at 21 ms.
+    let after = out
+        .iter()
+        .find(|g| !g.retransmission)
+        .map(|g| g.seq)
+        .unwrap();
+    s.on_ack(20 * ms, &ack(0, &[(1, 20)], 0));
+    s.on_ack(21 * ms, &ack(0, &[(1, after + 1)], 10 * ms));
+    let again = drain(&mut s, 21 * ms);
+    assert_eq!(
+        again.first().map(|g| (g.seq, g.retransmission)),
+        Some((0, true))
+    );
+    assert_eq!(s.stats.timeouts, 0);
+    assert_eq!(s.stats.lost, 2, "the original and its retransmission");
+}
+
+#[test]
+fn a_tail_loss_is_repaired_by_a_probe_not_a_timeout() {
+    let ms = NS_PER_MS;
+    let mut s = sender_of("reno", Some(3), Some(10 * ms));
+    assert_eq!(drain(&mut s, 0).len(), 3);
+    // Every segment is lost. The probe is due after 2·SRTT + 2 jiffies = 28 ms.
+    assert_eq!(s.timer_kind(), Some(TimerKind::LossProbe));
+    assert_eq!(s.timer_deadline(), Some(28 * ms));
+    s.on_timer(28 * ms);
+    // No new data: the last segment is sent again.
+    let probe = drain(&mut s, 28 * ms);
+    assert_eq!(
+        probe,
+        vec![Segment {
+            seq: 2,
+            ts: 28 * ms,
+            retransmission: true
+        }]
+    );
+    assert_eq!(s.timer_kind(), Some(TimerKind::Rto));
+    // Its SACK shows 0 and 1 lost: recovery, not a timeout. PRR sends one now (nothing
+    // is in flight), one more when 0's retransmission is acknowledged.
+    s.on_ack(38 * ms, &ack(0, &[(2, 3)], 28 * ms));
+    assert_eq!(s.state, CaState::Recovery);
+    let out: Vec<u64> = drain(&mut s, 38 * ms).iter().map(|g| g.seq).collect();
+    assert_eq!(out, vec![0]);
+    s.on_ack(48 * ms, &ack(1, &[(2, 3)], 38 * ms));
+    let out: Vec<u64> = drain(&mut s, 48 * ms).iter().map(|g| g.seq).collect();
+    assert_eq!(out, vec![1]);
+    s.on_ack(58 * ms, &ack(3, &[], 48 * ms));
+    assert!(s.is_complete());
+    assert_eq!(
+        (
+            s.stats.retransmissions,
+            s.stats.timeouts,
+            s.stats.loss_probes
+        ),
+        (3, 0, 1)
+    );
+    assert_eq!(s.timer_deadline(), None);
+}
+
+#[test]
+fn a_silent_path_gets_a_probe_then_a_timeout_of_old_segments_only() {
+    let mut s = sender(Some(100));
+    drain(&mut s, 0);
+    // No RTT known: the probe waits TCP_TIMEOUT_INIT (1 s) and sends new data.
+    assert_eq!(s.timer_deadline(), Some(NS_PER_S));
+    s.on_timer(NS_PER_S);
+    let probe = drain(&mut s, NS_PER_S);
+    assert_eq!(probe.iter().map(|g| g.seq).collect::<Vec<_>>(), vec![10]);
+    // The RTO counts from the probe: 1 s later.
+    assert_eq!(s.timer_deadline(), Some(2 * NS_PER_S));
+    s.on_timer(2 * NS_PER_S);
+    assert_eq!(s.state, CaState::Loss);
+    assert_eq!(s.win.ssthresh, 5);
+    // Everything is old enough to be presumed lost; one segment may go.
+    assert_eq!(s.win.cwnd, 1);
+    let out = drain(&mut s, 2 * NS_PER_S);
+    assert_eq!(
+        out,
+        vec![Segment {
+            seq: 0,
+            ts: 2 * NS_PER_S,
+            retransmission: true
+        }]
+    );
+    assert_eq!(s.timer_deadline(), Some(4 * NS_PER_S));
+}
+
+#[test]
+fn a_timeout_marks_only_segments_older_than_the_latest_rtt() {
+    let ms = NS_PER_MS;
+    let mut s = sender_of("reno", None, Some(10 * ms));
+    s.win.cwnd = 10;
+    drain(&mut s, 0);
+    // 0..4 acknowledged at 10 ms (RTT 10 ms); cwnd 15: 10..19 go at 10 ms.
+    s.on_ack(10 * ms, &ack(5, &[], 0));
+    assert_eq!(drain(&mut s, 10 * ms).len(), 10);
+    // A timeout at 15 ms: 5..9 (sent at 0) are older than 10 ms, 10..19 are not.
+    s.timer = Some((15 * ms, TimerKind::Rto));
+    s.on_timer(15 * ms);
+    assert_eq!(s.state, CaState::Loss);
+    assert_eq!(s.board.lost_out, 5);
+    assert_eq!(s.in_flight(), 10);
+    assert_eq!(s.win.cwnd, 11);
+}
+
+#[test]
+fn a_repeated_timeout_reduces_ssthresh_only_after_progress() {
+    let mut s = sender(Some(100));
+    drain(&mut s, 0);
+    s.timer = Some((NS_PER_S, TimerKind::Rto));
+    s.on_timer(NS_PER_S);
+    assert_eq!(s.win.ssthresh, 5);
+    drain(&mut s, NS_PER_S);
+    // The retransmission is lost too: same episode, ssthresh kept (cwnd is 1 now).
+    s.on_timer(3 * NS_PER_S);
+    assert_eq!(s.stats.timeouts, 2);
+    assert_eq!(s.win.ssthresh, 5);
+    drain(&mut s, 3 * NS_PER_S);
+    // It arrives; the next timeout, after progress, is a new congestion event.
+    s.on_ack(3 * NS_PER_S + 1000, &ack(1, &[], 3 * NS_PER_S));
+    assert_eq!(s.state, CaState::Loss);
+    let d = s.timer_deadline().unwrap();
+    s.on_timer(d);
+    assert_eq!(s.win.ssthresh, 2);
+}
+
+#[test]
+fn volume_bound_sender_completes() {
+    let mut s = sender(Some(3));
+    assert_eq!(drain(&mut s, 0).len(), 3);
+    s.on_ack(5, &ack(3, &[], 0));
+    assert!(s.is_complete());
+    assert_eq!(s.timer_deadline(), None);
+    assert!(drain(&mut s, 5).is_empty());
+}
+
+#[test]
+fn tsq_keeps_about_a_millisecond_of_the_pacing_rate_in_the_host() {
+    let s = sender(None);
+    // No RTT yet: only tcp_limit_output_bytes (4 MiB of 2728-byte skbs).
+    assert_eq!(s.tsq_limit(false), 1538);
+    // 10 segments per 100 ms paced at 200 %: 290 kB/s, so the floor of two segments.
+    let s = sender_of("reno", None, Some(100 * NS_PER_MS));
+    assert_eq!(s.tsq_limit(false), 2);
+    assert_eq!(s.tsq_limit(true), 4);
+    // 8 333 segments per 100 ms in congestion avoidance (120 %): 145 MB/s, 141 kB, 52.
+    let mut s = sender_of("reno", None, Some(100 * NS_PER_MS));
+    s.win = Window {
+        cwnd: 8333,
+        ssthresh: 100,
+        cwnd_cnt: 0,
+    };
+    s.update_pacing_rate();
+    assert_eq!(s.tsq_limit(false), 52);
+}
+
+#[test]
+fn slow_start_may_grow_while_half_the_window_is_used() {
+    let mut s = sender(None);
+    s.win.cwnd = 100;
+    // The host takes 60 segments, then TSQ holds the sender back.
+    for _ in 0..60 {
+        assert!(matches!(s.poll_transmit(0, 0), Poll::Send(_)));
+    }
+    assert_eq!(s.poll_transmit(0, 2000), Poll::HostQueue);
+    s.end_transmit(0, 60);
+    // Not cwnd-limited, but 60 ≥ 100/2 in slow start: it may still grow (Linux
+    // `tcp_is_cwnd_limited`), and is latched for this window.
+    assert!(s.cwnd_limited());
+    s.on_ack(1000, &ack(2, &[], 0));
+    assert_eq!(s.win.cwnd, 102);
+    // In congestion avoidance an unused window does not grow.
+    s.win.ssthresh = 50;
+    assert!(!s.cwnd_limited());
+}

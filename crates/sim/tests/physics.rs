@@ -462,3 +462,31 @@ fn retransmissions_equal_losses_for_every_variant() {
 fn cc_names() -> Vec<&'static str> {
     xferlab_sim::cc::NAMES.to_vec()
 }
+
+#[test]
+fn one_bbr_flow_fills_the_path_with_a_short_queue() {
+    // BBR paces at its bandwidth estimate and keeps about one BDP in flight (two in its
+    // cwnd): with one BDP of buffer it fills the link without the standing queue of a
+    // loss-based flow, which fills the buffer before each loss.
+    let run = |variant: &str| {
+        let mut cfg = dumbbell(1, 10e9, 1e9, 20, 1667, 30);
+        cfg.flows[0].variant = variant.into();
+        Simulation::new(cfg).unwrap().run()
+    };
+    let (bbr, reno) = (run("bbr"), run("reno"));
+    let mean_queue = |tr: &Trace| {
+        let v: Vec<f64> = (0..tr.link.t_s.len())
+            .filter(|&k| tr.link.t_s[k] >= 10.0)
+            .map(|k| tr.link.queue_pkts[k] as f64)
+            .collect();
+        v.iter().sum::<f64>() / v.len() as f64
+    };
+    assert!(mean_goodput(&bbr, 0, 5.0, 30.0) > 0.95 * ideal_mbps(1e9));
+    assert!(
+        mean_queue(&bbr) < 0.5 * mean_queue(&reno),
+        "queue {:.0} vs Reno's {:.0}",
+        mean_queue(&bbr),
+        mean_queue(&reno)
+    );
+    assert_eq!(bbr.flows.variant[0], "bbr");
+}

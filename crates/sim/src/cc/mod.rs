@@ -20,6 +20,7 @@
 use crate::tcp::{CaState, RateSample};
 use crate::time::Time;
 
+pub mod bbr;
 pub mod bic;
 pub mod cubic;
 pub mod highspeed;
@@ -196,17 +197,26 @@ pub trait CongestionControl: Send {
 }
 
 /// Variant names as Linux spells them, in the order the seeds list them.
-pub const NAMES: &[&str] = &["reno", "bic", "cubic", "highspeed", "htcp", "scalable"];
+pub const NAMES: &[&str] = &[
+    "reno",
+    "bic",
+    "cubic",
+    "highspeed",
+    "htcp",
+    "scalable",
+    "bbr",
+];
 
 /// Builds the congestion control called `name`, or `None` if it is not implemented.
 pub fn by_name(name: &str) -> Option<Box<dyn CongestionControl>> {
     build(name, 0)
 }
 
-/// Builds the congestion control called `name`; `seed` feeds its random choices.
+/// Builds the congestion control called `name`; `seed` feeds its random choices (BBR's
+/// starting phase of the gain cycle).
 pub fn build(name: &str, seed: u64) -> Option<Box<dyn CongestionControl>> {
-    let _ = seed;
     match name {
+        "bbr" => Some(Box::new(bbr::Bbr::new(seed))),
         "reno" => Some(Box::new(reno::Reno)),
         "bic" => Some(Box::new(bic::Bic::default())),
         "cubic" => Some(Box::new(cubic::Cubic::default())),

@@ -169,7 +169,15 @@ mod tests {
     fn names_in_seed_order() {
         assert_eq!(
             crate::cc::NAMES,
-            &["reno", "bic", "cubic", "highspeed", "htcp", "scalable"]
+            &[
+                "reno",
+                "bic",
+                "cubic",
+                "highspeed",
+                "htcp",
+                "scalable",
+                "bbr"
+            ]
         );
         for n in crate::cc::NAMES {
             assert_eq!(crate::cc::by_name(n).expect("registered").name(), *n);

@@ -283,3 +283,25 @@ fn slow_start_may_grow_while_half_the_window_is_used() {
     s.win.ssthresh = 50;
     assert!(!s.cwnd_limited());
 }
+
+#[test]
+fn bbr_paces_after_the_first_ten_segments() {
+    let ms = NS_PER_MS;
+    let mut s = sender_of("bbr", None, Some(10 * ms));
+    // 2.885 × 10 segments per 10 ms (less 1 %): 4.13 MB/s; the initial window is not paced.
+    let rate = s.pacing_rate();
+    assert!((rate / 1e6 - 4.135).abs() < 0.01, "{rate}");
+    let mut sent = 0;
+    while let Poll::Send(_) = s.poll_transmit(0, 0) {
+        sent += 1;
+    }
+    assert_eq!(sent, 10);
+    // The cwnd is full (10): after an ACK the next segment waits for its slot.
+    s.end_transmit(0, 10);
+    s.on_ack(10 * ms, &ack(2, &[], 0));
+    assert!(matches!(s.poll_transmit(10 * ms, 0), Poll::Send(_)));
+    match s.poll_transmit(10 * ms, 0) {
+        Poll::Pacing(t) => assert!(t > 10 * ms && t < 10 * ms + ms, "{t}"),
+        p => panic!("{p:?}"),
+    }
+}

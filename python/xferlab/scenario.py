@@ -262,6 +262,25 @@ class Measure(_Model):
         return v
 
 
+# --- end hosts on the simulator (issue 11; read by backends/sim.py, ignored by real backends) ---
+class Host(_Model):
+    """How the simulator models the end hosts; real backends run real hosts."""
+
+    noise: bool = Field(
+        True,
+        description="host noise: interrupt coalescing, per-packet processing time, timer-wheel phase, "
+        "interface clocks within ±100 ppm (false: exact, phase-locked runs)",
+    )
+    kernel: Literal["linux6", "linux2006"] = Field(
+        "linux6",
+        description="sender and receiver: Linux 6.x (TSQ, RACK-TLP, SACK compression) or a 2006 kernel "
+        "(no TSQ, dupthresh loss detection, timeouts resend everything, no SACK compression)",
+    )
+
+
+# --- end of the host block ---
+
+
 class Scenario(_Model):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$", description="used in folder names")
     description: str = ""
@@ -269,6 +288,7 @@ class Scenario(_Model):
     workload: Workload
     protocol: Protocol = Protocol()
     measure: Measure = Measure()
+    host: Host = Host()
     seed: int = Field(1, ge=0, lt=2**63)
 
     @model_validator(mode="after")
@@ -560,6 +580,7 @@ def resolve(s: Scenario) -> dict:
         "link_interval_s": s.measure.link_interval,
         "tcp_interval_s": s.measure.tcp_interval,
         "window": s.measure.window,
+        "host": s.host.model_dump(),
         "reverse_sources": n_reverse,
         "background_sources": len(background),
         "background": background,

@@ -40,6 +40,9 @@ pub struct SimConfig {
     pub background: Vec<OnOffConfig>,
     #[serde(default)]
     pub tcp: TcpConfig,
+    /// The noise of real end hosts (on by default; `NoiseConfig::off()` for exact runs).
+    #[serde(default)]
+    pub noise: NoiseConfig,
     #[serde(default)]
     pub measure: MeasureConfig,
     /// Hard end of the run (ns). `None`: the end of the last duration-bound flow, or the
@@ -187,6 +190,90 @@ pub struct TcpConfig {
     /// `tcp_comp_sack_delay_ns` (1 ms).
     #[serde(default = "default_comp_sack_delay")]
     pub comp_sack_delay_ns: Time,
+    /// Which Linux the end hosts run.
+    #[serde(default)]
+    pub kernel: Kernel,
+}
+
+/// The end hosts' kernel: what their TCP does beyond the congestion control.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Kernel {
+    /// Linux 6.x: TCP Small Queues with completion, latched cwnd use, RACK-TLP, SACK
+    /// compression at the receiver (the project's machines run 6.18).
+    #[default]
+    Linux6,
+    /// A kernel of 2006 (2.6.17, the seeds' testbeds): no TSQ (a sender fills its
+    /// interface queue of 1 000 packets, so it sends whole windows at line rate), losses
+    /// found by the duplicate threshold only, a timeout resends everything outstanding, no
+    /// tail loss probe, no SACK compression, a window counts as used only when full.
+    Linux2006,
+}
+
+/// The noise real end hosts add, modelled at its sources. Every draw comes from the run's
+/// seed, so runs stay reproducible; `enabled: false` gives exact, phase-locked runs.
+///
+/// Defaults are middle values of common hardware, not fitted to any measurement:
+/// interrupt coalescing of 25 µs (`ethtool -c` defaults span 8 µs for mlx5 rx to 50 µs for
+/// i40e and igb's ~20 000 interrupts/s), 1 µs of stack processing per packet on average
+/// (~10⁶ packets per second per core), and interface clocks within the ±100 ppm IEEE 802.3
+/// allows.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NoiseConfig {
+    #[serde(default = "default_true")]
+    pub enabled: bool,
+    /// Mean per-packet processing time of a host's stack (drawn uniformly in [0, 2×mean))
+    /// between TCP and the interface, and between the interface and TCP.
+    #[serde(default = "default_processing")]
+    pub processing_ns: Time,
+    /// Receive interrupt coalescing (`rx-usecs`): packets reaching a host's interface are
+    /// handed to its stack together, this long after the first of a batch. Data batched
+    /// at a receiver makes its ACKs come in bursts; ACKs batched at a sender make it send
+    /// in bursts (ACK compression).
+    #[serde(default = "default_coalesce")]
+    pub rx_coalesce_ns: Time,
+    /// Transmit-completion coalescing (`tx-usecs`): segments that left the interface are
+    /// freed together, this long after the first; TCP Small Queues counts them until then.
+    #[serde(default = "default_coalesce")]
+    pub tx_coalesce_ns: Time,
+    /// Each host interface's clock is off its nominal rate by a constant drawn uniformly
+    /// within ± this many parts per million (the bottleneck is the reference): two
+    /// interfaces of the same nominal rate never stay in phase.
+    #[serde(default = "default_clock_ppm")]
+    pub clock_ppm: f64,
+}
+
+impl Default for NoiseConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            processing_ns: default_processing(),
+            rx_coalesce_ns: default_coalesce(),
+            tx_coalesce_ns: default_coalesce(),
+            clock_ppm: default_clock_ppm(),
+        }
+    }
+}
+
+impl NoiseConfig {
+    /// No host noise: exact, deterministic phase relations (as before noise was modelled).
+    pub fn off() -> Self {
+        Self {
+            enabled: false,
+            ..Self::default()
+        }
+    }
+}
+
+fn default_processing() -> Time {
+    1_000
+}
+fn default_coalesce() -> Time {
+    25_000
+}
+fn default_clock_ppm() -> f64 {
+    100.0
 }
 
 /// Sampling intervals of the trace tables.
@@ -216,6 +303,7 @@ impl Default for TcpConfig {
             hz: default_hz(),
             comp_sack_nr: default_comp_sack_nr(),
             comp_sack_delay_ns: default_comp_sack_delay(),
+            kernel: Kernel::default(),
         }
     }
 }
@@ -399,6 +487,10 @@ impl SimConfig {
                     "background[{i}]: rate, mean ON time and packet size must be positive"
                 ));
             }
+        }
+        let n = &self.noise;
+        if !(0.0..=10_000.0).contains(&n.clock_ppm) {
+            return err("noise.clock_ppm must be in [0, 10000]".into());
         }
         let m = &self.measure;
         if m.goodput_interval_ns == 0 || m.link_interval_ns == 0 || m.tcp_interval_ns == 0 {

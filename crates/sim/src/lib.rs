@@ -17,6 +17,7 @@
 pub mod cc;
 pub mod config;
 pub mod gate;
+pub mod host;
 pub mod link;
 pub mod sim;
 pub mod tcp;

@@ -17,6 +17,7 @@ use rand_pcg::Pcg64Mcg;
 use crate::cc;
 use crate::config::{ConfigError, FlowConfig, FlowRole, LimiterConfig, SimConfig};
 use crate::gate::Gate;
+use crate::host::{Host, Noise};
 use crate::link::{Link, Offer};
 use crate::tcp::{AckSegment, CaState, Poll, Receiver, Segment, Sender};
 use crate::time::{secs, Time};
@@ -35,6 +36,7 @@ const COMPLETE: u64 = 9;
 const AT_NIC: u64 = 10;
 const BG_ARRIVAL: u64 = 11;
 const PACE: u64 = 12;
+const TX_IRQ: u64 = 13;
 
 /// An entry of the event list: ordered by time, then by insertion (FIFO among equals).
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -92,6 +94,12 @@ struct Flow {
     to_receiver: Pipe<Segment>,
     to_sender: Pipe<AckSegment>,
     nic: usize,
+    /// The host that sends this flow's data, and the one that receives it.
+    src_host: usize,
+    dst_host: usize,
+    /// Segments that left the host but whose transmit completion has not come yet: TSQ
+    /// still counts them (host noise with transmit-completion coalescing).
+    uncompleted: usize,
     /// The bottleneck the data crosses, and the one the ACKs cross (if any).
     data_link: usize,
     ack_link: Option<usize>,
@@ -131,6 +139,9 @@ pub struct Simulation {
     eager_receivers: bool,
     flows: Vec<Flow>,
     background: Vec<OnOff>,
+    /// Sender hosts (one per pair), then receiver hosts.
+    hosts: Vec<Host>,
+    noise: Noise,
     rng: Pcg64Mcg,
     volume_left: usize,
     duration_end: Time,
@@ -166,14 +177,25 @@ impl Simulation {
             links.len() - 1
         });
         // Host interfaces: the sender side of every pair, then its receiver side (used
-        // by reverse traffic).
+        // by reverse traffic), each at its own clock's rate when hosts are noisy.
+        let mut noise = Noise::new(&cfg.noise, cfg.seed);
         let nic0 = links.len();
         for p in &cfg.pairs {
-            links.push(Link::new(p.access_rate_bps, fo, None, 0.0));
+            links.push(Link::new(
+                noise.interface_rate(p.access_rate_bps),
+                fo,
+                None,
+                0.0,
+            ));
         }
         let nic_right0 = links.len();
         for p in &cfg.pairs {
-            links.push(Link::new(p.access_rate_bps, fo, None, 0.0));
+            links.push(Link::new(
+                noise.interface_rate(p.access_rate_bps),
+                fo,
+                None,
+                0.0,
+            ));
         }
         let mss = cfg.mss as u64;
         let mut flows = Vec::with_capacity(cfg.flows.len());
@@ -206,6 +228,9 @@ impl Simulation {
                 to_receiver: Pipe::new(),
                 to_sender: Pipe::new(),
                 nic: if reverse { nic_right0 } else { nic0 } + fc.pair as usize,
+                src_host: fc.pair as usize + if reverse { cfg.pairs.len() } else { 0 },
+                dst_host: fc.pair as usize + if reverse { 0 } else { cfg.pairs.len() },
+                uncompleted: 0,
                 data_link: if reverse {
                     rev_link.expect("validated")
                 } else {
@@ -250,6 +275,15 @@ impl Simulation {
                 dropped: 0,
             })
             .collect();
+        let tick = crate::time::NS_PER_S / cfg.tcp.hz.max(1) as Time;
+        let mut hosts: Vec<Host> = (0..2 * cfg.pairs.len())
+            .map(|_| Host::new(noise.timer_phase(tick)))
+            .collect();
+        for (i, f) in flows.iter_mut().enumerate() {
+            hosts[f.src_host].senders.push(i);
+            f.sender.set_timer_phase(hosts[f.src_host].timer_phase);
+            f.receiver.set_timer_phase(hosts[f.dst_host].timer_phase);
+        }
         let mut sim = Self {
             cfg,
             now: 0,
@@ -263,6 +297,8 @@ impl Simulation {
             eager_receivers: rev_link.is_none(),
             flows,
             background,
+            hosts,
+            noise,
             rng,
             volume_left,
             duration_end,
@@ -381,8 +417,9 @@ impl Simulation {
         match (kind, packet) {
             (AT_NIC, Packet::Data(seg)) => {
                 let bytes = self.seg_len(i, seg.seq) + self.cfg.header_bytes;
+                let t = now + self.noise.processing();
                 let f = &mut self.flows[i];
-                let Offer::Departs(d) = self.links[f.nic].offer(now, bytes, 1.0) else {
+                let Offer::Departs(d) = self.links[f.nic].offer(t, bytes, 1.0) else {
                     unreachable!("host interfaces never drop")
                 };
                 if push(&mut f.to_bottleneck, d, seg) {
@@ -400,17 +437,15 @@ impl Simulation {
                 };
                 if let Offer::Departs(d) = self.links[link].offer(now, bytes, draw) {
                     let f = &mut self.flows[i];
-                    let t = d + f.one_way_fwd;
+                    let arrival = d + f.one_way_fwd;
+                    let t = self.hosts[f.dst_host].rx_deliver(&mut self.noise, arrival);
                     if self.eager_receivers {
                         self.receive(i, t, seg);
                     } else if push(&mut f.to_receiver, t, seg) {
                         self.schedule(t, AT_RECEIVER, i);
                     }
                 }
-                // The segment left its host: a sender held back by TSQ resumes.
-                if self.flows[i].host_limited {
-                    self.transmit(i);
-                }
+                self.left_host(i);
             }
             (AT_RECEIVER, Packet::Data(seg)) => self.receive(i, now, seg),
             (COMPLETE, _) => {
@@ -437,6 +472,7 @@ impl Simulation {
                     self.arm_timer(i);
                 }
             }
+            (TX_IRQ, _) => self.tx_completion(i),
             (PACE, _) => {
                 let f = &mut self.flows[i];
                 if f.pace_event_at == Some(now) {
@@ -593,9 +629,40 @@ impl Simulation {
             None => now,
         };
         let f = &mut self.flows[i];
-        let t = depart + f.one_way_rev;
+        let t = self.hosts[f.src_host].rx_deliver(&mut self.noise, depart + f.one_way_rev);
         if push(&mut f.to_sender, t, ack) {
             self.schedule(t, AT_SENDER, i);
+        }
+    }
+
+    /// A segment of flow `i` left its host's interface: its completion frees its place in
+    /// TCP Small Queues, at once or with the host's next transmit-completion interrupt.
+    fn left_host(&mut self, i: usize) {
+        let coalesce = self.noise.tx_coalesce;
+        if !self.noise.enabled || coalesce == 0 {
+            if self.flows[i].host_limited {
+                self.transmit(i);
+            }
+            return;
+        }
+        self.flows[i].uncompleted += 1;
+        let h = self.flows[i].src_host;
+        if self.hosts[h].tx_irq.is_none() {
+            let at = self.now + coalesce;
+            self.hosts[h].tx_irq = Some(at);
+            self.schedule(at, TX_IRQ, h);
+        }
+    }
+
+    /// Host `h`'s transmit-completion interrupt: its senders held back by TSQ resume.
+    fn tx_completion(&mut self, h: usize) {
+        self.hosts[h].tx_irq = None;
+        for k in 0..self.hosts[h].senders.len() {
+            let i = self.hosts[h].senders[k];
+            self.flows[i].uncompleted = 0;
+            if self.flows[i].host_limited {
+                self.transmit(i);
+            }
         }
     }
 
@@ -622,7 +689,7 @@ impl Simulation {
             let f = &mut self.flows[i];
             // Segments in `to_nic` and `to_bottleneck` are exactly those still in the host
             // (queued or being serialised): the hop after the host link has no delay.
-            let queued = f.to_nic.q.len() + f.to_bottleneck.q.len();
+            let queued = f.to_nic.q.len() + f.to_bottleneck.q.len() + f.uncompleted;
             let seg = match f.sender.poll_transmit(now, queued) {
                 Poll::Send(seg) => seg,
                 Poll::HostQueue => {
@@ -649,7 +716,8 @@ impl Simulation {
                 continue;
             }
             let nic = f.nic;
-            let Offer::Departs(d) = self.links[nic].offer(now, bytes, 1.0) else {
+            let t = now + self.noise.processing();
+            let Offer::Departs(d) = self.links[nic].offer(t, bytes, 1.0) else {
                 unreachable!("host interfaces never drop")
             };
             if push(&mut self.flows[i].to_bottleneck, d, seg) {

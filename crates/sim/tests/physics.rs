@@ -1,8 +1,8 @@
 //! Physics of the simulator: what a user would check first.
 
 use xferlab_sim::config::{
-    FlowConfig, FlowRole, LimiterConfig, LinkConfig, MeasureConfig, OnOffConfig, PairConfig,
-    SimConfig, TcpConfig,
+    FlowConfig, FlowRole, LimiterConfig, LinkConfig, MeasureConfig, NoiseConfig, OnOffConfig,
+    PairConfig, SimConfig, TcpConfig,
 };
 use xferlab_sim::time::{NS_PER_MS, NS_PER_S};
 use xferlab_sim::{Simulation, Trace};
@@ -49,6 +49,7 @@ fn dumbbell(
             .collect(),
         background: vec![],
         tcp: TcpConfig::default(),
+        noise: NoiseConfig::default(),
         measure: MeasureConfig::default(),
         end_ns: None,
     }
@@ -231,9 +232,8 @@ fn token_buckets_burst_where_pacers_do_not() {
 
 /// Two forward flows on a 1 Gbit/s dumbbell with a reverse bottleneck, alone or with two
 /// reverse flows from the same pairs' receivers. Hosts have 10 Gbit/s interfaces: with
-/// host and bottleneck at the same rate and no host noise, a lone flow keeps a standing
-/// queue that arrivals in step with its departures never let anyone else into (a
-/// drop-tail phase effect), which is not what these tests are about.
+/// host and bottleneck at the same rate, a lone flow can keep a standing queue full (see
+/// `host_noise_breaks_drop_tail_phase_lockout`), which is not what these tests are about.
 fn two_way(window_cap: Option<u32>) -> (Trace, Trace) {
     let mut cfg = dumbbell(2, 10e9, 1e9, 20, 200, 20);
     cfg.reverse_bottleneck = Some(cfg.bottleneck.clone());
@@ -489,4 +489,30 @@ fn one_bbr_flow_fills_the_path_with_a_short_queue() {
         mean_queue(&reno)
     );
     assert_eq!(bbr.flows.variant[0], "bbr");
+}
+
+#[test]
+fn host_noise_breaks_drop_tail_phase_lockout() {
+    // Two Reno flows whose hosts send at the bottleneck's own rate (1 Gbit/s, 20 ms, a
+    // 200-packet buffer). Without host noise the flow that fills the queue first keeps it
+    // exactly full, its packets arriving in step with the departures, and the other is
+    // locked out by repeated timeouts (Floyd & Jacobson's phase effects). Real interfaces'
+    // clocks differ by some ppm and their stacks jitter: the lock breaks, both share.
+    let run = |noise: NoiseConfig| {
+        let mut cfg = dumbbell(2, 1e9, 1e9, 20, 200, 20);
+        cfg.noise = noise;
+        let tr = Simulation::new(cfg).unwrap().run();
+        (
+            [0, 1].map(|f| mean_goodput(&tr, f, 5.0, 20.0)),
+            tr.flows.timeouts,
+        )
+    };
+    let share = |g: [f64; 2]| g[0].min(g[1]) / (g[0] + g[1]);
+    let (exact, timeouts) = run(NoiseConfig::off());
+    assert!(share(exact) < 0.01, "exact: {exact:?}");
+    assert!(timeouts.iter().sum::<u64>() >= 3, "{timeouts:?}");
+    let (noisy, _) = run(NoiseConfig::default());
+    assert!(share(noisy) > 0.25, "with host noise: {noisy:?}");
+    // Two sawtooths in 0.12 BDP of buffer leave some of the link idle.
+    assert!(noisy[0] + noisy[1] > 0.7 * ideal_mbps(1e9));
 }

@@ -65,6 +65,7 @@ def sim_config(resolved: dict) -> dict:
         bottleneck["rate_bps"] = sh["line_rate_bps"]
         bottleneck["shaper"] = _limiter(sh)
     reverse = any(f["role"] == "reverse" for f in flows)
+    host = resolved.get("host", {})
     return {
         "seed": resolved["seed"],
         "mss": resolved["mss"],
@@ -88,7 +89,9 @@ def sim_config(resolved: dict) -> dict:
             "initial_cwnd": resolved["initial_cwnd"],
             "delayed_ack": resolved["delayed_ack"],
             "rto_min_ns": ns(resolved["rto_min_s"]),
+            "kernel": host.get("kernel", "linux6"),
         },
+        "noise": {"enabled": host.get("noise", True)},
         "measure": {
             "goodput_interval_ns": ns(resolved["goodput_interval_s"]),
             "link_interval_ns": ns(resolved["link_interval_s"]),

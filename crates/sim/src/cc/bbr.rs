@@ -181,7 +181,7 @@ pub struct Bbr {
 impl Bbr {
     pub fn new(seed: u64) -> Self {
         Self {
-            rng: Pcg64Mcg::seed_from_u64(seed ^ 0xbb4_0001),
+            rng: Pcg64Mcg::seed_from_u64(seed ^ 0x0bb4_0001),
             mode: Mode::Startup,
             min_rtt: Time::MAX,
             min_rtt_stamp: 0,

@@ -79,7 +79,11 @@ impl Receiver {
             delayed_ack: tcp.delayed_ack,
             delack_timeout: tcp.delayed_ack_timeout_ns,
             delack_at: None,
-            comp_sack_nr: tcp.comp_sack_nr,
+            // SACK compression came with Linux 4.18 (2018).
+            comp_sack_nr: match tcp.kernel {
+                crate::config::Kernel::Linux6 => tcp.comp_sack_nr,
+                crate::config::Kernel::Linux2006 => 0,
+            },
             comp_sack_delay: tcp.comp_sack_delay_ns,
             rtt,
             comp_at: None,

@@ -26,7 +26,7 @@ use super::rate::{RateSample, RateState};
 use super::timers::{Jiffies, TimerKind, RTO_MAX};
 use super::{rack::Rack, AckSegment, CaState, Segment, MAX_SACK_BLOCKS};
 use crate::cc::{Ack, CongestionControl, Window};
-use crate::config::TcpConfig;
+use crate::config::{Kernel, TcpConfig};
 use crate::time::Time;
 
 /// Socket memory an MSS-sized segment occupies beyond its payload (its skb head,
@@ -36,6 +36,9 @@ pub const SKB_OVERHEAD: u32 = 1280;
 pub const LIMIT_OUTPUT_BYTES: f64 = 4_194_304.0;
 /// TSQ keeps `pacing rate >> sk_pacing_shift` bytes in the host: 2^-10 s.
 const PACING_SHIFT: f64 = 1024.0;
+/// Without TSQ (kernels before 3.6) the interface queue bounds what a sender keeps in its
+/// host (`txqueuelen`, 1000 packets).
+const TXQUEUELEN: usize = 1000;
 
 /// Counters a user sees in the trace.
 #[derive(Clone, Copy, Debug, Default)]
@@ -89,6 +92,11 @@ struct AckState {
 
 pub struct Sender {
     pub(super) cc: Box<dyn CongestionControl>,
+    pub(super) kernel: Kernel,
+    /// Segments below this were checked by the duplicate-threshold rule (2006 kernel).
+    fack_scan: u64,
+    /// In flight before the ACK being processed (the 2006 kernel's cwnd-use test).
+    prior_in_flight: u32,
     /// The congestion control sets cwnd and pacing itself (Linux `.cong_control`, BBR).
     pub(super) cc_controls: bool,
     pub win: Window,
@@ -160,6 +168,9 @@ impl Sender {
         Self {
             cc_controls: cc.has_cong_control(),
             cc,
+            kernel: tcp.kernel,
+            fack_scan: 0,
+            prior_in_flight: 0,
             win: Window::new(tcp.initial_cwnd),
             mss,
             total_segs,
@@ -272,6 +283,9 @@ impl Sender {
     /// Segments this flow may keep in its host (Linux `tcp_small_queue_check`, whose
     /// limit doubles for retransmissions): ~1 ms of the pacing rate in socket memory.
     pub fn tsq_limit(&self, retransmission: bool) -> usize {
+        if self.kernel == Kernel::Linux2006 {
+            return TXQUEUELEN;
+        }
         let truesize = (self.mss + SKB_OVERHEAD) as f64;
         let mut limit = (2.0 * truesize).max(self.pacing_rate / PACING_SHIFT);
         if !self.paced {
@@ -443,6 +457,10 @@ impl Sender {
     /// Linux `tcp_is_cwnd_limited`: slow start may go on while at least half the window
     /// was in use, so that it grows to twice what was ACKed.
     pub fn cwnd_limited(&self) -> bool {
+        if self.kernel == Kernel::Linux2006 {
+            // 2.6.17 `tcp_is_cwnd_limited`: the window was full before this ACK.
+            return self.prior_in_flight >= self.win.cwnd;
+        }
         self.is_cwnd_limited
             || (self.win.in_slow_start() && self.win.cwnd < self.max_packets_out.saturating_mul(2))
     }
@@ -486,6 +504,7 @@ impl Sender {
             ..Default::default()
         };
         a.rs.prior_in_flight = a.prior_in_flight;
+        self.prior_in_flight = a.prior_in_flight;
         self.sacktag(now, ack, &mut a);
         self.clean_rtx_queue(now, ack, &mut a);
         self.ack_update_rtt(now, ack, &mut a);
@@ -663,6 +682,10 @@ impl Sender {
 
     /// Linux `tcp_identify_packet_loss` → `tcp_rack_mark_lost`.
     fn identify_loss(&mut self, now: Time, a: &mut AckState) {
+        if self.kernel == Kernel::Linux2006 {
+            self.dupthresh_mark_lost();
+            return;
+        }
         if self.board.packets_out() == 0 || !self.rack.advanced {
             return;
         }
@@ -679,6 +702,23 @@ impl Sender {
         if self.board.retrans_out < prior_retrans {
             a.lost_retrans = true;
         }
+    }
+
+    /// The 2006 kernel's rule (RFC 6675 `IsLost` in its forward-ACK form, Linux FACK): a
+    /// hole is lost once `dupthresh` segments above it are SACKed. Lost retransmissions
+    /// are not found (they wait for a timeout).
+    fn dupthresh_mark_lost(&mut self) {
+        let below = self.board.high_sacked.saturating_sub(self.dupthresh as u64);
+        let from = self.fack_scan.max(self.board.una);
+        let mut lost = 0;
+        for seq in from..below.min(self.board.nxt()) {
+            if self.board.seg(seq).flags & (super::board::SACKED | super::board::LOST) == 0 {
+                lost += self.board.mark_lost(seq) as u64;
+            }
+        }
+        self.fack_scan = self.fack_scan.max(below);
+        self.rate.lost += lost;
+        self.stats.lost += lost;
     }
 
     pub(super) fn rack_reo_wnd(&self) -> Time {
@@ -768,6 +808,12 @@ impl Sender {
         if self.state == CaState::Recovery {
             self.cwnd_reduction(delivered, lost, a.una_advanced);
         } else if a.una_advanced {
+            let mut info = info;
+            if self.kernel == Kernel::Linux2006 {
+                // `tcp_abc` = 0 (its default until it was removed in 3.9): the window
+                // grows per ACK, not per acknowledged segment.
+                info.acked = 1;
+            }
             self.cc.on_ack(&mut self.win, &info);
         }
         self.update_pacing_rate();

@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::cc;
+use crate::config::Kernel;
 use crate::time::{NS_PER_MS, NS_PER_S};
 
 fn sender_of(variant: &str, total: Option<u64>, rtt: Option<Time>) -> Sender {
@@ -304,4 +305,30 @@ fn bbr_paces_after_the_first_ten_segments() {
         Poll::Pacing(t) => assert!(t > 10 * ms && t < 10 * ms + ms, "{t}"),
         p => panic!("{p:?}"),
     }
+}
+
+#[test]
+fn a_2006_kernel_counts_acks_fills_its_interface_and_resends_everything() {
+    let tcp = TcpConfig {
+        kernel: Kernel::Linux2006,
+        ..TcpConfig::default()
+    };
+    let mut s = Sender::new(cc::by_name("reno").unwrap(), &tcp, 1448, None, None);
+    s.start(0, None, Some(10 * NS_PER_MS));
+    // No TSQ: up to the interface queue (txqueuelen) may wait in the host.
+    assert_eq!(s.tsq_limit(false), 1000);
+    drain(&mut s, 0);
+    // tcp_abc = 0: an ACK of two segments grows slow start by one.
+    s.on_ack(10 * NS_PER_MS, &ack(2, &[], 0));
+    assert_eq!(s.win.cwnd, 11);
+    drain(&mut s, 10 * NS_PER_MS);
+    // Three segments SACKed above 2: it is lost (duplicate threshold), 3 is not yet.
+    s.on_ack(11 * NS_PER_MS, &ack(2, &[(4, 7)], 0));
+    assert_eq!((s.state, s.board.lost_out), (CaState::Recovery, 2));
+    // No loss probe; a timeout resends everything not SACKed and restarts from one.
+    assert_eq!(s.timer_kind(), Some(TimerKind::Rto));
+    let d = s.timer_deadline().unwrap();
+    s.on_timer(d);
+    assert_eq!(s.win.cwnd, 1);
+    assert_eq!(s.board.lost_out, 11 - 3);
 }

@@ -11,6 +11,7 @@
 
 use super::sender::Sender;
 use super::CaState;
+use crate::config::Kernel;
 use crate::time::{Time, NS_PER_MS, NS_PER_S};
 
 /// What the retransmission timer is armed for (Linux `ICSK_TIME_*`).
@@ -119,7 +120,7 @@ impl Sender {
     /// `tcp_schedule_loss_probe`); false if none applies.
     pub(super) fn schedule_loss_probe(&mut self, now: Time, advancing_rto: bool) -> bool {
         let packets_out = self.board.packets_out();
-        if packets_out == 0 || self.state != CaState::Open {
+        if packets_out == 0 || self.state != CaState::Open || self.kernel == Kernel::Linux2006 {
             return false;
         }
         let mut timeout = match self.srtt {
@@ -220,7 +221,10 @@ impl Sender {
             self.win.ssthresh = self.cc.ssthresh_on_loss(&self.win, now);
             self.cc.on_rto(&self.win, now);
         }
-        self.win.cwnd = self.in_flight() + 1;
+        self.win.cwnd = match self.kernel {
+            Kernel::Linux6 => self.in_flight() + 1,
+            Kernel::Linux2006 => 1,
+        };
         self.win.cwnd_cnt = 0;
         self.set_state(CaState::Loss, now);
         self.high_seq = self.board.nxt();
@@ -231,7 +235,11 @@ impl Sender {
     /// latest RTT ago; segments sent more recently may still arrive.
     fn timeout_mark_lost(&mut self, now: Time) {
         let una = self.board.una;
-        let rack_rtt = self.rack.rtt;
+        // The 2006 kernel presumes everything outstanding lost (go-back-N over holes).
+        let rack_rtt = match self.kernel {
+            Kernel::Linux6 => self.rack.rtt,
+            Kernel::Linux2006 => 0,
+        };
         let due: Vec<u64> = self
             .board
             .unsacked_from(una)

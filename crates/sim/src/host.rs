@@ -1,0 +1,149 @@
+//! End hosts: where the noise of real machines comes from (`NoiseConfig`).
+//!
+//! A real host does not hand packets between TCP and its interface at exact instants:
+//!
+//! * its stack takes a variable time per packet (here uniform in [0, 2 × mean));
+//! * its interface raises a receive interrupt only some time after the first packet of a
+//!   batch (`rx-usecs`), and the stack then processes the batch one packet after another;
+//!   this bunches a receiver's ACKs, and a sender's ACKs, which then releases data in
+//!   bursts (ACK compression);
+//! * transmitted packets are freed by a coalesced completion interrupt (`tx-usecs`), so a
+//!   sender held back by TCP Small Queues resumes in steps;
+//! * its timers fire on the ticks of a timer wheel whose phase is its own;
+//! * its interface's clock runs a few ppm off the nominal rate, so that two interfaces of
+//!   the same nominal rate drift in phase instead of locking.
+//!
+//! Each is a function of arrival times and a few numbers per host, so packets keep their
+//! order and the event list gains one entry per transmit-completion interrupt only.
+
+use rand_core::{Rng, SeedableRng};
+use rand_pcg::Pcg64Mcg;
+
+use crate::config::NoiseConfig;
+use crate::time::Time;
+
+/// The noise sources of every host, with their own random stream (so that turning noise
+/// on or off leaves the other draws of a run, such as random loss, unchanged).
+pub struct Noise {
+    pub enabled: bool,
+    /// Upper bound of the uniform per-packet processing time (2 × mean).
+    processing_span: Time,
+    pub rx_coalesce: Time,
+    pub tx_coalesce: Time,
+    clock_ppm: f64,
+    rng: Pcg64Mcg,
+}
+
+impl Noise {
+    pub fn new(cfg: &NoiseConfig, seed: u64) -> Self {
+        Self {
+            enabled: cfg.enabled,
+            processing_span: 2 * cfg.processing_ns,
+            rx_coalesce: cfg.rx_coalesce_ns,
+            tx_coalesce: cfg.tx_coalesce_ns,
+            clock_ppm: cfg.clock_ppm,
+            rng: Pcg64Mcg::seed_from_u64(seed ^ 0x005e_ed0f_4057_u64),
+        }
+    }
+
+    /// One packet's processing time in a host's stack.
+    #[inline]
+    pub fn processing(&mut self) -> Time {
+        if !self.enabled || self.processing_span == 0 {
+            return 0;
+        }
+        self.rng.next_u64() % self.processing_span
+    }
+
+    /// The actual rate of an interface of nominal rate `bps`.
+    pub fn interface_rate(&mut self, bps: f64) -> f64 {
+        if !self.enabled {
+            return bps;
+        }
+        let u = (self.rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64;
+        bps * (1.0 + (2.0 * u - 1.0) * self.clock_ppm * 1e-6)
+    }
+
+    /// A timer-wheel phase in [0, tick), or none without noise.
+    pub fn timer_phase(&mut self, tick: Time) -> Option<Time> {
+        self.enabled.then(|| self.rng.next_u64() % tick.max(1))
+    }
+}
+
+/// One host's interrupt state.
+#[derive(Debug, Default)]
+pub struct Host {
+    /// The receive interrupt of the current batch: packets arriving before it are handed
+    /// to the stack then.
+    rx_irq: Time,
+    /// When the stack is done with the last packet it was handed.
+    rx_busy: Time,
+    /// The pending transmit-completion interrupt, if any.
+    pub tx_irq: Option<Time>,
+    /// Flows sending from this host (their TSQ completions come with its interrupt).
+    pub senders: Vec<usize>,
+    /// Its timer wheel's phase (`None`: exact timers).
+    pub timer_phase: Option<Time>,
+}
+
+impl Host {
+    pub fn new(timer_phase: Option<Time>) -> Self {
+        Self {
+            timer_phase,
+            ..Self::default()
+        }
+    }
+
+    /// When a packet reaching this host's interface at `arrival` is handed to TCP.
+    /// Arrivals must be given in order.
+    #[inline]
+    pub fn rx_deliver(&mut self, noise: &mut Noise, arrival: Time) -> Time {
+        if !noise.enabled {
+            return arrival;
+        }
+        if arrival >= self.rx_irq {
+            self.rx_irq = arrival + noise.rx_coalesce;
+        }
+        self.rx_busy = self.rx_irq.max(self.rx_busy) + noise.processing();
+        self.rx_busy
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn packets_of_a_batch_are_handed_over_together_after_the_coalescing_delay() {
+        let cfg = NoiseConfig {
+            processing_ns: 0,
+            ..NoiseConfig::default()
+        };
+        let mut n = Noise::new(&cfg, 1);
+        let mut h = Host::default();
+        // Three packets 10 µs apart: the first opens a 25 µs batch that takes the next two.
+        assert_eq!(h.rx_deliver(&mut n, 100_000), 125_000);
+        assert_eq!(h.rx_deliver(&mut n, 110_000), 125_000);
+        assert_eq!(h.rx_deliver(&mut n, 120_000), 125_000);
+        // One after the interrupt opens the next batch.
+        assert_eq!(h.rx_deliver(&mut n, 130_000), 155_000);
+        // Without noise, packets are handed over as they arrive.
+        let mut n = Noise::new(&NoiseConfig::off(), 1);
+        assert_eq!(h.rx_deliver(&mut n, 200_000), 200_000);
+        assert_eq!(n.processing(), 0);
+        assert_eq!(n.timer_phase(4_000_000), None);
+    }
+
+    #[test]
+    fn processing_is_uniform_with_the_configured_mean() {
+        let mut n = Noise::new(&NoiseConfig::default(), 7);
+        let k = 100_000;
+        let mean = (0..k).map(|_| n.processing()).sum::<u64>() as f64 / k as f64;
+        assert!((mean - 1000.0).abs() < 10.0, "{mean}");
+        // Within a batch the stack works through packets one after another.
+        let mut h = Host::default();
+        let a = h.rx_deliver(&mut n, 0);
+        let b = h.rx_deliver(&mut n, 1);
+        assert!(a >= 25_000 && b >= a);
+    }
+}

@@ -174,6 +174,11 @@ class Dumbbell:
             ("net.ipv4.tcp_rmem", f"4096 131072 {buf}"),
             ("net.ipv4.tcp_wmem", f"4096 16384 {buf}"),
             ("net.ipv4.tcp_no_metrics_save", "1"),
+            # iperf3 (3.12) chooses the congestion control after connect(): the socket is set
+            # up with the namespace's default first, and a BBR default (these kernels') turns
+            # on TCP's internal pacing, which stays on after the switch: every iperf3 flow was
+            # paced at 200 %/120 % of cwnd/srtt. Reno's setup leaves pacing off.
+            ("net.ipv4.tcp_congestion_control", "reno"),
         ):
             host.sh(["sysctl", "-q", "-w", f"{key}={value}"], ns=ns)
 

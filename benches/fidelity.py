@@ -1,0 +1,419 @@
+"""Fidelity of the simulator against real Linux TCP: each scenario on the simulator and on the
+netns backend (this host's kernel), compared metric by metric.
+
+    .venv/bin/python benches/fidelity.py                       # the full matrix (root; ~2 h), then the table
+    .venv/bin/python benches/fidelity.py --only reno:50:1.0bdp:1 --only cubic:10     # some cases
+    .venv/bin/python benches/fidelity.py --render              # rewrite the table from stored results
+    .venv/bin/python benches/fidelity.py --dispersion          # run-to-run spread, 10 repetitions each
+
+The matrix: 7 variants × RTT 10, 50, 200 ms × buffer 0.2 and 1 BDP × 1 and 4 flows, hosts
+at 1 Gbit/s into a 300 Mbit/s bottleneck (what this host emulates without dilation).
+Each case is a 30 s duration run (slow start, losses, goodput, fairness) and a volume run
+(300 MB split over the pairs: completion time), on both backends. The senders' cwnd on
+netns comes from benches/fidelity_tcpinfo.py (TCP_INFO every 2 ms; iperf3 reports every
+0.1 s at best), the simulator's from its tcp table at the same step. Results are stored per
+case in results/fidelity/ (a rerun skips stored cases unless --force) and the table goes
+into VALIDATION.md between `<!-- table:fidelity -->` markers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "python"))
+sys.path.insert(0, str(ROOT / "benches"))
+
+from xferlab import backends, metrics, scenario  # noqa: E402
+from xferlab.trace import Trace  # noqa: E402
+
+RESULTS = ROOT / "results" / "fidelity"
+VARIANTS = ("reno", "bic", "cubic", "highspeed", "htcp", "scalable", "bbr")
+RTTS_MS = (10, 50, 200)
+BUFFERS = ("0.2bdp", "1.0bdp")
+FLOWS = (1, 4)
+BOTTLENECK, ACCESS = "300Mbps", "1Gbps"
+DURATION_S = 30
+VOLUME_BYTES = 300_000_000
+SAMPLE_S = 0.002
+#: What "agrees" means, per metric (issue 11).
+TOLERANCE = {"goodput": 0.05, "jain": 0.05, "ss_cwnd": 0.20, "completion": 0.05, "retx_over_loss": 1.10}
+
+
+@dataclass(frozen=True)
+class Case:
+    variant: str
+    rtt_ms: int
+    buffer: str
+    flows: int
+
+    @property
+    def key(self) -> str:
+        return f"{self.variant}:{self.rtt_ms}:{self.buffer}:{self.flows}"
+
+    def scenario(self, kind: str, duration_s: float = DURATION_S) -> dict:
+        """The scenario both backends run: `duration` or `volume`."""
+        work = {"streams": 1, "start_jitter": "1ms"}
+        if kind == "duration":
+            work["duration"] = f"{duration_s:g}s"
+        else:
+            work["volume"] = VOLUME_BYTES // self.flows
+        return {
+            "name": f"fidelity-{self.variant}-{self.rtt_ms}-{self.buffer}-{self.flows}-{kind}",
+            "topology": {
+                "pairs": self.flows,
+                "access_rate": ACCESS,
+                "bottleneck_rate": BOTTLENECK,
+                "rtt": f"{self.rtt_ms}ms",
+                "buffer": self.buffer,
+            },
+            "workload": work,
+            "protocol": {"variant": self.variant},
+            "measure": {"goodput_interval": "0.5s", "link_interval": "10ms", "tcp_interval": "100ms"},
+            "seed": 1,
+        }
+
+
+def matrix() -> list[Case]:
+    return [Case(v, r, b, n) for v in VARIANTS for r in RTTS_MS for b in BUFFERS for n in FLOWS]
+
+
+def select(cases: list[Case], patterns: list[str]) -> list[Case]:
+    """Cases whose key starts with one of `patterns` (`reno`, `cubic:10`, `bbr:50:1.0bdp:4`)."""
+    if not patterns:
+        return cases
+    return [c for c in cases if any(c.key == p or c.key.startswith(p + ":") for p in patterns)]
+
+
+# --------------------------------------------------------------------------- running
+
+
+def _run(data: dict, backend: str, tcp_interval: float | None = None) -> tuple[dict, Trace, dict]:
+    d = json.loads(json.dumps(data))
+    if tcp_interval is not None:
+        d["measure"]["tcp_interval"] = f"{tcp_interval}s"
+    s = scenario.from_dict(d, d["name"])
+    r = scenario.resolve(s)
+    t0 = time.perf_counter()
+    out = backends.get(backend).run(s, r)
+    wall = time.perf_counter() - t0
+    trace = Trace.from_batches(out.tables, {"end_s": out.stats["end_s"]})
+    return metrics.compute(trace, r, None), trace, {"wall_s": wall, **out.stats}
+
+
+def run_sim(case: Case, kind: str, duration_s: float = DURATION_S, seed: int | None = None) -> dict:
+    data = case.scenario(kind, duration_s)
+    if seed is not None:
+        data["seed"] = seed
+    m, trace, stats = _run(data, "sim", tcp_interval=SAMPLE_S)
+    return summarize(m, stats, sim_samples(trace) if kind == "duration" else None)
+
+
+def run_netns(case: Case, kind: str, duration_s: float = DURATION_S) -> dict:
+    """One netns run with the TCP_INFO sampler beside it (its rows kept beside the results)."""
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    csv = RESULTS / f".samples-{os.getpid()}.csv"
+    sampler = None
+    if kind == "duration":
+        cmd = [sys.executable, str(ROOT / "benches/fidelity_tcpinfo.py"), "--out", str(csv), "--interval", str(SAMPLE_S)]
+        sampler = subprocess.Popen(cmd)
+    load = os.getloadavg()[0]
+    try:
+        m, _, stats = _run(case.scenario(kind, duration_s), "netns")
+    finally:
+        t_end = time.monotonic_ns()
+        if sampler is not None:
+            sampler.send_signal(signal.SIGTERM)
+            sampler.wait(timeout=10)
+    samples = netns_samples(csv, case.flows, t_end) if sampler is not None else None
+    csv.unlink(missing_ok=True)
+    if samples is not None:
+        samples.to_parquet(RESULTS / f"{case.key.replace(':', '_')}-netns-samples.parquet")
+    out = summarize(m, stats, samples)
+    out["load"] = [load, os.getloadavg()[0]]
+    late = (stats.get("delay_line") or {}).get("queues", {})
+    out["late_mean_ms"] = max((q.get("late_mean_ms") or 0.0 for q in late.values()), default=None)
+    return out
+
+
+# --------------------------------------------------------------------------- samples
+
+
+def sim_samples(trace: Trace) -> pd.DataFrame:
+    """Per-flow sender samples, time from each flow's start: t, flow, cwnd, ss_exit, retrans."""
+    t = trace.df("tcp")
+    starts = trace.df("flows").set_index("flow_id")["start"]
+    t = t[t["t"] >= t["flow_id"].map(starts)].copy()
+    t["t"] = t["t"] - t["flow_id"].map(starts)
+    t["ss_done"] = t["ssthresh"].notna()
+    return t.rename(columns={"flow_id": "flow"})[["t", "flow", "cwnd", "ss_done", "retransmissions"]]
+
+
+def netns_samples(csv: Path, n_flows: int, t_end: int) -> pd.DataFrame | None:
+    """The sampler's rows for each sender's data connection (its busiest socket), time from
+    its first data segment. Of the emulations the sampler saw, ours is the one whose
+    namespaces (`xl-<run>-a<k>`) were seen last before our run ended."""
+    if not csv.exists():
+        return None
+    df = pd.read_csv(csv)
+    df = df[df["t_ns"] <= t_end]
+    if df.empty:
+        return None
+    df["run"] = df["ns"].str.rsplit("-", n=1).str[0]
+    df = df[df["run"] == df.groupby("run")["t_ns"].max().idxmax()]
+    out = []
+    for k in range(n_flows):
+        d = df[df["ns"].str.endswith(f"-a{k}")]
+        if d.empty:
+            continue
+        port = d.groupby("sport")["bytes_acked"].max().idxmax()
+        # iperf3 sends its 37-byte cookie first: data starts with the second segment.
+        d = d[(d["sport"] == port) & (d["data_segs_out"] > 1)].sort_values("t_ns")
+        t = (d["t_ns"] - d["t_ns"].iloc[0]) / 1e9
+        out.append(
+            pd.DataFrame(
+                {
+                    "t": t.to_numpy(),
+                    "flow": k,
+                    "cwnd": d["cwnd"].to_numpy(),
+                    "ss_done": (d["ssthresh"] < 0x7FFFFFFF).to_numpy(),
+                    "retransmissions": d["total_retrans"].to_numpy(),
+                    "ssthresh": d["ssthresh"].to_numpy(),
+                    "rtt_us": d["rtt_us"].to_numpy(),
+                    "in_flight": (d["data_segs_out"] - d["delivered"]).to_numpy(),
+                    "ca_state": d["ca_state"].to_numpy(),
+                }
+            )
+        )
+    return pd.concat(out, ignore_index=True) if out else None
+
+
+def slow_start_exit(s: pd.DataFrame) -> tuple[float, float] | None:
+    """Mean over flows of (largest cwnd before ssthresh is first set, time it is set)."""
+    cw, ts = [], []
+    for _, f in s.groupby("flow"):
+        done = f[f["ss_done"]]
+        if done.empty:
+            continue
+        t_exit = done["t"].iloc[0]
+        before = f[f["t"] < t_exit]
+        cw.append(before["cwnd"].max() if len(before) else done["cwnd"].iloc[0])
+        ts.append(t_exit)
+    return (float(np.mean(cw)), float(np.mean(ts))) if cw else None
+
+
+def first_loss(s: pd.DataFrame) -> float | None:
+    lost = s[s["retransmissions"] > 0]
+    return float(lost["t"].min()) if len(lost) else None
+
+
+def trajectory(s: pd.DataFrame, horizon: float, step: float = 0.01) -> dict[int, np.ndarray]:
+    """Each flow's cwnd on a common grid (the last sample held)."""
+    grid = np.arange(0.0, horizon, step)
+    out = {}
+    for k, f in s.groupby("flow"):
+        f = f.sort_values("t")
+        idx = np.searchsorted(f["t"].to_numpy(), grid, side="right") - 1
+        out[int(k)] = np.where(idx >= 0, f["cwnd"].to_numpy()[np.clip(idx, 0, None)], np.nan)
+    return out
+
+
+def summarize(m: dict, stats: dict, samples: pd.DataFrame | None) -> dict:
+    out = {
+        "goodput_mbps": m["aggregate_goodput_mbps"],
+        "jain": m["jain_index"],
+        "cov": m["mean_flow_cov"],
+        "retransmissions": m["retransmissions"],
+        "drops": m["bottleneck_drops"],
+        "makespan_s": (m.get("completion") or {}).get("makespan_s"),
+        "wall_s": stats.get("wall_s"),
+        "timeouts": m["timeouts"],
+    }
+    if samples is not None:
+        exit_ = slow_start_exit(samples)
+        out["ss_cwnd"], out["ss_time_s"] = exit_ if exit_ else (None, None)
+        out["first_loss_s"] = first_loss(samples)
+        out["trajectory"] = {k: v.tolist() for k, v in trajectory(samples, DURATION_S).items()}
+    return out
+
+
+# --------------------------------------------------------------------------- comparing
+
+
+def distance(a: dict, b: dict) -> float | None:
+    """Mean |cwnd_sim − cwnd_netns| over the mean netns cwnd, flows and grid points together."""
+    num, den = 0.0, 0.0
+    for k in set(a) & set(b):
+        x, y = np.asarray(a[k], float), np.asarray(b[k], float)
+        ok = ~np.isnan(x) & ~np.isnan(y)
+        num += float(np.abs(x[ok] - y[ok]).sum())
+        den += float(y[ok].sum())
+    return num / den if den else None
+
+
+def rel(a, b) -> float | None:
+    return None if a is None or b is None or not b else (a - b) / b
+
+
+def verdict(sim: dict, net: dict) -> dict:
+    """Each tolerance checked: True, False, or None where it does not apply."""
+    tol = TOLERANCE
+    ss = rel(sim.get("ss_cwnd"), net.get("ss_cwnd"))
+    drops = sim["drops"]
+    return {
+        "goodput": abs(rel(sim["goodput_mbps"], net["goodput_mbps"])) <= tol["goodput"],
+        "jain": abs(sim["jain"] - net["jain"]) <= tol["jain"],
+        "ss_cwnd": None if ss is None else abs(ss) <= tol["ss_cwnd"],
+        "completion": None
+        if sim.get("makespan_s") is None or net.get("makespan_s") is None
+        else abs(rel(sim["makespan_s"], net["makespan_s"])) <= tol["completion"],
+        "retx": sim["retransmissions"] <= tol["retx_over_loss"] * drops if drops else sim["retransmissions"] == 0,
+    }
+
+
+def run_case(case: Case, force: bool = False) -> dict:
+    path = RESULTS / f"{case.key.replace(':', '_')}.json"
+    if path.exists() and not force:
+        return json.loads(path.read_text())
+    res = {"case": case.key}
+    for kind in ("duration", "volume"):
+        res[f"sim_{kind}"] = run_sim(case, kind)
+        res[f"netns_{kind}"] = run_netns(case, kind)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(res))
+    return res
+
+
+# --------------------------------------------------------------------------- the table
+
+
+def _pair(a, b, fmt="{:.1f}") -> str:
+    f = lambda x: "–" if x is None or (isinstance(x, float) and math.isnan(x)) else fmt.format(x)  # noqa: E731
+    return f"{f(a)} / {f(b)}"
+
+
+def row(res: dict) -> tuple[str, dict]:
+    v, rtt, buf, n = res["case"].split(":")
+    sd, nd, sv, nv = res["sim_duration"], res["netns_duration"], res["sim_volume"], res["netns_volume"]
+    ok = verdict({**sd, "makespan_s": sv["makespan_s"]}, {**nd, "makespan_s": nv["makespan_s"]})
+    d = distance(sd.get("trajectory") or {}, nd.get("trajectory") or {})
+    ss = lambda r: None if r.get("ss_cwnd") is None else f"{r['ss_cwnd']:.0f} ({r['ss_time_s']:.2f} s)"  # noqa: E731
+    misses = [k for k, good in ok.items() if good is False]
+    cells = [
+        v,
+        f"{rtt} ms",
+        buf.replace("bdp", ""),
+        n,
+        _pair(sd["goodput_mbps"], nd["goodput_mbps"]),
+        _pair(sd["jain"], nd["jain"], "{:.3f}"),
+        _pair(sd["cov"], nd["cov"], "{:.2f}"),
+        f"{ss(sd) or '–'} / {ss(nd) or '–'}",
+        _pair(sd.get("first_loss_s"), nd.get("first_loss_s"), "{:.2f}"),
+        f"{sd['retransmissions']}/{sd['drops']} · {nd['retransmissions']}/{nd['drops']}",
+        _pair(sv["makespan_s"], nv["makespan_s"], "{:.2f}"),
+        "–" if d is None else f"{d:.2f}",
+        ", ".join(misses) or "✓",
+    ]
+    return "| " + " | ".join(str(c) for c in cells) + " |", ok
+
+
+HEADER = [
+    "| variant | RTT | B (BDP) | flows | goodput, sim / netns (Mbit/s) | Jain | CoV | slow-start exit cwnd (time) "
+    "| first loss (s) | retx/drops, sim · netns | completion (s) | cwnd distance | misses |",
+    "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+]
+
+
+def table(results: list[dict]) -> str:
+    lines, counts, passed = list(HEADER), {k: [0, 0] for k in ("goodput", "jain", "ss_cwnd", "completion", "retx")}, 0
+    for res in results:
+        line, ok = row(res)
+        lines.append(line)
+        for k, good in ok.items():
+            if good is not None:
+                counts[k][0] += bool(good)
+                counts[k][1] += 1
+        passed += all(g is not False for g in ok.values())
+    names = {"goodput": "goodput ±5 %", "jain": "Jain ±0.05", "ss_cwnd": "slow-start exit cwnd ±20 %"}
+    names |= {"completion": "completion ±5 %", "retx": "sim retransmissions ≤ 1.1 × drops"}
+    summary = "; ".join(f"{names[k]}: {a}/{b}" for k, (a, b) in counts.items())
+    lines += ["", f"**{passed} of {len(results)} cases hold every tolerance** ({summary})."]
+    return "\n".join(lines)
+
+
+def write(name: str, text: str) -> None:
+    import validate
+
+    validate.write(name, text)
+
+
+# --------------------------------------------------------------------------- dispersion
+
+
+def dispersion(case: Case, reps: int) -> str:
+    """Completion time of the same volume run repeated: netns (as is) and the simulator
+    (seeds 1..reps, host noise on, and off)."""
+    sim = [run_sim(case, "volume", seed=k)["makespan_s"] for k in range(1, reps + 1)]
+    net = [run_netns(case, "volume")["makespan_s"] for _ in range(reps)]
+    rows = ["| backend | runs | mean (s) | std (s) | CoV | min – max (s) |", "|---|---:|---:|---:|---:|---:|"]
+    for name, xs in (("netns (Linux 6.18)", net), ("simulator, host noise on", sim)):
+        a = np.asarray([x for x in xs if x is not None], float)
+        rows.append(
+            f"| {name} | {a.size} | {a.mean():.3f} | {a.std(ddof=1):.3f} | {a.std(ddof=1) / a.mean():.4f} "
+            f"| {a.min():.3f} – {a.max():.3f} |"
+        )
+    return f"Case {case.key}, {VOLUME_BYTES / 1e6:.0f} MB:\n\n" + "\n".join(rows)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--only", action="append", default=[], help="a case key or prefix (repeatable)")
+    ap.add_argument("--force", action="store_true", help="rerun cases already stored")
+    ap.add_argument("--render", action="store_true", help="only rewrite the table from stored results")
+    ap.add_argument("--no-write", action="store_true", help="print, do not touch VALIDATION.md")
+    ap.add_argument("--dispersion", action="append", default=[], help="a case key: repetitions of its volume run")
+    ap.add_argument("--reps", type=int, default=10)
+    args = ap.parse_args()
+    if args.dispersion:
+        for key in args.dispersion:
+            v, rtt, buf, n = key.split(":")
+            text = dispersion(Case(v, int(rtt), buf, int(n)), args.reps)
+            print(text, flush=True)
+            if not args.no_write:
+                write("fidelity_dispersion", text)
+        return 0
+    cases = select(matrix(), args.only)
+    results = []
+    for k, case in enumerate(cases, 1):
+        t0 = time.perf_counter()
+        if args.render:
+            path = RESULTS / f"{case.key.replace(':', '_')}.json"
+            if not path.exists():
+                continue
+            res = json.loads(path.read_text())
+        else:
+            res = run_case(case, args.force)
+        results.append(res)
+        line, _ = row(res)
+        print(f"[{k}/{len(cases)}] {time.perf_counter() - t0:.0f} s {line}", flush=True)
+    text = table(results)
+    print(text)
+    if not args.no_write and not args.only:
+        write("fidelity", text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

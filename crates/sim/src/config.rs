@@ -242,6 +242,13 @@ pub struct NoiseConfig {
     /// interfaces of the same nominal rate never stay in phase.
     #[serde(default = "default_clock_ppm")]
     pub clock_ppm: f64,
+    /// Transmit batching by the host's softirq runs: segments TCP sends reach the
+    /// interface only at the host's next run, every this many ns at the host's own phase
+    /// (0: at once). A quiet host runs its softirqs within microseconds; a host whose
+    /// CPUs are saturated (an emulation on a few cores) defers them to ksoftirqd and
+    /// its flows leave in trains.
+    #[serde(default)]
+    pub tx_batch_ns: Time,
 }
 
 impl Default for NoiseConfig {
@@ -252,6 +259,7 @@ impl Default for NoiseConfig {
             rx_coalesce_ns: default_coalesce(),
             tx_coalesce_ns: default_coalesce(),
             clock_ppm: default_clock_ppm(),
+            tx_batch_ns: 0,
         }
     }
 }

@@ -30,6 +30,7 @@ pub struct Noise {
     processing_span: Time,
     pub rx_coalesce: Time,
     pub tx_coalesce: Time,
+    pub tx_batch: Time,
     clock_ppm: f64,
     rng: Pcg64Mcg,
 }
@@ -41,6 +42,7 @@ impl Noise {
             processing_span: 2 * cfg.processing_ns,
             rx_coalesce: cfg.rx_coalesce_ns,
             tx_coalesce: cfg.tx_coalesce_ns,
+            tx_batch: cfg.tx_batch_ns,
             clock_ppm: cfg.clock_ppm,
             rng: Pcg64Mcg::seed_from_u64(seed ^ 0x005e_ed0f_4057_u64),
         }
@@ -64,6 +66,14 @@ impl Noise {
         bps * (1.0 + (2.0 * u - 1.0) * self.clock_ppm * 1e-6)
     }
 
+    /// A softirq phase in [0, tx_batch) (0 without transmit batching).
+    pub fn tx_phase(&mut self) -> Time {
+        if !self.enabled || self.tx_batch == 0 {
+            return 0;
+        }
+        self.rng.next_u64() % self.tx_batch
+    }
+
     /// A timer-wheel phase in [0, tick), or none without noise.
     pub fn timer_phase(&mut self, tick: Time) -> Option<Time> {
         self.enabled.then(|| self.rng.next_u64() % tick.max(1))
@@ -84,14 +94,32 @@ pub struct Host {
     pub senders: Vec<usize>,
     /// Its timer wheel's phase (`None`: exact timers).
     pub timer_phase: Option<Time>,
+    /// Its next softirq run (transmit batching).
+    pub tx_phase: Time,
 }
 
 impl Host {
-    pub fn new(timer_phase: Option<Time>) -> Self {
+    pub fn new(timer_phase: Option<Time>, tx_phase: Time) -> Self {
         Self {
             timer_phase,
+            tx_phase,
             ..Self::default()
         }
+    }
+
+    /// When a segment TCP sends at `t` reaches the interface: at the host's next softirq
+    /// run when transmissions are batched (runs spaced uniformly in [0, 2 × tx_batch)),
+    /// else at once. Sends must be given in order.
+    #[inline]
+    pub fn tx_handoff(&mut self, noise: &mut Noise, t: Time) -> Time {
+        let p = noise.tx_batch;
+        if !noise.enabled || p == 0 {
+            return t;
+        }
+        while self.tx_phase < t {
+            self.tx_phase += 1 + noise.rng.next_u64() % (2 * p);
+        }
+        self.tx_phase
     }
 
     /// When a packet reaching this host's interface at `arrival` is handed to TCP.
@@ -132,6 +160,24 @@ mod tests {
         assert_eq!(h.rx_deliver(&mut n, 200_000), 200_000);
         assert_eq!(n.processing(), 0);
         assert_eq!(n.timer_phase(4_000_000), None);
+    }
+
+    #[test]
+    fn batched_transmissions_wait_for_the_hosts_next_softirq_run() {
+        let cfg = NoiseConfig {
+            tx_batch_ns: 500_000,
+            ..NoiseConfig::default()
+        };
+        let mut n = Noise::new(&cfg, 1);
+        let mut h = Host::new(None, 100_000);
+        assert_eq!(h.tx_handoff(&mut n, 50_000), 100_000);
+        assert_eq!(h.tx_handoff(&mut n, 100_000), 100_000);
+        let next = h.tx_handoff(&mut n, 100_001);
+        assert!(next > 100_001 && next <= 1_100_001);
+        assert_eq!(h.tx_handoff(&mut n, next), next);
+        // Off by default: at once.
+        let mut n = Noise::new(&NoiseConfig::default(), 1);
+        assert_eq!(h.tx_handoff(&mut n, 5_000_000), 5_000_000);
     }
 
     #[test]

@@ -277,7 +277,10 @@ impl Simulation {
             .collect();
         let tick = crate::time::NS_PER_S / cfg.tcp.hz.max(1) as Time;
         let mut hosts: Vec<Host> = (0..2 * cfg.pairs.len())
-            .map(|_| Host::new(noise.timer_phase(tick)))
+            .map(|_| {
+                let tx_phase = noise.tx_phase();
+                Host::new(noise.timer_phase(tick), tx_phase)
+            })
             .collect();
         for (i, f) in flows.iter_mut().enumerate() {
             hosts[f.src_host].senders.push(i);
@@ -419,6 +422,7 @@ impl Simulation {
                 let bytes = self.seg_len(i, seg.seq) + self.cfg.header_bytes;
                 let t = now + self.noise.processing();
                 let f = &mut self.flows[i];
+                let t = self.hosts[f.src_host].tx_handoff(&mut self.noise, t);
                 let Offer::Departs(d) = self.links[f.nic].offer(t, bytes, 1.0) else {
                     unreachable!("host interfaces never drop")
                 };
@@ -715,8 +719,9 @@ impl Simulation {
                 }
                 continue;
             }
-            let nic = f.nic;
+            let (nic, h) = (f.nic, f.src_host);
             let t = now + self.noise.processing();
+            let t = self.hosts[h].tx_handoff(&mut self.noise, t);
             let Offer::Departs(d) = self.links[nic].offer(t, bytes, 1.0) else {
                 unreachable!("host interfaces never drop")
             };

@@ -4,6 +4,7 @@ netns backend (this host's kernel), compared metric by metric.
     .venv/bin/python benches/fidelity.py                       # the full matrix (root; ~2 h), then the table
     .venv/bin/python benches/fidelity.py --only reno:50:1.0bdp:1 --only cubic:10     # some cases
     .venv/bin/python benches/fidelity.py --render              # rewrite the table from stored results
+    .venv/bin/python benches/fidelity.py --backend sim --force sim   # the simulator's side again
     .venv/bin/python benches/fidelity.py --dispersion          # run-to-run spread, 10 repetitions each
 
 The matrix: 7 variants × RTT 10, 50, 200 ms × buffer 0.2 and 1 BDP × 1 and 4 flows, hosts
@@ -12,7 +13,8 @@ Each case is a 30 s duration run (slow start, losses, goodput, fairness) and a v
 (300 MB split over the pairs: completion time), on both backends. The senders' cwnd on
 netns comes from benches/fidelity_tcpinfo.py (TCP_INFO every 2 ms; iperf3 reports every
 0.1 s at best), the simulator's from its tcp table at the same step. Results are stored per
-case in results/fidelity/ (a rerun skips stored cases unless --force) and the table goes
+case and backend in results/fidelity/ (a rerun skips stored ones unless --force sim|netns;
+--backend sim reruns only the simulator's side) and the table goes
 into VALIDATION.md between `<!-- table:fidelity -->` markers.
 """
 
@@ -37,6 +39,8 @@ sys.path.insert(0, str(ROOT / "python"))
 sys.path.insert(0, str(ROOT / "benches"))
 
 from xferlab import backends, metrics, scenario  # noqa: E402
+from xferlab.backends import sim as sim_backend  # noqa: E402
+from xferlab.netns import topology  # noqa: E402
 from xferlab.trace import Trace  # noqa: E402
 
 RESULTS = ROOT / "results" / "fidelity"
@@ -48,6 +52,10 @@ BOTTLENECK, ACCESS = "300Mbps", "1Gbps"
 DURATION_S = 30
 VOLUME_BYTES = 300_000_000
 SAMPLE_S = 0.002
+VETH_BPS = 10e9
+#: Mean spacing of the emulation hosts' softirq runs (transmit batching), from the trains
+#: of packets seen at the left router in a capture (VALIDATION.md §7).
+EMULATION_TX_BATCH_NS = 400_000
 #: What "agrees" means, per metric (issue 11).
 TOLERANCE = {"goodput": 0.05, "jain": 0.05, "ss_cwnd": 0.20, "completion": 0.05, "retx_over_loss": 1.10}
 
@@ -113,12 +121,64 @@ def _run(data: dict, backend: str, tcp_interval: float | None = None) -> tuple[d
     return metrics.compute(trace, r, None), trace, {"wall_s": wall, **out.stats}
 
 
-def run_sim(case: Case, kind: str, duration_s: float = DURATION_S, seed: int | None = None) -> dict:
+def emulated(cfg: dict) -> dict:
+    """The simulator's configuration changed into the emulation netns builds (its
+    topology.py), so that the two backends differ in TCP only: each host's access link is
+    a veth (~10 Gbit/s) under an HTB at the access rate with a burst of 1 ms or 10 frames,
+    the bottleneck a veth under an HTB at C with a burst of 20 frames (both counting wire
+    bytes), and the hosts batch their transmissions as this machine's saturated CPUs do
+    (softirq runs every ~0.4 ms, measured: see VALIDATION.md §7)."""
+    frame = cfg["mss"] + cfg["header_bytes"] + 14
+    wire = frame / (frame + topology.WIRE_OVERHEAD)
+    bucket = lambda rate, burst: {"kind": "token_bucket", "rate_bps": rate * wire, "burst_bytes": burst, "tick_ns": 1000}  # noqa: E731
+    for f in cfg["flows"]:
+        rate = cfg["pairs"][f["pair"]]["access_rate_bps"]
+        if f.get("limiter") is None:
+            f["limiter"] = bucket(rate, max(10 * frame, int(rate / 8 * 1e-3)))
+    for p in cfg["pairs"]:
+        p["access_rate_bps"] = VETH_BPS
+    b = cfg["bottleneck"]
+    b["shaper"] = bucket(b["rate_bps"], topology.BOTTLENECK_BURST_PKTS * frame)
+    b["rate_bps"] = VETH_BPS
+    cfg["noise"]["tx_batch_ns"] = EMULATION_TX_BATCH_NS
+    return cfg
+
+
+def run_sim(case: Case, kind: str, duration_s: float = DURATION_S, seed: int | None = None, plain: bool = False) -> dict:
+    """The simulator's side: the emulated network and host (`plain`: the scenario as it
+    reads, on quiet hosts with real interfaces)."""
     data = case.scenario(kind, duration_s)
+    data["measure"]["tcp_interval"] = f"{SAMPLE_S}s"
     if seed is not None:
         data["seed"] = seed
-    m, trace, stats = _run(data, "sim", tcp_interval=SAMPLE_S)
+    s = scenario.from_dict(data, data["name"])
+    r = scenario.resolve(s)
+    cfg = sim_backend.sim_config(r)
+    if not plain:
+        cfg = emulated(cfg)
+    t0 = time.perf_counter()
+    out = sim_backend._module().run(json.dumps(cfg), None, 1.0)
+    stats = {"wall_s": time.perf_counter() - t0, **dict(out["stats"])}
+    trace = Trace.from_batches(dict(out["tables"]), {"end_s": stats["end_s"]})
+    m = metrics.compute(trace, r, None)
     return summarize(m, stats, sim_samples(trace) if kind == "duration" else None)
+
+
+def run_sim_plain(case: Case, kind: str) -> dict:
+    return run_sim(case, kind, plain=True)
+
+
+#: The emulation needs the machine to itself (2 cores here): a netns run waits until the
+#: 1-minute load average is below this (`--max-load`), for at most MAX_WAIT_S.
+MAX_LOAD = 3.0
+MAX_WAIT_S = 1800
+
+
+def wait_for_quiet() -> float:
+    t0 = time.monotonic()
+    while (load := os.getloadavg()[0]) > MAX_LOAD and time.monotonic() - t0 < MAX_WAIT_S:
+        time.sleep(10)
+    return load
 
 
 def run_netns(case: Case, kind: str, duration_s: float = DURATION_S) -> dict:
@@ -129,7 +189,7 @@ def run_netns(case: Case, kind: str, duration_s: float = DURATION_S) -> dict:
     if kind == "duration":
         cmd = [sys.executable, str(ROOT / "benches/fidelity_tcpinfo.py"), "--out", str(csv), "--interval", str(SAMPLE_S)]
         sampler = subprocess.Popen(cmd)
-    load = os.getloadavg()[0]
+    load = wait_for_quiet()
     try:
         m, _, stats = _run(case.scenario(kind, duration_s), "netns")
     finally:
@@ -283,17 +343,33 @@ def verdict(sim: dict, net: dict) -> dict:
     }
 
 
-def run_case(case: Case, force: bool = False) -> dict:
-    path = RESULTS / f"{case.key.replace(':', '_')}.json"
+def _stored(case: Case, backend: str, run, force: bool) -> dict:
+    """One backend's results for a case (duration and volume runs), stored apart so that a
+    change to the simulator reruns only the simulator."""
+    path = RESULTS / f"{case.key.replace(':', '_')}-{backend}.json"
     if path.exists() and not force:
         return json.loads(path.read_text())
-    res = {"case": case.key}
-    for kind in ("duration", "volume"):
-        res[f"sim_{kind}"] = run_sim(case, kind)
-        res[f"netns_{kind}"] = run_netns(case, kind)
+    res = {kind: run(case, kind) for kind in ("duration", "volume")}
     RESULTS.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(res))
     return res
+
+
+RUNNERS = {"sim": run_sim, "simplain": run_sim_plain, "netns": run_netns}
+
+
+def run_case(case: Case, force: frozenset = frozenset(), backends_: tuple = tuple(RUNNERS)) -> dict | None:
+    """The backends' results for a case; a backend not in `backends_` only from storage
+    (the plain simulator's are optional)."""
+    res, missing = {"case": case.key}, False
+    for name, run in RUNNERS.items():
+        path = RESULTS / f"{case.key.replace(':', '_')}-{name}.json"
+        if name not in backends_ and not path.exists():
+            missing |= name != "simplain"
+            continue
+        got = _stored(case, name, run, name in force and name in backends_)
+        res[f"{name}_duration"], res[f"{name}_volume"] = got["duration"], got["volume"]
+    return None if missing else res
 
 
 # --------------------------------------------------------------------------- the table
@@ -307,7 +383,7 @@ def _pair(a, b, fmt="{:.1f}") -> str:
 def row(res: dict) -> tuple[str, dict]:
     v, rtt, buf, n = res["case"].split(":")
     sd, nd, sv, nv = res["sim_duration"], res["netns_duration"], res["sim_volume"], res["netns_volume"]
-    ok = verdict({**sd, "makespan_s": sv["makespan_s"]}, {**nd, "makespan_s": nv["makespan_s"]})
+    ok = verdicts(res)
     d = distance(sd.get("trajectory") or {}, nd.get("trajectory") or {})
     ss = lambda r: None if r.get("ss_cwnd") is None else f"{r['ss_cwnd']:.0f} ({r['ss_time_s']:.2f} s)"  # noqa: E731
     misses = [k for k, good in ok.items() if good is False]
@@ -336,11 +412,15 @@ HEADER = [
 ]
 
 
-def table(results: list[dict]) -> str:
-    lines, counts, passed = list(HEADER), {k: [0, 0] for k in ("goodput", "jain", "ss_cwnd", "completion", "retx")}, 0
-    for res in results:
-        line, ok = row(res)
-        lines.append(line)
+def verdicts(res: dict, sim: str = "sim") -> dict:
+    sd, sv = res[f"{sim}_duration"], res[f"{sim}_volume"]
+    nd, nv = res["netns_duration"], res["netns_volume"]
+    return verdict({**sd, "makespan_s": sv["makespan_s"]}, {**nd, "makespan_s": nv["makespan_s"]})
+
+
+def tally(oks: list[dict]) -> str:
+    counts, passed = {k: [0, 0] for k in ("goodput", "jain", "ss_cwnd", "completion", "retx")}, 0
+    for ok in oks:
         for k, good in ok.items():
             if good is not None:
                 counts[k][0] += bool(good)
@@ -349,7 +429,21 @@ def table(results: list[dict]) -> str:
     names = {"goodput": "goodput ±5 %", "jain": "Jain ±0.05", "ss_cwnd": "slow-start exit cwnd ±20 %"}
     names |= {"completion": "completion ±5 %", "retx": "sim retransmissions ≤ 1.1 × drops"}
     summary = "; ".join(f"{names[k]}: {a}/{b}" for k, (a, b) in counts.items())
-    lines += ["", f"**{passed} of {len(results)} cases hold every tolerance** ({summary})."]
+    return f"**{passed} of {len(oks)} cases hold every tolerance** ({summary})"
+
+
+def table(results: list[dict]) -> str:
+    lines = list(HEADER)
+    for res in results:
+        lines.append(row(res)[0])
+    lines += ["", tally([verdicts(r) for r in results]) + "."]
+    plain = [verdicts(r, "simplain") for r in results if "simplain_duration" in r]
+    if plain:
+        lines += [
+            "",
+            "The simulator on the scenario as written (quiet hosts, real 1 Gbit/s interfaces, an exact "
+            "bottleneck) against the same netns runs: " + tally(plain) + ".",
+        ]
     return "\n".join(lines)
 
 
@@ -380,12 +474,15 @@ def dispersion(case: Case, reps: int) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--only", action="append", default=[], help="a case key or prefix (repeatable)")
-    ap.add_argument("--force", action="store_true", help="rerun cases already stored")
+    ap.add_argument("--force", action="append", choices=tuple(RUNNERS), help="rerun a backend's stored cases")
+    ap.add_argument("--backend", choices=(*RUNNERS, "all"), default="all", help="which backend to run")
     ap.add_argument("--render", action="store_true", help="only rewrite the table from stored results")
     ap.add_argument("--no-write", action="store_true", help="print, do not touch VALIDATION.md")
     ap.add_argument("--dispersion", action="append", default=[], help="a case key: repetitions of its volume run")
     ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--max-load", type=float, default=3.0, help="wait for a load average below this")
     args = ap.parse_args()
+    globals()["MAX_LOAD"] = args.max_load
     if args.dispersion:
         for key in args.dispersion:
             v, rtt, buf, n = key.split(":")
@@ -395,16 +492,14 @@ def main() -> int:
                 write("fidelity_dispersion", text)
         return 0
     cases = select(matrix(), args.only)
+    force = frozenset(args.force or [])
+    chosen = tuple(RUNNERS) if args.backend == "all" else (args.backend,)
     results = []
     for k, case in enumerate(cases, 1):
         t0 = time.perf_counter()
-        if args.render:
-            path = RESULTS / f"{case.key.replace(':', '_')}.json"
-            if not path.exists():
-                continue
-            res = json.loads(path.read_text())
-        else:
-            res = run_case(case, args.force)
+        res = run_case(case, force, () if args.render else chosen)
+        if res is None:
+            continue
         results.append(res)
         line, _ = row(res)
         print(f"[{k}/{len(cases)}] {time.perf_counter() - t0:.0f} s {line}", flush=True)

@@ -1,0 +1,43 @@
+"""The simulator beside real Linux TCP (the netns backend), a few cases of benches/fidelity.py.
+
+Root only (CI runs as root). Three 8 s runs on each backend, about a minute in all. The
+tolerances are the fidelity suite's, widened where a loaded machine moves the kernel's
+side (goodput ±8 % instead of ±5 %; the slow-start exit cwnd ±25 % instead of ±20 %).
+"""
+
+import sys
+from pathlib import Path
+
+import pytest
+from test_netns import needs_host
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benches"))
+import fidelity  # noqa: E402
+
+pytestmark = [pytest.mark.slow]
+
+CASES = [fidelity.Case("reno", 50, "1.0bdp", 1), fidelity.Case("cubic", 50, "1.0bdp", 1), fidelity.Case("bbr", 50, "1.0bdp", 1)]
+
+
+@pytest.fixture(autouse=True)
+def _results_in_tmp(tmp_path, monkeypatch):
+    monkeypatch.setattr(fidelity, "RESULTS", tmp_path)
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.key)
+def test_sim_retransmits_only_what_it_lost(case):
+    sim = fidelity.run_sim(case, "duration", duration_s=8)
+    assert sim["retransmissions"] <= 1.1 * sim["drops"]  # CUBIC leaves slow start by HyStart: none
+    assert sim["timeouts"] == 0
+
+
+@needs_host
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.key)
+def test_sim_beside_the_kernel(case):
+    sim = fidelity.run_sim(case, "duration", duration_s=8)
+    net = fidelity.run_netns(case, "duration", duration_s=8)
+    # Slow start: where and when it ends (Reno at the first loss, CUBIC at HyStart's
+    # delay exit ~1 240 segments, BBR when its bandwidth estimate stops growing).
+    assert sim["ss_cwnd"] == pytest.approx(net["ss_cwnd"], rel=0.25)
+    assert sim["ss_time_s"] == pytest.approx(net["ss_time_s"], rel=0.25)
+    assert sim["goodput_mbps"] == pytest.approx(net["goodput_mbps"], rel=0.08)

@@ -153,6 +153,31 @@ def table2(quick: bool) -> str:
     return "\n".join(rows)
 
 
+_FULL_RATE: dict = {}
+
+
+def _full_rate(variant: str, rtt: float, quick: bool, kernel: str = "linux6") -> dict:
+    """One §4b run (remembered, so that the 2006 table reuses the Linux 6 runs)."""
+    key = (variant, rtt, quick, kernel)
+    if key not in _FULL_RATE:
+        _FULL_RATE[key] = run(
+            {
+                "name": f"table2-{variant}-{rtt}-{kernel}",
+                "topology": {"pairs": 12, "access_rate": "1Gbps", "bottleneck_rate": "10Gbps", "rtt": f"{rtt}ms", "buffer": 1000},
+                "workload": {
+                    "duration": "60s" if quick else "300s",
+                    "stagger": "10s" if quick else "50s",
+                    "align_end": True,
+                    "start_jitter": "10ms",
+                },
+                "protocol": {"variant": variant},
+                "host": {"kernel": kernel},
+                "measure": {"window": "all-active"},
+            }
+        )[0]
+    return _FULL_RATE[key]
+
+
 def table2_full_rate(quick: bool) -> str:
     """Seed 002 Table II at full rate (12 × 1 Gbit/s into 10 Gbit/s) with a fixed,
     switch-like buffer of 1 000 packets at both RTTs, pairs 50 s apart (the seed: 200 s) and
@@ -166,26 +191,7 @@ def table2_full_rate(quick: bool) -> str:
         for j, rtt in enumerate(paper["rtt_ms"]):
             if quick and variant not in ("reno", "cubic"):
                 continue
-            m, _, _ = run(
-                {
-                    "name": f"table2-{variant}-{rtt}",
-                    "topology": {
-                        "pairs": 12,
-                        "access_rate": "1Gbps",
-                        "bottleneck_rate": "10Gbps",
-                        "rtt": f"{rtt}ms",
-                        "buffer": 1000,
-                    },
-                    "workload": {
-                        "duration": "60s" if quick else "300s",
-                        "stagger": "10s" if quick else "50s",
-                        "align_end": True,
-                        "start_jitter": "10ms",
-                    },
-                    "protocol": {"variant": variant},
-                    "measure": {"window": "all-active"},
-                }
-            )
+            m = _full_rate(variant, rtt, quick)
             rows.append(
                 f"| {variant} | {rtt:g} ms | {paper['flow_mean_goodput_mbps'][key][j]:.1f} | {m['mean_flow_goodput_mbps']:.1f} | "
                 f"{paper['mean_fairness_jain'][key][j]:.3f} | {m['jain_index']:.3f} | "
@@ -210,6 +216,63 @@ def ns2(quick: bool) -> str:
             f"| {buffer} | {m['aggregate_goodput_mbps']:.0f} | {m['efficiency']:.3f} | {m['jain_index']:.4f} | "
             f"{m['bottleneck_drops']} | {m['mean_flow_cov']:.3f} | {wall:.1f} s |"
         )
+    return "\n".join(rows)
+
+
+def _ifs(rtt_ms: float, kernel: str, seed: int, scale: float) -> float:
+    """Seed 001's IFS: two BIC transfers (15 and 30 GB × scale) start together on a 1 Gbit/s
+    bottleneck with a 100-packet buffer; the makespan deficiency against (v1 + v2) / r_TP."""
+    v = int(15e9 * scale)
+    m, _, _ = run(
+        {
+            "name": f"seed001-ifs-{rtt_ms:g}ms-{kernel}-{seed}",
+            "topology": {"pairs": 2, "access_rate": "1Gbps", "bottleneck_rate": "1Gbps", "rtt": f"{rtt_ms}ms", "buffer": 100},
+            "workload": {"volume": v, "per_pair": [{}, {"volume": 2 * v}]},
+            "protocol": {"variant": "bic"},
+            "host": {"kernel": kernel},
+            "measure": {"goodput_interval": "1s", "link_interval": "1s", "tcp_interval": "1s"},
+            "seed": seed,
+        }
+    )
+    return 100 * m["completion"]["makespan_deficiency"]
+
+
+def seed001_ifs(quick: bool) -> str:
+    """Seed 001 Table 2, IFS, on both sender models: mean and worst deficiency over seeds."""
+    scale, seeds = (0.02, 3) if quick else (0.1, 10)
+    rows = [
+        "| RTT | paper mean (p99) | Linux 6 sender: mean (max) | 2006 sender: mean (max) |",
+        "|---:|---:|---:|---:|",
+    ]
+    paper = PAPER["flow_scheduling_1gbe"]
+    for j, rtt in enumerate(paper["rtt_ms"]):
+        mean, p99 = paper["mean_completion_deficiency_pct"]["ifs"][j], paper["p99_completion_deficiency_pct"]["ifs"][j]
+        cells = [f"{rtt:g} ms", f"{mean:.1f} % ({p99:.1f} %)"]
+        for kernel in ("linux6", "linux2006"):
+            d = [_ifs(rtt, kernel, k, scale) for k in range(1, seeds + 1)]
+            cells.append(f"{sum(d) / len(d):.1f} % ({max(d):.1f} %)")
+        rows.append("| " + " | ".join(cells) + " |")
+    return "\n".join(rows)
+
+
+def table2_2006(quick: bool) -> str:
+    """§4b's full-rate runs with the 2006 sender beside the Linux 6 one."""
+    paper = PAPER["variants_vs_rtt_gtrcnet10"]
+    rows = [
+        "| variant | RTT | flow mean, paper | Linux 6 | 2006 | Jain, paper | Linux 6 | 2006 | CoV, paper | Linux 6 | 2006 |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for key, variant in TABLE2_VARIANTS.items():
+        for j, rtt in enumerate(paper["rtt_ms"]):
+            if quick and variant not in ("reno", "cubic"):
+                continue
+            a, b = (_full_rate(variant, rtt, quick, k) for k in ("linux6", "linux2006"))
+            rows.append(
+                f"| {variant} | {rtt:g} ms | {paper['flow_mean_goodput_mbps'][key][j]:.1f} | "
+                f"{a['mean_flow_goodput_mbps']:.1f} | {b['mean_flow_goodput_mbps']:.1f} | "
+                f"{paper['mean_fairness_jain'][key][j]:.3f} | {a['jain_index']:.3f} | {b['jain_index']:.3f} | "
+                f"{paper['normalised_std_deviation'][key][j]:.3f} | {a['mean_flow_cov']:.3f} | {b['mean_flow_cov']:.3f} |"
+            )
     return "\n".join(rows)
 
 
@@ -268,6 +331,8 @@ CASES = {
     "table2": table2,
     "table2_full_rate": table2_full_rate,
     "ns2": ns2,
+    "table2_2006": table2_2006,
+    "seed001_ifs": seed001_ifs,
     "netns_ns2": netns_ns2,
     "netns_variants": netns_variants,
 }
@@ -288,7 +353,7 @@ def write(name: str, table: str) -> None:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("cases", nargs="*", default=SIM_CASES, choices=list(CASES) + [[]])
+    ap.add_argument("cases", nargs="*", default=[], choices=list(CASES) + [[]])
     ap.add_argument("--quick", action="store_true", help="fewer, shorter cases (no file written)")
     args = ap.parse_args()
     for name in args.cases or SIM_CASES:

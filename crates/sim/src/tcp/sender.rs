@@ -151,6 +151,8 @@ pub struct Sender {
     max_pacing_rate: f64,
     /// Earliest departure of the next segment under pacing (`tcp_wstamp_ns`).
     wstamp: Time,
+    /// TSQ's limits in segments (new data, retransmissions), kept with the pacing rate.
+    tsq_segs: [usize; 2],
     data_segs_out: u64,
     /// Previously processed SACK blocks (Linux `recv_sack_cache`).
     sack_cache: [(u64, u64); MAX_SACK_BLOCKS],
@@ -165,7 +167,7 @@ impl Sender {
         total_segs: Option<u64>,
         max_window: Option<u32>,
     ) -> Self {
-        Self {
+        let mut s = Self {
             cc_controls: cc.has_cong_control(),
             cc,
             kernel: tcp.kernel,
@@ -206,10 +208,13 @@ impl Sender {
             pacing_rate: f64::INFINITY,
             max_pacing_rate: f64::INFINITY,
             wstamp: 0,
+            tsq_segs: [0, 0],
             data_segs_out: 0,
             sack_cache: [(0, 0); MAX_SACK_BLOCKS],
             stats: SenderStats::default(),
-        }
+        };
+        s.refresh_tsq();
+        s
     }
 
     pub fn variant(&self) -> &'static str {
@@ -224,7 +229,7 @@ impl Sender {
     /// `SO_MAX_PACING_RATE`, payload bytes per second (caps the rate TSQ sizes for).
     pub fn set_max_pacing_rate(&mut self, bytes_per_s: f64) {
         self.max_pacing_rate = bytes_per_s;
-        self.pacing_rate = self.pacing_rate.min(bytes_per_s);
+        self.set_pacing_rate(self.pacing_rate);
     }
 
     /// The connection is established at `now` and the application starts writing;
@@ -242,6 +247,7 @@ impl Sender {
         self.cc.init(&mut self.win, &info);
         self.paced = self.cc.pacing_rate().is_some();
         self.update_pacing_rate();
+        self.refresh_tsq();
     }
 
     /// The application stops writing (duration elapsed); data in flight is still recovered.
@@ -283,6 +289,10 @@ impl Sender {
     /// Segments this flow may keep in its host (Linux `tcp_small_queue_check`, whose
     /// limit doubles for retransmissions): ~1 ms of the pacing rate in socket memory.
     pub fn tsq_limit(&self, retransmission: bool) -> usize {
+        self.tsq_segs[retransmission as usize]
+    }
+
+    fn compute_tsq_limit(&self, retransmission: bool) -> usize {
         if self.kernel == Kernel::Linux2006 {
             return TXQUEUELEN;
         }
@@ -824,7 +834,7 @@ impl Sender {
     /// sizes TSQ.
     fn update_pacing_rate(&mut self) {
         if let Some(r) = self.cc.pacing_rate() {
-            self.pacing_rate = r.min(self.max_pacing_rate);
+            self.set_pacing_rate(r);
             return;
         }
         let Some(srtt) = self.srtt else {
@@ -837,7 +847,20 @@ impl Sender {
         };
         let cwnd = self.win.cwnd.max(self.board.packets_out()) as f64;
         let rate = ratio * self.mss as f64 * cwnd / (srtt as f64 / 1e9);
-        self.pacing_rate = rate.min(self.max_pacing_rate);
+        self.set_pacing_rate(rate);
+    }
+
+    /// `sk_pacing_rate` (capped by `sk_max_pacing_rate`) and the TSQ limits sized by it.
+    fn set_pacing_rate(&mut self, rate: f64) {
+        let rate = rate.min(self.max_pacing_rate);
+        if rate != self.pacing_rate || self.tsq_segs[0] == 0 {
+            self.pacing_rate = rate;
+            self.refresh_tsq();
+        }
+    }
+
+    fn refresh_tsq(&mut self) {
+        self.tsq_segs = [self.compute_tsq_limit(false), self.compute_tsq_limit(true)];
     }
 
     /// What the congestion control is told about an ACK.

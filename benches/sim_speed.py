@@ -3,6 +3,11 @@
 quick scenario. Prints a table and rewrites the "Simulator speed" section of BENCHMARKS.md.
 
     .venv/bin/python benches/sim_speed.py [--runs 3] [--no-write]
+    .venv/bin/python benches/sim_speed.py --baseline OLD/_sim.abi3.so [--runs 3]
+
+With --baseline, each case runs on an older build of the extension (e.g. main's, built
+with `maturin build --release` in a checkout of it) and on this one, alternately in the same
+process, and the ratios go into the "Simulator speed: against a baseline" section.
 """
 
 from __future__ import annotations
@@ -78,6 +83,71 @@ def measure(path: Path, overrides: list[str], runs: int) -> dict:
     }
 
 
+def _baseline(path: str):
+    """Another build of the extension module, loaded beside this one."""
+    from importlib.machinery import ExtensionFileLoader
+    from importlib.util import module_from_spec, spec_from_loader
+
+    loader = ExtensionFileLoader("baseline._sim", path)
+    mod = module_from_spec(spec_from_loader("baseline._sim", loader))
+    loader.exec_module(mod)
+    return mod
+
+
+def compare(index: int, runs: int, baseline: str) -> None:
+    """One case on the baseline build, on this one, and on this one without host noise,
+    alternately (so that the machine's load falls on all three alike); prints medians."""
+    old = _baseline(baseline)
+    new = sim._module()
+    _, path, ov = CASES[index]
+    s, _ = scenario.load(path, ov)
+    cfg = sim.sim_config(scenario.resolve(s))
+    quiet = json.loads(json.dumps(cfg))
+    quiet["noise"]["enabled"] = False
+    legacy = json.loads(json.dumps(cfg))
+    legacy.pop("noise")
+    legacy["tcp"].pop("kernel")
+    walls = {"old": [], "new": [], "quiet": []}
+    for _ in range(runs):
+        for key, mod, c in (("old", old, legacy), ("new", new, cfg), ("quiet", new, quiet)):
+            t0 = time.perf_counter()
+            mod.run(json.dumps(c), None, 1.0)
+            walls[key].append(time.perf_counter() - t0)
+    print(json.dumps({k: statistics.median(v) for k, v in walls.items()}))
+
+
+def compare_all(runs: int, baseline: str, write: bool) -> None:
+    lines = [
+        "## Simulator speed: against a baseline",
+        "",
+        f"Command: `.venv/bin/python benches/sim_speed.py --baseline BASE/_sim.abi3.so --runs {runs}`: each case on "
+        "the baseline build and on this one (host noise on, and off), alternately in one process, median of "
+        f"{runs}. Machine: {machine()}; the load of other work falls on both alike.",
+        "",
+        "| scenario | baseline wall | this build | ratio | this build, noise off | ratio |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for index, (name, _, _) in enumerate(CASES):
+        cmd = [sys.executable, __file__, "--compare", str(index), "--runs", str(runs), "--baseline", baseline]
+        m = json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1])
+        lines.append(
+            f"| {name} | {m['old']:.2f} s | {m['new']:.2f} s | {m['new'] / m['old']:.2f} | {m['quiet']:.2f} s "
+            f"| {m['quiet'] / m['old']:.2f} |"
+        )
+        print(lines[-1], flush=True)
+    if write:
+        path = ROOT / "BENCHMARKS.md"
+        text = path.read_text()
+        section = "\n".join(lines) + "\n"
+        pattern = re.compile(r"## Simulator speed: against a baseline\n.*?(?=\n## |\Z)", re.S)
+        if pattern.search(text):
+            text = pattern.sub(section.rstrip("\n") + "\n", text)
+        else:
+            anchor = "## Simulator speed: the target"
+            text = text.replace(anchor, section + "\n" + anchor, 1)
+        path.write_text(text)
+
+
 def one(index: int, runs: int) -> None:
     """Measures one case in this (fresh) process and prints it as JSON with the peak RSS."""
     base_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -93,7 +163,15 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--no-write", action="store_true")
     ap.add_argument("--one", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--compare", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--baseline", help="an older build of the extension module to compare against")
     args = ap.parse_args()
+    if args.compare is not None:
+        compare(args.compare, args.runs, args.baseline)
+        return 0
+    if args.baseline:
+        compare_all(args.runs, args.baseline, not args.no_write)
+        return 0
     if args.one is not None:
         one(args.one, args.runs)
         return 0

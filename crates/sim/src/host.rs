@@ -88,8 +88,11 @@ pub struct Host {
     rx_irq: Time,
     /// When the stack is done with the last packet it was handed.
     rx_busy: Time,
-    /// The pending transmit-completion interrupt, if any.
+    /// The pending transmit-completion interrupt, if any, its event sequence number, and
+    /// whether it is in the event list (only while a sender waits for it).
     pub tx_irq: Option<Time>,
+    pub tx_irq_seq: u64,
+    pub tx_irq_queued: bool,
     /// Flows sending from this host (their TSQ completions come with its interrupt).
     pub senders: Vec<usize>,
     /// Its timer wheel's phase (`None`: exact timers).

@@ -127,6 +127,8 @@ pub struct Simulation {
     now: Time,
     heap: BinaryHeap<Reverse<Event>>,
     seq: u64,
+    /// Sequence number of the event being handled (ties in time are broken by it).
+    cur_seq: u64,
     events: u64,
     acks: u64,
     received_segments: u64,
@@ -292,6 +294,7 @@ impl Simulation {
             now: 0,
             heap: BinaryHeap::new(),
             seq: 0,
+            cur_seq: 0,
             events: 0,
             acks: 0,
             received_segments: 0,
@@ -367,6 +370,7 @@ impl Simulation {
                 return false;
             }
             self.now = ev.time;
+            self.cur_seq = ev.seq;
             self.events += 1;
             let (kind, i) = (ev.what & 0xff, (ev.what >> 8) as usize);
             // A pipe's head leaves it; the event moves in place to the next head, if any
@@ -641,6 +645,9 @@ impl Simulation {
 
     /// A segment of flow `i` left its host's interface: its completion frees its place in
     /// TCP Small Queues, at once or with the host's next transmit-completion interrupt.
+    /// The interrupt is an event only while one of the host's senders waits for it; else
+    /// its effect is applied when a sender next looks ([`Self::settle_tx`]), with the
+    /// order it would have had as an event, so that results do not depend on it.
     fn left_host(&mut self, i: usize) {
         let coalesce = self.noise.tx_coalesce;
         if !self.noise.enabled || coalesce == 0 {
@@ -649,21 +656,57 @@ impl Simulation {
             }
             return;
         }
-        self.flows[i].uncompleted += 1;
         let h = self.flows[i].src_host;
+        self.settle_tx(h);
+        self.flows[i].uncompleted += 1;
         if self.hosts[h].tx_irq.is_none() {
-            let at = self.now + coalesce;
-            self.hosts[h].tx_irq = Some(at);
-            self.schedule(at, TX_IRQ, h);
+            self.seq += 1;
+            let host = &mut self.hosts[h];
+            host.tx_irq = Some(self.now + coalesce);
+            host.tx_irq_seq = self.seq;
+            host.tx_irq_queued = false;
+            if host.senders.iter().any(|&k| self.flows[k].host_limited) {
+                self.queue_tx_irq(h);
+            }
+        }
+    }
+
+    /// Makes host `h`'s pending transmit-completion interrupt an event (a sender waits).
+    fn queue_tx_irq(&mut self, h: usize) {
+        let host = &mut self.hosts[h];
+        if let (Some(time), false) = (host.tx_irq, host.tx_irq_queued) {
+            host.tx_irq_queued = true;
+            self.heap.push(Reverse(Event {
+                time,
+                seq: host.tx_irq_seq,
+                what: TX_IRQ | ((h as u64) << 8),
+            }));
+        }
+    }
+
+    /// Applies host `h`'s transmit-completion interrupt if it has happened by now.
+    fn settle_tx(&mut self, h: usize) {
+        let host = &self.hosts[h];
+        if let (Some(at), false) = (host.tx_irq, host.tx_irq_queued) {
+            if (at, host.tx_irq_seq) < (self.now, self.cur_seq) {
+                self.complete_tx(h);
+            }
+        }
+    }
+
+    fn complete_tx(&mut self, h: usize) {
+        self.hosts[h].tx_irq = None;
+        for k in 0..self.hosts[h].senders.len() {
+            let i = self.hosts[h].senders[k];
+            self.flows[i].uncompleted = 0;
         }
     }
 
     /// Host `h`'s transmit-completion interrupt: its senders held back by TSQ resume.
     fn tx_completion(&mut self, h: usize) {
-        self.hosts[h].tx_irq = None;
+        self.complete_tx(h);
         for k in 0..self.hosts[h].senders.len() {
             let i = self.hosts[h].senders[k];
-            self.flows[i].uncompleted = 0;
             if self.flows[i].host_limited {
                 self.transmit(i);
             }
@@ -688,6 +731,7 @@ impl Simulation {
         let now = self.now;
         let header = self.cfg.header_bytes;
         self.flows[i].host_limited = false;
+        self.settle_tx(self.flows[i].src_host);
         let mut sent_new = 0;
         loop {
             let f = &mut self.flows[i];
@@ -698,6 +742,8 @@ impl Simulation {
                 Poll::Send(seg) => seg,
                 Poll::HostQueue => {
                     f.host_limited = true;
+                    let h = f.src_host;
+                    self.queue_tx_irq(h);
                     break;
                 }
                 Poll::Pacing(t) => {

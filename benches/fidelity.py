@@ -400,6 +400,7 @@ def row(res: dict) -> tuple[str, dict]:
         f"{sd['retransmissions']}/{sd['drops']} · {nd['retransmissions']}/{nd['drops']}",
         _pair(sv["makespan_s"], nv["makespan_s"], "{:.2f}"),
         "–" if d is None else f"{d:.2f}",
+        f"{max(nd.get('load', [0])[0], nv.get('load', [0])[0]):.1f}",
         ", ".join(misses) or "✓",
     ]
     return "| " + " | ".join(str(c) for c in cells) + " |", ok
@@ -407,8 +408,8 @@ def row(res: dict) -> tuple[str, dict]:
 
 HEADER = [
     "| variant | RTT | B (BDP) | flows | goodput, sim / netns (Mbit/s) | Jain | CoV | slow-start exit cwnd (time) "
-    "| first loss (s) | retx/drops, sim · netns | completion (s) | cwnd distance | misses |",
-    "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+    "| first loss (s) | retx/drops, sim · netns | completion (s) | cwnd distance | load | misses |",
+    "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
 ]
 
 

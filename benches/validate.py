@@ -1,7 +1,8 @@
 """Validation of the simulator against theory and against the seeds' published figures.
 
     .venv/bin/python benches/validate.py [mathis altman table1 table2 ns2 ...] [--quick]
-    sudo .venv/bin/python benches/validate.py netns_ns2 netns_variants    # simulator vs real Linux TCP
+    sudo .venv/bin/python benches/validate.py netns_ns2 netns_variants netns_fidelity   # vs real Linux TCP
+    sudo .venv/bin/python benches/validate.py --all       # every table of VALIDATION.md, one command
 
 Each case runs scenarios through the same engine as `xferlab run` and rewrites its table in
 VALIDATION.md (between `<!-- table:NAME -->` markers; the prose around them is kept).
@@ -324,6 +325,28 @@ def netns_variants(quick: bool) -> str:
     return "\n".join(rows)
 
 
+def netns_fidelity(quick: bool) -> str:
+    """benches/fidelity.py's matrix (stored cases are reused; see its --force)."""
+    sys.path.insert(0, str(ROOT / "benches"))
+    import fidelity
+
+    cases = fidelity.select(fidelity.matrix(), ["reno:50", "cubic:50"] if quick else [])
+    return fidelity.table([fidelity.run_case(c) for c in cases])
+
+
+def netns_dispersion(quick: bool) -> str:
+    """Run-to-run spread of completion times, netns against the simulator's host noise."""
+    sys.path.insert(0, str(ROOT / "benches"))
+    import fidelity
+
+    keys = ["reno:50:1.0bdp:1"] if quick else ["reno:50:1.0bdp:1", "cubic:10:0.2bdp:4"]
+    parts = []
+    for key in keys:
+        v, rtt, buf, n = key.split(":")
+        parts.append(fidelity.dispersion(fidelity.Case(v, int(rtt), buf, int(n)), 3 if quick else 10))
+    return "\n\n".join(parts)
+
+
 CASES = {
     "mathis": mathis,
     "altman": altman,
@@ -335,6 +358,8 @@ CASES = {
     "seed001_ifs": seed001_ifs,
     "netns_ns2": netns_ns2,
     "netns_variants": netns_variants,
+    "netns_fidelity": netns_fidelity,
+    "netns_dispersion": netns_dispersion,
 }
 
 
@@ -355,8 +380,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("cases", nargs="*", default=[], choices=list(CASES) + [[]])
     ap.add_argument("--quick", action="store_true", help="fewer, shorter cases (no file written)")
+    ap.add_argument("--all", action="store_true", help="every table, the netns ones included (root; hours)")
     args = ap.parse_args()
-    for name in args.cases or SIM_CASES:
+    for name in list(CASES) if args.all else args.cases or SIM_CASES:
         t0 = time.perf_counter()
         table = CASES[name](args.quick)
         print(f"## {name} ({time.perf_counter() - t0:.0f} s)\n{table}\n", flush=True)

@@ -25,6 +25,7 @@ pub mod bic;
 pub mod cubic;
 pub mod highspeed;
 pub mod htcp;
+pub mod htcp_linux;
 pub mod reno;
 pub mod scalable;
 
@@ -222,6 +223,9 @@ pub fn build(name: &str, seed: u64) -> Option<Box<dyn CongestionControl>> {
         "cubic" => Some(Box::new(cubic::Cubic::default())),
         "highspeed" => Some(Box::new(highspeed::HighSpeed::default())),
         "htcp" => Some(Box::new(htcp::Htcp::default())),
+        // Linux's tcp_htcp.c at HZ = 250 (the sim's default `tcp.hz`); not in `NAMES`:
+        // an experiment beside the published law, which the netns port follows.
+        "htcp_linux" => Some(Box::new(htcp_linux::HtcpLinux::new(250))),
         "scalable" => Some(Box::new(scalable::Scalable)),
         _ => None,
     }

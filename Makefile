@@ -25,6 +25,7 @@ demo: build
 	$(PY) -m xferlab.demo scenarios results/demo
 
 test: build
+	bash .ci/deps
 	cargo test --release --workspace --exclude xferlab-py
 	$(PY) -m pytest -q tests
 

@@ -57,7 +57,7 @@ def mathis(quick: bool) -> str:
                 },
                 "workload": {"duration": f"{secs}s"},
                 "protocol": {"variant": "reno"},
-                "measure": {"window": [20, secs]},
+                "measure": {"window": ["20s", f"{secs}s"]},
             }
         )
         model = models.mathis_throughput(r["mss"], r["rtt_s"], p) / 1e6
@@ -75,7 +75,7 @@ def altman(quick: bool) -> str:
                 "topology": {"pairs": 1, "access_rate": "10Gbps", "bottleneck_rate": "1Gbps", "rtt": "11.5ms", "buffer": 10},
                 "workload": {"streams": n, "duration": "120s", "start_jitter": "20ms"},
                 "protocol": {"variant": "reno"},
-                "measure": {"window": [20, 120]},
+                "measure": {"window": ["20s", "120s"]},
             }
         )
         model = models.altman_goodput(n, r["ideal_goodput_mbps"], 0.5)

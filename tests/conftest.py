@@ -1,4 +1,6 @@
+import collections
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -125,3 +127,34 @@ def resolved_for(**kw):
     }
     base.update(kw)
     return base
+
+
+# ----------------------------------------------------------------------------- skips are loud
+
+#: Set by CI (.ci/run): every test must run, so a skip fails the session.
+REQUIRE_ALL = bool(os.environ.get("XFERLAB_REQUIRE_ALL"))
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """Skipped tests are listed at the very end, with their reasons and how to run them."""
+    skipped = terminalreporter.stats.get("skipped", [])
+    if not skipped:
+        return
+    reasons = collections.Counter()
+    for rep in skipped:
+        reason = rep.longrepr[2] if isinstance(rep.longrepr, tuple) else str(rep.longrepr)
+        reasons[reason.removeprefix("Skipped: ")] += 1
+    tw = terminalreporter
+    tw.write_sep("!", f"{len(skipped)} TEST(S) SKIPPED", red=True, bold=True)
+    for reason, n in reasons.most_common():
+        tw.write_line(f"  {n} × {reason}", red=True)
+    tw.write_line("  to run them: `sudo make test` installs what they need (Debian/Ubuntu) and runs them as root", red=True)
+    if REQUIRE_ALL:
+        tw.write_line("  XFERLAB_REQUIRE_ALL is set: a skipped test fails the run", red=True, bold=True)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if REQUIRE_ALL and exitstatus == 0:
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None and reporter.stats.get("skipped"):
+            session.exitstatus = 1

@@ -196,7 +196,9 @@ def test_scaled_run_reads_in_scenario_units(cli, tmp_path):
     )
     assert meta["stats"]["scale"] == 2
     assert meta["environment"]["emulated"]["bottleneck_rate_bps"] == pytest.approx(500e6)
-    assert 800 < m["aggregate_goodput_mbps"] <= 1000
+    # Emulated at 500 Mbit/s, read back doubled: above 500 only if converted (a busy machine
+    # may carry less than the emulated rate, so no tighter bound), never above the scenario's C.
+    assert 500 < m["aggregate_goodput_mbps"] <= 1000, m["aggregate_goodput_mbps"]
     flows = pq.read_table(out / "trace" / "flows.parquet").to_pandas()
     assert flows["end"].max() < 2.0  # 1 s of scenario time (2 s of real time)
     assert "scaled run" in (out / "report.html").read_text()

@@ -81,7 +81,7 @@ def test_stagger_align_end_and_volumes(tmp_path):
         ("protocol.variant=vegas", "protocol.variant", "unknown variant"),
         ("workload.volume=1GB", "workload", "exactly one"),
         ("topology.rtt=0ms", "topology.rtt", "positive"),
-        ("measure.window=[5, 1]", "measure.window", "start < end"),
+        ("measure.window=[5s, 1s]", "measure.window", "start < end"),
         ("seed=-1", "seed", "greater than or equal"),
     ],
 )

@@ -2,25 +2,30 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Optional
 
 import typer
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from . import __version__
+from . import __version__, limits
 from .backends import BackendError
-from .cli_common import console
+from .cli_common import console, run_app
 from .cli_common import fail as _fail
 from .metrics import MetricsError
 from .runfolder import RunFolderError
 from .scenario import ScenarioError
+from .units import format_elapsed
 
 app = typer.Typer(
     add_completion=False,
+    pretty_exceptions_enable=False,
     no_args_is_help=True,
     help="xferlab: experiments on bulk data transfers over high bandwidth-delay-product networks.",
 )
@@ -56,7 +61,7 @@ def _summary(m: dict, out: Path) -> None:
     for k, v in rows:
         t.add_row(k, v)
     console.print(t)
-    console.print(f"report: [bold]{out / 'report.html'}[/]")
+    console.print(f"report: [bold]{escape(str(out / 'report.html'))}[/]")
 
 
 @app.command()
@@ -80,31 +85,49 @@ def run(
         _fail("--scale applies to the netns backend only")
     try:
         s, given = sc.load(scenario, set_)
+        cost = sc.resolve(s)["cost"]
         target = out if out is not None else engine.default_out(s)
-        if quiet or not console.is_terminal:
-            m = engine.run(s, given, target, backend=backend, force=force, options=options)
-        else:
-            with Progress(
-                TextColumn("[bold]{task.description}"),
-                BarColumn(),
-                TextColumn("{task.fields[label]}"),
-                TimeElapsedColumn(),
-                console=console,
-                transient=True,
-            ) as bar:
-                task = bar.add_task(f"{s.name} ({backend})", total=None, label="")
-
-                def progress(now_s: float, total_s: float | None):
-                    unit = "simulated" if backend == "sim" else "of scenario time"
-                    label = f"{now_s:.1f} / {total_s:.1f} s {unit}" if total_s else f"{now_s:.1f} s {unit}"
-                    bar.update(task, completed=now_s, total=total_s, label=label)
-
-                m = engine.run(s, given, target, backend=backend, progress=progress, force=force, options=options)
+        with _progress(s.name, backend, cost, quiet) as progress:
+            m = engine.run(s, given, target, backend=backend, progress=progress, force=force, options=options)
     except (ScenarioError, BackendError, RunFolderError, MetricsError) as e:
         _fail(str(e))
     except KeyboardInterrupt:
         _fail("interrupted; no run folder was written", 130)
     _summary(m, target)
+
+
+@contextlib.contextmanager
+def _progress(name: str, backend: str, cost: dict, quiet: bool):
+    """A progress callback: a bar on a terminal, a line every half minute elsewhere (a log,
+    CI), nothing with --quiet. A long run says its estimated cost before it starts."""
+    unit = "simulated" if backend == "sim" else "of scenario time"
+    if quiet:
+        yield None
+        return
+    estimate = cost["sim_wall_s"] if backend == "sim" else cost["span_s"]
+    if estimate > limits.ANNOUNCE_AFTER_S:
+        what = f"{cost['packets']:.3g} packets to simulate" if backend == "sim" else "an emulation in real time"
+        console.print(f"{name}: {what}, an estimated {format_elapsed(estimate)}", highlight=False, markup=False)
+    if not console.is_terminal:
+        last = [time.monotonic()]
+
+        def plain(now_s: float, total_s: float | None):
+            if time.monotonic() - last[0] >= limits.ANNOUNCE_AFTER_S:
+                last[0] = time.monotonic()
+                of = f" / {total_s:.1f}" if total_s else ""
+                console.print(f"{name}: {now_s:.1f}{of} s {unit}", highlight=False, markup=False)
+
+        yield plain
+        return
+    columns = (TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.fields[label]}"), TimeElapsedColumn())
+    with Progress(*columns, console=console, transient=True) as bar:
+        task = bar.add_task(escape(f"{name} ({backend})"), total=None, label="")
+
+        def progress(now_s: float, total_s: float | None):
+            label = f"{now_s:.1f} / {total_s:.1f} s {unit}" if total_s else f"{now_s:.1f} s {unit}"
+            bar.update(task, completed=now_s, total=total_s, label=label)
+
+        yield progress
 
 
 @app.command()
@@ -131,7 +154,7 @@ def cleanup():
     except host.HostError as e:
         _fail(str(e))
     for thing in removed:
-        console.print(f"removed {thing}")
+        console.print(f"removed {thing}", markup=False)
     console.print("nothing to clean up" if not removed else f"{len(removed)} leftover(s) removed")
 
 
@@ -199,7 +222,7 @@ app.add_typer(bench_app, name="bench")
 
 
 def main():  # pragma: no cover
-    app()
+    run_app(app)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import datetime as _dt
+import math
 from pathlib import Path
 from typing import Optional
 
 import typer
+from rich.markup import escape
 
+from . import limits
 from .cli_common import console, err
 from .cli_common import fail as _fail
 from .importers import ImportLogError
 from .metrics import MetricsError
 from .runfolder import RunFolderError
+from .units import format_duration, format_rate
 
 import_app = typer.Typer(
     add_completion=False,
@@ -40,8 +44,9 @@ def _rate(text: Optional[str]) -> Optional[float]:
         bps = parse_rate(text)
     except ValueError as e:
         _fail(f"--capacity {text}: {e}")
-    if not bps > 0:
-        _fail(f"--capacity {text}: must be positive")
+    if not limits.RATE_MIN_BPS.value <= bps <= limits.RATE_MAX_BPS.value:
+        lo, hi = format_rate(limits.RATE_MIN_BPS.value), format_rate(limits.RATE_MAX_BPS.value)
+        _fail(f"--capacity {text}: expected a rate from {lo} to {hi}")
     return bps
 
 
@@ -52,9 +57,17 @@ def _interval(text: str) -> float:
         s = parse_duration(text)
     except ValueError as e:
         _fail(f"--interval {text}: {e}")
-    if not s > 0:
-        _fail(f"--interval {text}: must be positive")
+    if not limits.INTERVAL_MIN_S.value <= s <= limits.TIME_MAX_S.value:
+        lo = format_duration(limits.INTERVAL_MIN_S.value)
+        _fail(f"--interval {text}: expected a duration from {lo} to {format_duration(limits.TIME_MAX_S.value)}")
     return s
+
+
+def _offsets(values: Optional[list[float]]) -> Optional[list[float]]:
+    for v in values or []:
+        if not (math.isfinite(v) and 0 <= v <= limits.TIME_MAX_S.value):
+            _fail(f"--offset {v}: expected seconds from 0 to {limits.TIME_MAX_S.value:g}")
+    return values or None
 
 
 def _done(m: dict, out: Path) -> None:
@@ -84,7 +97,7 @@ def import_iperf3(
     target = out if out is not None else _default_out(name or files[0].stem)
     try:
         m = iperf3.import_run(
-            files, target, name=name, capacity_bps=cap, goodput_interval_s=iv, offsets=offset or None, force=force
+            files, target, name=name, capacity_bps=cap, goodput_interval_s=iv, offsets=_offsets(offset), force=force
         )
     except (ImportLogError, RunFolderError, MetricsError) as e:
         _fail(str(e))
@@ -125,5 +138,5 @@ def compare_command(
     except (RunFolderError, MetricsError) as e:
         _fail(str(e))
     for w in warnings:
-        err.print(f"[yellow]warning:[/] {w}", highlight=False, soft_wrap=True)
-    console.print(f"comparison: [bold]{path}[/]")
+        err.print(f"[yellow]warning:[/] {escape(w)}", highlight=False, soft_wrap=True)
+    console.print(f"comparison: [bold]{escape(str(path))}[/]")

@@ -26,7 +26,7 @@ from .report import CSS, MAX_LINES, _fmt, _png
 from .trace import Trace
 
 #: Resolved fields that differ between runs of one scenario without making it another one.
-_SAME_SCENARIO_IGNORES = {"name", "seed", "flows", "transfers", "end_s", "pair_paths", "background"}
+_SAME_SCENARIO_IGNORES = {"name", "seed", "flows", "transfers", "end_s", "pair_paths", "background", "cost"}
 #: The fields that make a scenario, listed first when they differ.
 _FIRST = ["pairs", "streams", "variant", "bottleneck_rate_bps", "access_rate_bps", "rtt_s", "buffer_packets", "mtu", "mss"]
 

@@ -18,14 +18,13 @@ backends consume and what ``run.json`` records as ``resolved``.
 
 from __future__ import annotations
 
-import json
 import math
 import random
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import yaml
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -36,8 +35,8 @@ from pydantic import (
     model_validator,
 )
 
-from . import models
-from .units import parse_duration, parse_rate, parse_size
+from . import datafile, limits, models
+from .units import format_duration, format_rate, format_size, parse_duration, parse_rate, parse_size
 
 #: Congestion controls a scenario may name, spelled as Linux spells them. Which of them a
 #: backend can run is the backend's business (it says so clearly when it cannot).
@@ -52,38 +51,83 @@ class ScenarioError(Exception):
     """A scenario that cannot be run; the message names the file and the field."""
 
 
-def _positive(parse):
+# --------------------------------------------------------------------------- quantities
+# Each quantity is parsed from text with units and checked against its bounds, which live
+# in :mod:`xferlab.limits` with the reason a user is told.
+
+
+def _quantity(parse, show, *, low: float = 0.0, inclusive: bool = False, floor=None, ceiling=None):
+    """A validator: ``parse(v)``, then ``low < x`` (or ``<=``), ``floor <= x <= ceiling``."""
+
     def check(v: Any) -> float:
         x = parse(v)
-        if not (math.isfinite(x) and x > 0):
-            raise ValueError(f"must be positive, got {v!r}")
-        return x
-
-    return check
-
-
-def _non_negative(parse):
-    def check(v: Any) -> float:
-        x = parse(v)
-        if not (math.isfinite(x) and x >= 0):
+        if inclusive and not x >= low:
             raise ValueError(f"must not be negative, got {v!r}")
+        if not inclusive and not x > low:
+            raise ValueError(f"must be positive, got {v!r}")
+        if floor is not None and x < floor.value:
+            raise ValueError(f"{show(x)} is under the limit of {show(floor.value)} ({floor.reason})")
+        if ceiling is not None and x > ceiling.value:
+            raise ValueError(f"{show(x)} is over the limit of {show(ceiling.value)} ({ceiling.reason})")
         return x
 
     return check
+
+
+def _duration(v: Any) -> float:
+    return parse_duration(v, require_unit=True)
+
+
+def _size(v: Any) -> int:
+    if isinstance(v, float) and not v.is_integer():
+        raise ValueError(f"a size is a whole number of bytes, got {v!r}")
+    return parse_size(v)
 
 
 def _schema(kind: str, example: str) -> WithJsonSchema:
     return WithJsonSchema({"anyOf": [{"type": "string"}, {"type": "number"}], "description": kind, "examples": [example]})
 
 
-Rate = Annotated[float, BeforeValidator(_positive(parse_rate)), _schema("rate in bits/s, e.g. 10Gbps", "10Gbps")]
-Duration = Annotated[float, BeforeValidator(_positive(parse_duration)), _schema("duration, e.g. 11.5ms", "11.5ms")]
-Offset = Annotated[float, BeforeValidator(_non_negative(parse_duration)), _schema("duration, e.g. 200s", "0s")]
-Size = Annotated[int, BeforeValidator(lambda v: int(_positive(parse_size)(v))), _schema("size in bytes, e.g. 15GB", "1GB")]
+def _rate_type():
+    check = _quantity(parse_rate, format_rate, floor=limits.RATE_MIN_BPS, ceiling=limits.RATE_MAX_BPS)
+    return Annotated[float, BeforeValidator(check), _schema("rate in bits/s, e.g. 10Gbps", "10Gbps")]
+
+
+def _time_type(example: str, *, inclusive: bool = False, floor=None, ceiling=limits.TIME_MAX_S):
+    check = _quantity(_duration, format_duration, inclusive=inclusive, floor=floor, ceiling=ceiling)
+    return Annotated[float, BeforeValidator(check), _schema(f"duration with a unit, e.g. {example}", example)]
+
+
+def _size_type(ceiling):
+    check = _quantity(_size, format_size, ceiling=ceiling)
+    return Annotated[int, BeforeValidator(lambda v: int(check(v))), _schema("size in bytes, e.g. 15GB", "1GB")]
+
+
+Rate = _rate_type()
+Duration = _time_type("20s")
+Offset = _time_type("0s", inclusive=True)
+_OFFSET_CHECK = _quantity(_duration, format_duration, inclusive=True, ceiling=limits.TIME_MAX_S)
+Rtt = _time_type("11.5ms", ceiling=limits.RTT_MAX_S)
+RtoMin = _time_type("200ms", ceiling=limits.RTO_MIN_MAX_S)
+Interval = _time_type("0.5s", floor=limits.INTERVAL_MIN_S)
+Volume = _size_type(limits.VOLUME_MAX_BYTES)
+Size = _size_type(limits.SIZE_MAX_BYTES)
+
+
+def _at_most(limit: limits.Limit):
+    """An after-validator for counts: ``x <= limit`` with the limit's reason."""
+
+    def check(x: int) -> int:
+        if x > limit.value:
+            raise ValueError(limits.too_big("", x, limit).strip())
+        return x
+
+    return AfterValidator(check)
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_default=True)
+    # strict: `true` is not 1 and "4" is not 4 (YAML already gives numbers as numbers).
+    model_config = ConfigDict(extra="forbid", validate_default=True, strict=True)
 
 
 class Shaper(_Model):
@@ -98,11 +142,11 @@ class Shaper(_Model):
 class Topology(_Model):
     """The dumbbell: `pairs` senders, each with an access link, into one bottleneck."""
 
-    pairs: int = Field(1, ge=1, le=100_000, description="sender→receiver host pairs")
+    pairs: Annotated[int, _at_most(limits.PAIRS_MAX)] = Field(1, ge=1, description="sender→receiver host pairs")
     access_rate: Rate = Field("1Gbps", description="sender access link capacity")
     bottleneck_rate: Rate = Field("1Gbps", description="shared link capacity")
-    rtt: Duration = Field("10ms", description="round-trip propagation delay")
-    buffer: int | str = Field(
+    rtt: Rtt = Field("10ms", description="round-trip propagation delay")
+    buffer: Annotated[int | str, BeforeValidator(lambda v: Topology.check_buffer(v))] = Field(
         "1.0bdp",
         description="bottleneck drop-tail queue: packets (int), '<x>bdp' (bottleneck rate × RTT in "
         "MTU-size packets) or a size in bytes ('256KB')",
@@ -112,26 +156,29 @@ class Topology(_Model):
     loss_rate: float = Field(0.0, ge=0.0, lt=1.0, description="random (Bernoulli) loss on the bottleneck")
     shaper: Shaper | None = Field(None, description="enforce bottleneck_rate with a limiter on a faster line")
 
-    @field_validator("buffer")
-    @classmethod
-    def _buffer(cls, v: int | str) -> int | str:
-        if isinstance(v, bool):
-            raise ValueError("buffer must be a number of packets, '<x>bdp' or a size")
+    @staticmethod
+    def check_buffer(v: Any) -> int | str:
+        if isinstance(v, bool) or not isinstance(v, (int, str)):
+            raise ValueError(f"buffer must be a number of packets, '<x>bdp' or a size, got {v!r}")
         if isinstance(v, int):
             if v < 1:
                 raise ValueError(f"buffer must be at least 1 packet, got {v}")
+            if v > limits.BUFFER_MAX_PACKETS.value:
+                raise ValueError(limits.too_big("buffer", v, limits.BUFFER_MAX_PACKETS, " packets"))
             return v
-        text = str(v).strip()
+        text = v.strip()
+        if len(text) > 64:
+            raise ValueError("buffer: expected packets (int), '<x>bdp' or a size such as '256KB'")
         if text.lower().endswith("bdp"):
             try:
                 x = float(text[:-3])
             except ValueError:
                 raise ValueError(f"buffer {v!r}: expected '<x>bdp', e.g. '1.0bdp'") from None
-            if not (math.isfinite(x) and x > 0):
-                raise ValueError(f"buffer {v!r} must be a positive multiple of the BDP")
+            if not (math.isfinite(x) and 0 < x <= 1e6):
+                raise ValueError(f"buffer {v!r} must be a positive multiple of the BDP (at most 1e6)")
             return text
         try:
-            if parse_size(text) <= 0:
+            if not 0 < parse_size(text) <= limits.SIZE_MAX_BYTES.value:
                 raise ValueError
         except ValueError:
             raise ValueError(f"buffer {v!r}: expected packets (int), '<x>bdp' or a size such as '256KB'") from None
@@ -143,7 +190,7 @@ def _count(x: float) -> int:
     return int(math.floor(x + 0.5 + 1e-9))
 
 
-def _canonical_variant(v) -> str:
+def canonical_variant(v) -> str:
     name = str(v).strip().lower()
     aliases = {"hstcp": "highspeed", "hs-tcp": "highspeed", "h-tcp": "htcp", "newreno": "reno"}
     name = aliases.get(name, name)
@@ -159,10 +206,10 @@ class PairOverride(_Model):
     """Settings of one pair that differ from the scenario-wide ones."""
 
     variant: str | None = None
-    volume: Size | None = None
+    volume: Volume | None = None
     duration: Duration | None = None
     start: Offset | None = Field(None, description="start time of this pair (instead of k × stagger)")
-    rtt: Duration | None = None
+    rtt: Rtt | None = None
     access_rate: Rate | None = None
     rate_limit: Rate | None = Field(None, description="rate limit of this transfer (split over its streams)")
     limiter: Limiter | None = None
@@ -170,7 +217,7 @@ class PairOverride(_Model):
     @field_validator("variant")
     @classmethod
     def _variant(cls, v):
-        return None if v is None else _canonical_variant(v)
+        return None if v is None else canonical_variant(v)
 
 
 class Background(_Model):
@@ -185,9 +232,9 @@ class Background(_Model):
 class Workload(_Model):
     """What each pair transfers: for a duration, or a volume (per transfer), with N streams."""
 
-    streams: int = Field(1, ge=1, le=10_000, description="parallel TCP streams per pair")
+    streams: Annotated[int, _at_most(limits.STREAMS_MAX)] = Field(1, ge=1, description="parallel TCP streams per pair")
     duration: Duration | None = Field(None, description="each pair sends for this long")
-    volume: Size | None = Field(None, description="bytes each pair transfers (split over its streams)")
+    volume: Volume | None = Field(None, description="bytes each pair transfers (split over its streams)")
     stagger: Offset = Field("0s", description="pair k starts at k × stagger")
     align_end: bool = Field(False, description="staggered pairs all stop together (seed 002 Table II procedure)")
     start_jitter: Offset = Field(
@@ -226,7 +273,7 @@ class Protocol(_Model):
     variant: str = Field("reno", description="congestion control, as Linux names it: " + ", ".join(VARIANTS))
     initial_cwnd: int = Field(10, ge=1, le=1000, description="initial window, segments (RFC 6928)")
     delayed_ack: bool = True
-    rto_min: Duration = Field("200ms", description="minimum retransmission timeout (Linux TCP_RTO_MIN)")
+    rto_min: RtoMin = Field("200ms", description="minimum retransmission timeout (Linux TCP_RTO_MIN)")
     window_cap: Size | None = Field(None, description="per-stream window cap in bytes (socket buffer); none: not limiting")
     rate_limit: Rate | None = Field(
         None, description="rate limit per transfer, split over its streams, in qdisc frame bytes (IP + 14)"
@@ -240,26 +287,29 @@ class Protocol(_Model):
     @field_validator("variant")
     @classmethod
     def _variant(cls, v: str) -> str:
-        return _canonical_variant(v)
+        return canonical_variant(v)
 
 
 class Measure(_Model):
-    goodput_interval: Duration = Field("0.5s", description="receiver-side goodput sampling (iperf-like)")
-    link_interval: Duration = Field("20ms", description="bottleneck sampling (GtrcNET-like)")
-    tcp_interval: Duration = Field("100ms", description="sender state sampling (Web100-like)")
-    window: Literal["all", "all-active"] | list[Offset] = Field(
+    goodput_interval: Interval = Field("0.5s", description="receiver-side goodput sampling (iperf-like)")
+    link_interval: Interval = Field("20ms", description="bottleneck sampling (GtrcNET-like)")
+    tcp_interval: Interval = Field("100ms", description="sender state sampling (Web100-like)")
+    window: Annotated[str | list[float], BeforeValidator(lambda v: Measure.check_window(v))] = Field(
         "all",
         description="time window of the metrics: 'all', 'all-active' (while every flow is active, "
         "as seed 002 Table II) or [start, end]",
     )
 
-    @field_validator("window")
-    @classmethod
-    def _window(cls, v):
-        if isinstance(v, list):
-            if len(v) != 2 or not v[0] < v[1]:
-                raise ValueError("window must be 'all', 'all-active' or [start, end] with start < end")
-        return v
+    @staticmethod
+    def check_window(v: Any) -> str | list[float]:
+        if v in ("all", "all-active"):
+            return v
+        if not isinstance(v, list) or len(v) != 2:
+            raise ValueError(f"window must be 'all', 'all-active' or [start, end], got {v!r}")
+        start, end = (_OFFSET_CHECK(x) for x in v)
+        if not start < end:
+            raise ValueError("window must be 'all', 'all-active' or [start, end] with start < end")
+        return [start, end]
 
 
 class Scenario(_Model):
@@ -280,27 +330,86 @@ class Scenario(_Model):
             pairs = _count(cg * self.topology.bottleneck_rate / self.topology.access_rate)
             if pairs < 1:
                 raise ValueError(f"workload.congestion_level {cg} gives no pair at all (Cg × C / Ca < 0.5)")
+            if pairs > limits.PAIRS_MAX.value:
+                raise ValueError(f"workload.congestion_level {cg} gives {limits.too_big('', pairs, limits.PAIRS_MAX, ' pairs')}")
             self.topology.pairs = pairs
         return self
+
+    @model_validator(mode="after")
+    def _sizes(self) -> Scenario:
+        """Counts that are products of fields, refused before anything is built from them."""
+        t, w = self.topology, self.workload
+        flows = t.pairs * w.streams + reverse_sources(self)
+        if flows > limits.FLOWS_MAX.value:
+            raise ValueError(
+                f"topology.pairs × workload.streams (+ reverse sources) = {limits.too_big('', flows, limits.FLOWS_MAX, ' flows')}"
+            )
+        n_bg, _ = _background_duty(self)
+        if n_bg > limits.BACKGROUND_SOURCES_MAX.value:
+            raise ValueError(
+                f"workload.background: {limits.too_big('', n_bg, limits.BACKGROUND_SOURCES_MAX, ' sources')}; "
+                "raise background.rate"
+            )
+        return self
+
+
+def reverse_sources(s: Scenario) -> int:
+    """R × C / Ca reverse sources (seed 004's R)."""
+    return _count(s.workload.reverse * s.topology.bottleneck_rate / s.topology.access_rate)
+
+
+def _background_duty(s: Scenario) -> tuple[int, float]:
+    """(number of sources, duty cycle) of seed 004's Bg: as few sources as can carry the
+    level without sending faster than ``rate`` (the access rate by default)."""
+    t, bg = s.topology, s.workload.background
+    if bg.level <= 0:
+        return 0, 0.0
+    cap = bg.rate if bg.rate is not None else t.access_rate
+    duty = bg.mean_on / (bg.mean_on + bg.mean_off)
+    return max(1, math.ceil(bg.level * t.bottleneck_rate / (cap * duty) - 1e-9)), duty
+
+
+def background_sources(s: Scenario) -> list[dict]:
+    """The ON/OFF sources, each at the rate that makes the mean load exactly the level:
+    Bg·C = n · rate_n · on/(on+off) (seed 004, def. 2 of Cg applied to Bg)."""
+    n, duty = _background_duty(s)
+    bg = s.workload.background
+    rate = bg.level * s.topology.bottleneck_rate / (n * duty) if n else 0.0
+    return [{"rate_bps": rate, "mean_on_s": bg.mean_on, "mean_off_s": bg.mean_off} for _ in range(n)]
 
 
 # --------------------------------------------------------------------------- loading
 
 
+#: A refusal lists at most this many problems (a file of a million unknown keys says so
+#: in a few lines, not a million).
+MAX_ERRORS_SHOWN = 20
+
+#: Top-level fields of a campaign file that a scenario never has.
+_CAMPAIGN_FIELDS = {"scenario", "sweep", "zip", "repetitions", "set"}
+
+
 def _format_errors(source: str, err: ValidationError) -> str:
     lines = []
-    for e in err.errors():
+    errors = err.errors()
+    for e in errors[:MAX_ERRORS_SHOWN]:
         loc = ".".join(str(p) for p in e["loc"]) or "(top level)"
         msg = e["msg"].removeprefix("Value error, ")
         if e["type"] == "extra_forbidden":
             msg = "unknown field"
         elif e["type"] == "missing":
             msg = "required field is missing"
+        elif e["type"].endswith("_type") and "input" in e:
+            shown = repr(e["input"])
+            msg += f", got {shown if len(shown) <= 40 else shown[:36] + '…'}"
         lines.append(f"{source}: {loc}: {msg}")
+    if len(errors) > MAX_ERRORS_SHOWN:
+        lines.append(f"{source}: … and {len(errors) - MAX_ERRORS_SHOWN} more problems")
     return "\n".join(lines)
 
 
-def _set_path(data: dict, dotted: str, value: Any, source: str) -> None:
+def set_path(data: dict, dotted: str, value: Any, source: str) -> None:
+    """Sets ``data[a][b][c] = value`` for ``dotted`` = ``a.b.c`` (``--set``, campaign axes)."""
     keys = dotted.split(".")
     if not all(keys):
         raise ScenarioError(f"--set {dotted}: expected section.field=value")
@@ -323,19 +432,34 @@ def parse_overrides(items: list[str] | None) -> list[tuple[str, Any]]:
             raise ScenarioError(f"--set {item!r}: expected section.field=value, e.g. topology.rtt=100ms")
         key, text = item.split("=", 1)
         try:
-            value = yaml.safe_load(text) if text.strip() else ""
-        except yaml.YAMLError:
-            value = text
+            value = datafile.parse(text, f"--set {key.strip()}") if text.strip() else ""
+        except datafile.DataFileError as e:
+            if "not valid YAML" not in str(e):
+                raise ScenarioError(str(e)) from None
+            value = text  # plain text that YAML cannot read: the field says what it expects
         out.append((key.strip(), value))
     return out
+
+
+def _plain(data: Any, source: str) -> Any:
+    try:
+        return datafile.plain(data, source)
+    except datafile.DataFileError as e:
+        raise ScenarioError(str(e)) from None
 
 
 def from_dict(data: Any, source: str = "<scenario>", overrides: list[tuple[str, Any]] | None = None) -> Scenario:
     if not isinstance(data, dict):
         raise ScenarioError(f"{source}: expected a mapping of sections (name, topology, workload, ...)")
-    data = json.loads(json.dumps(data))  # a private deep copy
+    campaign = sorted(_CAMPAIGN_FIELDS & set(data))
+    if campaign and "workload" not in data:
+        raise ScenarioError(
+            f"{source}: this is a campaign file ({', '.join(campaign)}), not a scenario: "
+            f"run it with `xferlab campaign run {source} --out DIR`"
+        )
+    data = _plain(data, source)  # a private deep copy of plain data
     for key, value in overrides or []:
-        _set_path(data, key, value, source)
+        set_path(data, key, _plain(value, f"--set {key}"), source)
     try:
         return Scenario.model_validate(data)
     except ValidationError as e:
@@ -343,19 +467,12 @@ def from_dict(data: Any, source: str = "<scenario>", overrides: list[tuple[str, 
 
 
 def load_raw(path: str | Path) -> dict:
-    p = Path(path)
     try:
-        text = p.read_text()
-    except FileNotFoundError:
-        raise ScenarioError(f"{p}: no such file") from None
-    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as e:
-        raise ScenarioError(f"{p}: cannot read: {e}") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        raise ScenarioError(f"{p}: not valid YAML: {e}") from None
+        data = datafile.load(path, "scenario")
+    except datafile.DataFileError as e:
+        raise ScenarioError(str(e)) from None
     if not isinstance(data, dict):
-        raise ScenarioError(f"{p}: expected a mapping of sections (name, topology, workload, ...)")
+        raise ScenarioError(f"{path}: expected a mapping of sections (name, topology, workload, ...)")
     return data
 
 
@@ -364,9 +481,9 @@ def load(path: str | Path, overrides: list[str] | None = None) -> tuple[Scenario
     raw = load_raw(path)
     parsed = parse_overrides(overrides)
     scenario = from_dict(raw, str(path), parsed)
-    given = json.loads(json.dumps(raw))
+    given = _plain(raw, str(path))
     for key, value in parsed:
-        _set_path(given, key, value, str(path))
+        set_path(given, key, value, str(path))
     return scenario, given
 
 
@@ -392,8 +509,12 @@ def buffer_packets(t: Topology) -> int:
         return t.buffer
     text = t.buffer.strip()
     if text.lower().endswith("bdp"):
-        return max(1, round(float(text[:-3]) * bdp_packets(t)))
-    return max(1, math.ceil(parse_size(text) / t.mtu))
+        n = max(1, round(float(text[:-3]) * bdp_packets(t)))
+    else:
+        n = max(1, math.ceil(parse_size(text) / t.mtu))
+    if n > limits.BUFFER_MAX_PACKETS.value:
+        raise ScenarioError(f"topology.buffer {text}: {limits.too_big('', n, limits.BUFFER_MAX_PACKETS, ' packets')}")
+    return n
 
 
 def _shaper(t: Topology) -> dict | None:
@@ -477,7 +598,7 @@ def resolve(s: Scenario) -> dict:
         )
 
     # Reverse traffic: R × C / Ca sources sending from the receivers' side for the whole run.
-    n_reverse = _count(w.reverse * t.bottleneck_rate / t.access_rate)
+    n_reverse = reverse_sources(s)
     for _ in range(n_reverse):
         pairs.append({"access_rate_bps": t.access_rate, "rtt_s": t.rtt})
         flows.append(
@@ -494,18 +615,7 @@ def resolve(s: Scenario) -> dict:
             }
         )
 
-    background = []
-    bg = w.background
-    if bg.level > 0:
-        # As few sources as can carry the level without sending faster than `rate` (the
-        # access rate by default), each at the rate that makes the mean load exactly the
-        # level: Bg·C = n · rate_n · on/(on+off) (seed 004, def. 2 of Cg applied to Bg).
-        cap = bg.rate if bg.rate is not None else t.access_rate
-        duty = bg.mean_on / (bg.mean_on + bg.mean_off)
-        load = bg.level * t.bottleneck_rate
-        n_bg = max(1, math.ceil(load / (cap * duty) - 1e-9))
-        rate = load / (n_bg * duty)
-        background = [{"rate_bps": rate, "mean_on_s": bg.mean_on, "mean_off_s": bg.mean_off} for _ in range(n_bg)]
+    background = background_sources(s)
 
     ideal = models.ideal_rates(t.bottleneck_rate, mtu=t.mtu, header_bytes=header_bytes(t))
     # The ideal transport carries r_TP of whatever limits the aggregate: the bottleneck or
@@ -530,7 +640,7 @@ def resolve(s: Scenario) -> dict:
     if p.window_cap is not None:
         window_cap_pkts = max(1, math.ceil(p.window_cap / mss))
 
-    return {
+    resolved = {
         "name": s.name,
         "seed": s.seed,
         "pairs": t.pairs,
@@ -567,3 +677,55 @@ def resolve(s: Scenario) -> dict:
         "flows": flows,
         "transfers": transfers,
     }
+    resolved["cost"] = cost(s, resolved)
+    return resolved
+
+
+def _span_s(r: dict) -> float:
+    """How long the run is expected to last: to the end of the last duration-bound flow, or
+    the ideal makespan of volume-bound transfers."""
+    ends = [f["start_s"] + f["duration_s"] for f in r["flows"] if f["duration_s"] is not None]
+    ends += [x["start_s"] + x["ideal_completion_s"] for x in r["transfers"] if "ideal_completion_s" in x]
+    return max(ends, default=0.0)
+
+
+def cost(s: Scenario, r: dict) -> dict:
+    """What the run will cost — its length, trace rows and packets — refused over the limits
+    of :mod:`xferlab.limits` with the fields to change; ``sim_wall_s`` is an estimate of the
+    simulator's wall time shown to the user before long runs."""
+    span = _span_s(r)
+    if span > limits.SPAN_MAX_S.value:
+        raise ScenarioError(
+            f"{s.name}: the run would last {format_duration(span)} (start times, stagger × pairs, duration or the "
+            f"volume at the bottleneck's rate), over the limit of {format_duration(limits.SPAN_MAX_S.value)} "
+            f"({limits.SPAN_MAX_S.reason})"
+        )
+    n = len(r["flows"])
+    links = 2 if r["reverse_sources"] else 1
+    for field, rows, per in (
+        ("goodput_interval", n * span / r["goodput_interval_s"], n),
+        ("tcp_interval", n * span / r["tcp_interval_s"], n),
+        ("link_interval", links * span / r["link_interval_s"], links),
+    ):
+        if rows > limits.SAMPLES_MAX.value:
+            shortest = per * span / limits.SAMPLES_MAX.value
+            raise ScenarioError(
+                f"measure.{field}: {rows:.3g} samples ({per} series × {format_duration(span)}) are over the limit of "
+                f"{limits.SAMPLES_MAX.value:.3g} ({limits.SAMPLES_MAX.reason}); use at least {format_duration(shortest)}"
+            )
+    frame_bits = 8 * (r["mtu"] + FRAME_OVERHEAD)
+    c = r["bottleneck_rate_bps"]
+    if r["volume_bytes"] is not None:
+        data = sum(x["volume_bytes"] for x in r["transfers"]) / r["mss"]
+    else:
+        data = min(c, sum(x["access_rate_bps"] for x in r["pair_paths"][: r["pairs"]])) * span / frame_bits
+    reverse = min(c, r["reverse_sources"] * r["access_rate_bps"]) * span / frame_bits
+    background = min(c, s.workload.background.level * c) * span / frame_bits
+    packets = data + reverse + background
+    if packets > limits.PACKETS_MAX.value:
+        raise ScenarioError(
+            f"{s.name}: the run would carry about {packets:.3g} packets ({format_duration(span)} at "
+            f"{format_rate(c)}), over the limit of {limits.PACKETS_MAX.value:.3g} ({limits.PACKETS_MAX.reason}); "
+            "shorten workload.duration (or volume) or lower the rates"
+        )
+    return {"span_s": span, "packets": packets, "sim_wall_s": packets / limits.SIM_PACKETS_PER_S}

@@ -28,7 +28,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..report import CSS
-from ..scenario import _canonical_variant
+from ..scenario import canonical_variant
 from .report import load, mean_ci
 from .spec import Campaign, CampaignError, from_dict
 
@@ -55,7 +55,7 @@ def campaign(candidates: list[str], backend: str = "sim", repetitions: int = 3, 
             if not name.strip():
                 continue
             try:
-                c = _canonical_variant(name)
+                c = canonical_variant(name)
             except ValueError as e:
                 raise CampaignError(f"--variant: {e}") from None
             if c not in variants:

@@ -3,16 +3,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import math
 import os
 import platform
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 
-from .. import metrics, models, report, runfolder
+from .. import datafile, limits, metrics, models, report, runfolder
 from ..trace import Trace
 
 
@@ -81,13 +83,42 @@ SCHEMAS = {
 
 def read_log(path: str | Path) -> str:
     """A log file's text; :class:`ImportLogError` naming the file when it cannot be read."""
-    p = Path(path)
     try:
-        return p.read_text()
-    except FileNotFoundError:
-        raise ImportLogError(f"{p}: no such file") from None
-    except (IsADirectoryError, PermissionError, UnicodeDecodeError, OSError) as e:
-        raise ImportLogError(f"{p}: cannot read: {e}") from None
+        return datafile.read_text(path, "log file", int(limits.LOG_MAX_BYTES.value))
+    except datafile.DataFileError as e:
+        raise ImportLogError(str(e)) from None
+
+
+@contextlib.contextmanager
+def malformed(where: str, what: str) -> Iterator[None]:
+    """Turns what a malformed log makes the parsing code raise (a missing key, a wrong
+    type, a value out of range) into one :class:`ImportLogError` naming the file."""
+    try:
+        yield
+    except ImportLogError:
+        raise
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError, ZeroDivisionError) as e:
+        detail = f"missing {e}" if isinstance(e, KeyError) else str(e)
+        raise ImportLogError(f"{where}: malformed {what} ({type(e).__name__}: {detail[:200]})") from None
+    except pa.ArrowException as e:
+        raise ImportLogError(f"{where}: malformed {what}: a value out of range ({str(e)[:200]})") from None
+
+
+def check_grid(lo: float, hi: float, grid_s: float, flows: int = 1) -> None:
+    """Refuses a run span or goodput grid whose tables would not fit in memory."""
+    span = hi - lo
+    if not (math.isfinite(span) and span <= limits.SPAN_MAX_S.value):
+        raise ImportLogError(
+            f"the log spans {span:.3g} s, over the limit of {limits.SPAN_MAX_S.value:.3g} s ({limits.SPAN_MAX_S.reason}); "
+            "check its timestamps (or --offset)"
+        )
+    rows = flows * span / grid_s
+    if rows > limits.SAMPLES_MAX.value:
+        shortest = flows * span / limits.SAMPLES_MAX.value
+        raise ImportLogError(
+            f"--interval {grid_s:g}s gives {rows:.3g} goodput samples ({flows} flow(s) × {span:.3g} s), over the limit of "
+            f"{limits.SAMPLES_MAX.value:.3g} ({limits.SAMPLES_MAX.reason}); use at least {shortest:.3g}s"
+        )
 
 
 def flow_row(e, **measured) -> dict:
@@ -112,6 +143,7 @@ def rebin(intervals: list[tuple[float, float, float]], grid_s: float, lo: float,
     Cumulative rounding keeps the total exact."""
     if hi <= lo:
         return []
+    check_grid(lo, hi, grid_s)
     k0, k1 = int(math.floor(lo / grid_s + 1e-9)), int(math.ceil(hi / grid_s - 1e-9))
     cells = np.zeros(max(0, k1 - k0))
     for a, b, n in intervals:

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from .common import ImportLogError, flow_row, goodput_rows, read_log, rebin, table
+from .common import ImportLogError, flow_row, goodput_rows, malformed, read_log, rebin, table
 
 #: Linux MSS over a 1500-byte MTU with timestamps, when the document does not say.
 DEFAULT_MSS = 1448
@@ -66,7 +66,7 @@ def load_docs(path: str | Path) -> list[dict]:
     unreadable, not JSON, not iperf3, or an iperf3 error report."""
     p = Path(path)
     text = read_log(p)
-    decoder = json.JSONDecoder()
+    decoder = json.JSONDecoder(parse_constant=_no_constant(p))
     docs, i = [], 0
     while True:
         while i < len(text) and text[i].isspace():
@@ -84,6 +84,7 @@ def load_docs(path: str | Path) -> list[dict]:
         where = f"{p}" + (f" (document {n})" if len(docs) > 1 else "")
         if not isinstance(doc, dict) or "start" not in doc or "intervals" not in doc:
             raise ImportLogError(f"{where}: not iperf3 JSON output (no 'start' and 'intervals')")
+        _check_values(doc, where)
         if doc.get("error"):
             raise ImportLogError(f"{where}: iperf3 reported an error: {doc['error']}")
         ts = doc["start"].get("test_start", {})
@@ -94,6 +95,44 @@ def load_docs(path: str | Path) -> list[dict]:
         if not doc.get("end") or not doc["end"].get("streams"):
             raise ImportLogError(f"{where}: the test did not finish (no 'end' section)")
     return docs
+
+
+#: Numbers the importer reads: counters, times and sizes (non-negative, below 2**63).
+_NUMBERS = {"bytes", "seconds", "start", "end", "snd_cwnd", "rtt", "rttvar", "retransmits", "tcp_mss", "tcp_mss_default"}
+_NUMBERS |= {"timesecs", "min_rtt", "max_rtt", "mean_rtt", "num_streams", "bits_per_second"}
+#: Sections whose shape the importer relies on.
+_SHAPES = {"start": dict, "end": dict, "intervals": list, "streams": list, "test_start": dict, "timestamp": dict}
+_SHAPES |= {"connected": list}
+
+
+def _no_constant(p: Path):
+    def refuse(name: str):
+        raise ImportLogError(f"{p}: {name} is not a number iperf3 writes (a corrupt or edited file?)")
+
+    return refuse
+
+
+def _check_values(node, where: str, path: str = "") -> None:
+    """Refuses, naming the place, the values the importer reads when they have the wrong
+    type or are out of range (negative, ≥ 2**63): a corrupt or hand-edited document."""
+    stack = [(node, path, 0)]
+    while stack:
+        v, at, depth = stack.pop()
+        if depth > 64:
+            raise ImportLogError(f"{where}: {at}: nested too deeply for iperf3 output")
+        items = v.items() if isinstance(v, dict) else enumerate(v) if isinstance(v, list) else ()
+        for k, x in items:
+            here = f"{at}.{k}" if at else str(k)
+            shaped = k in _SHAPES and isinstance(x, _SHAPES[k])  # "start", "end": sections and numbers
+            if k in _NUMBERS and x is not None and not shaped:
+                if isinstance(x, bool) or not isinstance(x, (int, float)):
+                    raise ImportLogError(f"{where}: {here}: expected a number, got {str(x)[:40]!r}")
+                if not 0 <= x < 2**63:
+                    raise ImportLogError(f"{where}: {here}: {x:.4g} is out of range for iperf3 output")
+            elif k in _SHAPES and x is not None and not shaped:
+                raise ImportLogError(f"{where}: {here}: expected a {_SHAPES[k].__name__}, got {type(x).__name__}")
+            if isinstance(x, (dict, list)):
+                stack.append((x, here, depth + 1))
 
 
 def is_reverse(doc: dict) -> bool:
@@ -328,11 +367,14 @@ def import_run(
 
     docs, files = [], []
     for p in paths:
-        got = load_docs(p)
+        with malformed(str(p), "iperf3 output"):
+            got = load_docs(p)
         docs += got
         files += [str(p)] * len(got)
-    entries = entries_from_docs(docs, offsets)
-    tables = tables_from_runs(entries, goodput_interval_s=goodput_interval_s, end_s=None)
+    where = str(paths[0]) if len(paths) == 1 else f"{paths[0]} (and {len(paths) - 1} more)"
+    with malformed(where, "iperf3 output"):
+        entries = entries_from_docs(docs, offsets)
+        tables = tables_from_runs(entries, goodput_interval_s=goodput_interval_s, end_s=None)
     end_s = max(tables["flows"].column("end").to_pylist())
     name = name or Path(paths[0]).stem
     mss = doc_mss(docs[0])

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from .common import ImportLogError, goodput_rows, read_log, rebin, table
+from .common import ImportLogError, goodput_rows, malformed, read_log, rebin, table
 
 #: Congestion controls ss prints as a bare word in the info line.
 CONGESTION_CONTROLS = {
@@ -67,9 +67,10 @@ def _num(info: dict, key: str, default=None):
     if v is None:
         return default
     try:
-        return float(v.split("/")[0].rstrip("ms"))
+        x = float(v.split("/")[0].rstrip("ms"))
     except ValueError:
         return default
+    return x if math.isfinite(x) and 0 <= x < 2**63 else default
 
 
 def parse(path: str | Path) -> tuple[list[float], dict[tuple[str, str], Socket]]:
@@ -84,6 +85,8 @@ def parse(path: str | Path) -> tuple[list[float], dict[tuple[str, str], Socket]]
             continue
         m = _TIME.match(line)
         if m:
+            if len(m.group(1)) > 24 or float(m.group(1)) > 1e11:
+                raise ImportLogError(f"{p}:{n}: {m.group(1)[:30]!r} is not a Unix time in seconds (date +%s.%N)")
             times.append(float(m.group(1)))
             current = None
             continue
@@ -261,7 +264,8 @@ def import_run(
     from .common import synthetic_resolved, unknown_metrics, write_run
     from .iperf3 import DEFAULT_MSS
 
-    tables, learnt = tables_from_log(path, goodput_interval_s=goodput_interval_s, min_bytes=min_bytes)
+    with malformed(str(path), "ss log"):
+        tables, learnt = tables_from_log(path, goodput_interval_s=goodput_interval_s, min_bytes=min_bytes)
     name = name or Path(path).stem
     resolved = synthetic_resolved(
         name=name,

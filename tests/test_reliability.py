@@ -65,6 +65,21 @@ def test_check_and_run_refuse_the_same_inputs_naming_the_field(tmp_path, command
     assert not (tmp_path / "r").exists()
 
 
+def test_a_pair_that_starts_after_the_aligned_end_is_refused():
+    # Found by the fuzzer: its duration came out 0, which only the simulator refused.
+    r = invoke(
+        "check",
+        QUICK,
+        "--set",
+        "workload.duration=10ms",
+        "--set",
+        "workload.align_end=true",
+        "--set",
+        "workload.per_pair=[{start: 10ms}]",
+    )
+    refused(r, "after the aligned end", "workload.align_end")
+
+
 def test_a_volume_too_large_is_refused_by_check_naming_the_field():
     r = invoke("check", QUICK, "--set", "workload.duration=null", "--set", "workload.volume=1e30GB")
     refused(r, "workload.volume", "over the limit")

@@ -202,6 +202,18 @@ def ideal(
     console.print(f"r_Eth = {r.r_eth_mbps:.2f} Mbit/s   r_IP = {r.r_ip_mbps:.2f} Mbit/s   r_TP = {r.r_tp_mbps:.2f} Mbit/s")
 
 
+@app.command("limits")
+def limits_command():
+    """Print the bounds a scenario, a campaign or an import is checked against, and why."""
+    t = Table(show_header=True, header_style="bold")
+    for col in ("limit", "value", "why"):
+        t.add_column(col)
+    for name, value in vars(limits).items():
+        if isinstance(value, limits.Limit):
+            t.add_row(name.lower(), f"{value.value:,.6g}".replace(",", " "), value.reason)
+    console.print(t)
+
+
 @app.command()
 def version():
     """Print the versions of xferlab and its simulator."""

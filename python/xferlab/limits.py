@@ -29,6 +29,8 @@ RTT_MAX_S = Limit(10.0, "beyond any real path (a geostationary satellite hop is 
 TIME_MAX_S = Limit(1e6, "about 11.6 days of experiment time")
 #: The whole run: start times, stagger × pairs, the duration or the volume at the ideal rate.
 SPAN_MAX_S = Limit(2e6, "about 23 days of experiment time")
+#: Durations that must be positive (a run's, an RTT, an ON/OFF period).
+TIME_MIN_S = Limit(1e-6, "shorter than any event a packet network resolves")
 RTO_MIN_MAX_S = Limit(120.0, "Linux's largest retransmission timeout (TCP_RTO_MAX)")
 INTERVAL_MIN_S = Limit(1e-6, "finer than one packet's time on the fastest link")
 VOLUME_MAX_BYTES = Limit(10**15, "1 PB per transfer")

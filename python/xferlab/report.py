@@ -100,7 +100,8 @@ def fig_goodput(trace: Trace, resolved: dict, m: dict) -> bytes:
     ax2.set_ylabel(f"goodput per {kind}, Mbit/s")
     ax2.set_xlabel("time (s)")
     ax2.set_ylim(bottom=0)
-    ax2.legend(loc="lower right", ncol=4)
+    if ax2.get_legend_handles_labels()[0]:
+        ax2.legend(loc="lower right", ncol=4)
     return _png(fig)
 
 

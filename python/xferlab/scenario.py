@@ -104,11 +104,11 @@ def _size_type(ceiling):
 
 
 Rate = _rate_type()
-Duration = _time_type("20s")
+Duration = _time_type("20s", floor=limits.TIME_MIN_S)
 Offset = _time_type("0s", inclusive=True)
 _OFFSET_CHECK = _quantity(_duration, format_duration, inclusive=True, ceiling=limits.TIME_MAX_S)
-Rtt = _time_type("11.5ms", ceiling=limits.RTT_MAX_S)
-RtoMin = _time_type("200ms", ceiling=limits.RTO_MIN_MAX_S)
+Rtt = _time_type("11.5ms", floor=limits.TIME_MIN_S, ceiling=limits.RTT_MAX_S)
+RtoMin = _time_type("200ms", floor=limits.TIME_MIN_S, ceiling=limits.RTO_MIN_MAX_S)
 Interval = _time_type("0.5s", floor=limits.INTERVAL_MIN_S)
 Volume = _size_type(limits.VOLUME_MAX_BYTES)
 Size = _size_type(limits.SIZE_MAX_BYTES)
@@ -558,6 +558,11 @@ def resolve(s: Scenario) -> dict:
         duration = None
         if w.duration is not None:
             duration = o.duration or ((total_span + w.duration - pair_start) if w.align_end else w.duration)
+            if duration < limits.TIME_MIN_S.value:
+                raise ScenarioError(
+                    f"{s.name}: pair {pair} starts at {format_duration(pair_start)}, after the aligned end of the run "
+                    f"({format_duration(total_span + w.duration)}: workload.align_end); move its start or lengthen the duration"
+                )
         rate_limit = o.rate_limit if o.rate_limit is not None else p.rate_limit
         limiter = None
         if rate_limit is not None:

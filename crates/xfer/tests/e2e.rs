@@ -55,6 +55,7 @@ fn data(len: usize, seed: u64) -> Vec<u8> {
 struct Server {
     child: Child,
     addr: String,
+    log: PathBuf,
 }
 
 impl Server {
@@ -63,11 +64,11 @@ impl Server {
     }
 
     fn start_with(td: &TempDir, prefix: &[&str], listen: &str, extra: &[&str]) -> Server {
-        let log = std::fs::File::create(td.p(&format!(
+        let log_path = td.p(&format!(
             "server-{}.log",
             COUNTER.fetch_add(1, Ordering::SeqCst)
-        )))
-        .unwrap();
+        ));
+        let log = std::fs::File::create(&log_path).unwrap();
         let (prog, pre_args) = match prefix.split_first() {
             Some((p, rest)) => (
                 p.to_string(),
@@ -107,7 +108,16 @@ impl Server {
             .strip_prefix("xfer: listening on ")
             .unwrap_or_else(|| panic!("unexpected server output {line:?}"))
             .to_string();
-        Server { child, addr }
+        Server {
+            child,
+            addr,
+            log: log_path,
+        }
+    }
+
+    /// What the server wrote to stderr so far.
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
     fn dest(&self, path: &str) -> String {
@@ -393,7 +403,8 @@ fn resume_common(kill_receiver: bool) {
     let size = 24 * 1024 * 1024;
     std::fs::write(td.p("src.bin"), data(size, 5)).unwrap();
     let journal = td.root().join(".r.bin.xfer-journal");
-    // Paced slowly so it is surely still running when killed.
+    // The senders stop after 8 MiB (test hook) and wait, so the transfer is
+    // surely still running when killed, however slow the machine.
     let mut c = Command::new(BIN)
         .args([
             "send",
@@ -403,8 +414,8 @@ fn resume_common(kill_receiver: bool) {
             "0",
             "-P",
             "4",
-            "--rate",
-            "40M",
+            "--fault-stall-after",
+            "8M",
             "src.bin",
             &srv.dest("/r.bin"),
         ])
@@ -564,11 +575,15 @@ fn data_connection_reset_fails_loudly_or_recovers() {
         ],
     ));
     assert!(e.contains("injected"), "{e}");
-    // The consumer never reached its success path.
+    // The consumer never reached its success path. The server logs the
+    // failed session after killing and reaping the consumer.
     wait_until(
         "server to finish the failed session",
-        Duration::from_secs(10),
-        || std::fs::metadata(td.root().join("piped.bin")).is_ok(),
+        Duration::from_secs(30),
+        || {
+            srv.log()
+                .contains("to cmd \"cat > piped.bin && rm marker\" failed")
+        },
     );
     assert!(
         td.root().join("marker").exists(),
@@ -688,6 +703,9 @@ fn pacing_rate_and_deadline() {
     // 16 MiB at 100 Mbit/s: 1.34 s of payload. On loopback the MSS is ~64 KB, so
     // the initial window of each stream (10 segments, ~640 KB) can leave before
     // pacing takes hold: up to ~8 % early here, which the lower bound allows.
+    // Pacing can only slow a transfer down, so the lower bound holds on any
+    // machine; the upper bound only catches pacing far too slow (a loaded
+    // 2-core machine can delay the end by a few hundred ms, never by 5×).
     // (The precision of pacing is measured on 1 GiB in BENCHMARKS.md.)
     ok(&xfer(
         &td,
@@ -707,18 +725,21 @@ fn pacing_rate_and_deadline() {
     let ct = t["run"]["completion_time"].as_f64().unwrap();
     let ideal = 16.0 * 1048576.0 * 8.0 / 100e6;
     assert!(
-        ct > ideal * 0.88 && ct < ideal * 1.5,
+        ct > ideal * 0.88 && ct < ideal * 5.0,
         "completion {ct} vs {ideal}"
     );
     assert_eq!(t["run"]["rate"], 100_000_000);
-    // Deadline: the rate follows from size and time.
+    // Deadline: the rate follows from size and time (the formula itself is
+    // unit-tested in client.rs). Set-up time (process start, connections) is
+    // taken from the deadline, so on a slow machine the rate is higher: the
+    // deadline is generous so a loaded machine keeps it.
     ok(&xfer(
         &td,
         &[
             "-P",
             "2",
             "--deadline",
-            "1s",
+            "3s",
             "--json",
             &jss,
             "mem:8M",
@@ -732,11 +753,12 @@ fn pacing_rate_and_deadline() {
     // and the data phase then takes size/rate.
     let rate = t["run"]["rate"].as_f64().unwrap();
     let bits = 8.0 * 8.0 * 1048576.0;
-    assert!(rate >= bits / 1.0 && rate < 3.0 * bits, "rate {rate}");
+    // At least size/deadline; at most what 2.5 s of set-up would leave.
+    assert!(rate >= bits / 3.0 && rate < bits / 0.5, "rate {rate}");
     let ct = t["run"]["completion_time"].as_f64().unwrap();
     let want = bits / rate;
     assert!(
-        ct > want * 0.9 && ct < want * 1.3,
+        ct > want * 0.9 && ct < want * 5.0,
         "completion {ct} vs {want}"
     );
     let e = failed(&xfer_in(
@@ -918,8 +940,8 @@ fn netns_resume_after_killing_sender() {
             "send",
             "--key-file",
             &td.key(),
-            "--rate",
-            "40M",
+            "--fault-stall-after",
+            "8M",
             "-P",
             "8",
             "src.bin",
@@ -964,11 +986,15 @@ fn pipe_resume_deterministic_and_changed_producer() {
     let cmd = ["--from-cmd", "cat gen.bin"];
     // Interrupted: the receiver keeps a verified prefix.
     let dest = srv.dest("/p.bin");
+    // The receiver fails the session exactly when it has written 2 MiB (test
+    // hook), so a verified prefix of at least 2 MiB is kept, whatever the
+    // timing. Only a transfer started with --resume keeps its partial data.
     let e = failed(&xfer(
         &td,
         &[
             cmd[0],
             cmd[1],
+            "--resume",
             "--retries",
             "0",
             "--fault-reset-after",
@@ -977,6 +1003,7 @@ fn pipe_resume_deterministic_and_changed_producer() {
         ],
     ));
     assert!(e.contains("injected"), "{e}");
+    assert!(td.root().join(".p.bin.xfer-part").exists());
     // Same producer output: resumes from the prefix, bit-exact.
     let js = td.p("p.json");
     let jss = js.display().to_string();
@@ -985,7 +1012,8 @@ fn pipe_resume_deterministic_and_changed_producer() {
         &[cmd[0], cmd[1], "--resume", "--json", &jss, &dest],
     ));
     same(&td.p("gen.bin"), &td.root().join("p.bin"));
-    assert!(json(&js)["run"]["resumed_bytes"].as_u64().unwrap() > 0);
+    let resumed = json(&js)["run"]["resumed_bytes"].as_u64().unwrap();
+    assert!((2 << 20..12 << 20).contains(&resumed), "resumed {resumed}");
     // Changed producer output: the end-to-end hash catches it, nothing is
     // committed, and the next attempt starts from scratch.
     let dest = srv.dest("/q.bin");
@@ -994,6 +1022,7 @@ fn pipe_resume_deterministic_and_changed_producer() {
         &[
             cmd[0],
             cmd[1],
+            "--resume",
             "--retries",
             "0",
             "--fault-reset-after",
@@ -1001,6 +1030,7 @@ fn pipe_resume_deterministic_and_changed_producer() {
             &dest,
         ],
     ));
+    assert!(td.root().join(".q.bin.xfer-part").exists());
     let mut d2 = d.clone();
     d2[10] ^= 1;
     std::fs::write(td.p("gen.bin"), &d2).unwrap();
@@ -1010,8 +1040,36 @@ fn pipe_resume_deterministic_and_changed_producer() {
         !td.root().join("q.bin").exists(),
         "mismatching data must not be committed"
     );
+    assert!(!td.root().join(".q.bin.xfer-part").exists());
     ok(&xfer(&td, &[cmd[0], cmd[1], "--resume", &dest]));
     same(&td.p("gen.bin"), &td.root().join("q.bin"));
+    // Without --resume a failed pipe keeps nothing: no part file, no journal.
+    let e = failed(&xfer(
+        &td,
+        &[
+            cmd[0],
+            cmd[1],
+            "--retries",
+            "0",
+            "--fault-reset-after",
+            "2M",
+            &srv.dest("/n.bin"),
+        ],
+    ));
+    assert!(e.contains("injected"), "{e}");
+    only_files(&td.root(), &["p.bin", "q.bin"]);
+}
+
+/// The directory holds exactly these names (no part files, no journals).
+fn only_files(dir: &Path, names: &[&str]) {
+    let mut left: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    left.sort();
+    let mut want: Vec<String> = names.iter().map(|s| s.to_string()).collect();
+    want.sort();
+    assert_eq!(left, want, "files in {}", dir.display());
 }
 
 /// No local file, temporary or final, may be left after a failed pull.
@@ -1074,7 +1132,9 @@ fn pull_file_1_and_8_streams_and_stdout() {
         ],
     ));
     let el = t.elapsed().as_secs_f64();
-    assert!((0.55..5.0).contains(&el), "paced pull took {el:.3} s");
+    // Pacing makes it at least this slow on any machine; the upper bound
+    // only catches a pull paced far below its rate.
+    assert!((0.55..30.0).contains(&el), "paced pull took {el:.3} s");
     same(&td.root().join("small.bin"), &td.p("paced.bin"));
 }
 
@@ -1139,7 +1199,8 @@ fn pull_fails_cleanly_when_server_dies() {
     for (mode, dest) in [("stripe", "out.bin"), ("stream", "-")] {
         let mut srv = Server::start(&td, &[]);
         let src = srv.dest("/big.bin");
-        // Paced to ~5 s, so the server is killed mid-transfer.
+        // The server's senders stop after 4 MiB (test hook) and wait, so the
+        // pull cannot finish before the server is killed.
         let args: Vec<String> = [
             "send",
             "--key-file",
@@ -1148,26 +1209,68 @@ fn pull_fails_cleanly_when_server_dies() {
             "4",
             "--mode",
             mode,
-            "--rate",
-            "50M",
+            "--fault-stall-after",
+            "4M",
             &src,
             dest,
         ]
         .iter()
         .map(|s| s.to_string())
         .collect();
-        let c = Command::new(BIN)
+        let mut c = Command::new(BIN)
             .args(&args)
             .current_dir(&td.0)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        std::thread::sleep(Duration::from_millis(700));
+        // Drain stdout and stderr as the client writes them.
+        let drain = |r: Box<dyn std::io::Read + Send>| {
+            let buf = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+            let b = buf.clone();
+            let h = std::thread::spawn(move || {
+                let mut r = r;
+                let mut chunk = [0u8; 65536];
+                while let Ok(n) = r.read(&mut chunk) {
+                    if n == 0 {
+                        break;
+                    }
+                    b.lock().unwrap().extend_from_slice(&chunk[..n]);
+                }
+            });
+            (buf, h)
+        };
+        let (out, out_h) = drain(Box::new(c.stdout.take().unwrap()));
+        let (err, err_h) = drain(Box::new(c.stderr.take().unwrap()));
+        // Mid-transfer: the client has received (written) at least 1 MiB.
+        let part = td.p(".out.bin.xfer-part");
+        wait_until("data at the client", Duration::from_secs(60), || {
+            use std::os::unix::fs::MetadataExt;
+            match dest {
+                "-" => out.lock().unwrap().len() >= 1 << 20,
+                _ => std::fs::metadata(&part).is_ok_and(|m| m.blocks() * 512 >= 1 << 20),
+            }
+        });
         srv.kill();
+        // A hang would be forever; the bound is generous for a loaded machine.
         let t = Instant::now();
-        let o = c.wait_with_output().unwrap();
-        assert!(t.elapsed() < Duration::from_secs(10), "client hung");
+        let status = loop {
+            if let Some(s) = c.try_wait().unwrap() {
+                break s;
+            }
+            if t.elapsed() > Duration::from_secs(60) {
+                let _ = c.kill();
+                panic!("{mode}: client hung after the server died");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        out_h.join().unwrap();
+        err_h.join().unwrap();
+        let o = Output {
+            status,
+            stdout: out.lock().unwrap().clone(),
+            stderr: err.lock().unwrap().clone(),
+        };
         let e = failed(&o);
         assert!(o.stdout.len() < 32 << 20, "{mode}: complete output?");
         assert!(

@@ -88,6 +88,16 @@ enum Walk {
     MustExist,
     /// Directories must exist (the source of a pull).
     Read,
+    /// Stop at the first missing directory (see `existing_ancestor`).
+    Probe,
+}
+
+/// The deepest directory of `rel`'s parents that exists under `root`, and
+/// how many components deep it is (the parent itself if that exists: depth
+/// = components − 1). Nothing is created: a transfer can be checked against
+/// the file system it would land on before any directory is made for it.
+pub fn existing_ancestor(root: &OwnedFd, rel: &str) -> Result<(OwnedFd, usize)> {
+    walk_dirs(root, rel, Walk::Probe)
 }
 
 /// Opens an existing regular file `rel` under `root` for reading (pulls),
@@ -110,12 +120,20 @@ pub fn open_read(root: &OwnedFd, rel: &str) -> Result<File> {
 }
 
 fn walk(root: &OwnedFd, rel: &str, how: Walk) -> Result<(OwnedFd, String)> {
+    let (dir, _) = walk_dirs(root, rel, how)?;
     let comps = components(rel)?;
-    let (name, dirs) = comps.split_last().unwrap();
+    Ok((dir, comps.last().unwrap().clone()))
+}
+
+/// Opens the parent directories of `rel` one at a time; returns the last
+/// one opened and how many were.
+fn walk_dirs(root: &OwnedFd, rel: &str, how: Walk) -> Result<(OwnedFd, usize)> {
+    let comps = components(rel)?;
+    let dirs = &comps[..comps.len() - 1];
     // SAFETY: dup of a valid descriptor.
     let mut cur =
         unsafe { OwnedFd::from_raw_fd(libc::fcntl(root.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 0)) };
-    for d in dirs {
+    for (depth, d) in dirs.iter().enumerate() {
         let c = cstr(d)?;
         // SAFETY: valid dirfd and C string.
         if how == Walk::Create {
@@ -134,6 +152,7 @@ fn walk(root: &OwnedFd, rel: &str, how: Walk) -> Result<(OwnedFd, String)> {
                 Some(libc::ELOOP) | Some(libc::ENOTDIR) => {
                     bail!("path {rel:?} rejected: {d:?} is a symlink or not a directory")
                 }
+                Some(libc::ENOENT) if how == Walk::Probe => return Ok((cur, depth)),
                 Some(libc::ENOENT) if how == Walk::Read => {
                     bail!("{rel:?}: no such file under the server root")
                 }
@@ -149,7 +168,7 @@ fn walk(root: &OwnedFd, rel: &str, how: Walk) -> Result<(OwnedFd, String)> {
         // SAFETY: fresh descriptor we own.
         cur = unsafe { OwnedFd::from_raw_fd(fd) };
     }
-    Ok((cur, name.clone()))
+    Ok((cur, dirs.len()))
 }
 
 pub fn open_file(dir: &OwnedFd, name: &str, flags: i32) -> Result<File> {
@@ -251,6 +270,7 @@ mod tests {
         assert!(open_file(&d, &n, libc::O_RDWR | libc::O_CREAT).is_err());
         let e = open_parent(&r, "new/f", false).unwrap_err().to_string();
         assert!(e.contains("does not exist"), "{e}");
+        assert_eq!(existing_ancestor(&r, "new/deeper/f").unwrap().1, 0);
         assert!(!root.join("new").exists());
         let (d, n) = open_parent(&r, "sub/dir/ok", true).unwrap();
         open_file(&d, &n, libc::O_RDWR | libc::O_CREAT).unwrap();

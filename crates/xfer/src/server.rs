@@ -143,7 +143,14 @@ fn handle_conn(srv: &Arc<Server>, mut conn: TcpStream) -> Result<()> {
     conn.set_read_timeout(Some(Duration::from_secs(10)))?;
     conn.set_nodelay(true)?;
     server_handshake(&mut conn, &srv.opts.auth)?;
-    let open: Open = recv_request(&mut conn)?;
+    let open: Open = match recv_request(&mut conn) {
+        Ok(o) => o,
+        Err(e) => {
+            // A client of another version deserves to know why.
+            let _ = send_msg(&mut conn, &Reply::Reject(format!("{e:#}")));
+            return Err(e);
+        }
+    };
     conn.set_read_timeout(None)?;
     // A client host that vanishes without a FIN/RST must not pin a session.
     let _ = socket2::SockRef::from(&conn).set_tcp_keepalive(
@@ -759,35 +766,27 @@ fn prepare_file(
     nchunks: u64,
     st: &mut State,
 ) -> Result<(FileSink, Ranges, u64)> {
-    let (dir, name) = safepath::open_parent(&srv.root, rel, !req.parent_must_exist)?;
-    safepath::check_target(&dir, &name)?;
+    let comps = safepath::components(rel)?;
+    let name = comps.last().unwrap().clone();
     let part = format!(".{name}.xfer-part");
     let jname = format!(".{name}.xfer-journal");
-    let comps = safepath::components(rel)?;
-    let mount = fsinfo::mount_point(&srv.opts.root.join(comps[..comps.len() - 1].join("/")));
-    if !req.resume {
-        // Starting over: what an earlier attempt left is of no use, and
-        // freeing it first may be what lets this transfer fit.
-        safepath::unlink(&dir, &part);
-        safepath::unlink(&dir, &jname);
-    }
-    if let Some(size) = req.size {
-        // Refuse up front what cannot fit, rather than fill the disk. The
-        // part file's blocks count as room: they are reused or freed.
-        let journal = 16 * size.div_ceil(req.chunk as u64) + 4096;
-        let need = size.saturating_add(journal);
-        if let Some(free) = fsinfo::available(&dir) {
-            let room = free.saturating_add(fsinfo::allocated(&dir, &part));
-            if need > room {
-                bail!(
-                    "no space left on {} for {rel:?}: it needs {}, the server file system has {} free",
-                    mount.display(),
-                    crate::util::human_bytes(need),
-                    crate::util::human_bytes(room)
-                );
-            }
+    // Everything up to the space check happens in directories that already
+    // exist, so a refused transfer creates nothing.
+    let (anc, depth) = safepath::existing_ancestor(&srv.root, rel)?;
+    let mount = fsinfo::mount_point(&srv.opts.root.join(comps[..depth].join("/")));
+    let parent_exists = depth + 1 == comps.len();
+    if parent_exists {
+        safepath::check_target(&anc, &name)?;
+        if !req.resume {
+            // Starting over: what an earlier attempt left is of no use, and
+            // freeing it first may be what lets this transfer fit.
+            safepath::unlink(&anc, &part);
+            safepath::unlink(&anc, &jname);
         }
     }
+    check_room(&anc, &part, req, rel, &mount)?;
+    let (dir, _) = safepath::open_parent(&srv.root, rel, !req.parent_must_exist)?;
+    safepath::check_target(&dir, &name)?;
     let existed = fsinfo::allocated(&dir, &jname) > 0;
     let mut created = CreatedFiles {
         dir: dir.try_clone()?,
@@ -832,6 +831,36 @@ fn prepare_file(
         mount,
     };
     Ok((fs, ranges, resumed))
+}
+
+/// Refuses up front a transfer of known size that cannot fit, rather than
+/// fill the disk. The part file's blocks count as room: they are reused (on
+/// resume) or freed (when starting over).
+fn check_room(
+    dir: &OwnedFd,
+    part: &str,
+    req: &Request,
+    rel: &str,
+    mount: &std::path::Path,
+) -> Result<()> {
+    let Some(size) = req.size else {
+        return Ok(());
+    };
+    let journal = 16 * size.div_ceil(req.chunk as u64) + 4096;
+    let need = size.saturating_add(journal);
+    let Some(free) = fsinfo::available(dir) else {
+        return Ok(());
+    };
+    let room = free.saturating_add(fsinfo::allocated(dir, part));
+    if need > room {
+        bail!(
+            "no space left on {} for {rel:?}: it needs {}, the server file system has {} free",
+            mount.display(),
+            crate::util::human_bytes(need),
+            crate::util::human_bytes(room)
+        );
+    }
+    Ok(())
 }
 
 fn journal_header(req: &Request) -> journal::Header {

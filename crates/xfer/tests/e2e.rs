@@ -1,229 +1,14 @@
 //! End-to-end tests: real `xfer` processes over loopback and over a veth
 //! pair between two network namespaces created (and removed) by the test.
 
-use std::io::{BufRead, BufReader, Write};
+mod common;
+
+use common::*;
+use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::process::{Command, Output, Stdio};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
-
-const BIN: &str = env!("CARGO_BIN_EXE_xfer");
-static COUNTER: AtomicU32 = AtomicU32::new(0);
-
-struct TempDir(PathBuf);
-impl TempDir {
-    fn new(tag: &str) -> TempDir {
-        let n = COUNTER.fetch_add(1, Ordering::SeqCst);
-        let p = std::env::temp_dir().join(format!("xfert-{}-{tag}-{n}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(p.join("root")).unwrap();
-        std::fs::write(p.join("key"), "test-key-0123456789abcdef\n").unwrap();
-        std::fs::write(p.join("badkey"), "wrong-key-0123456789abcdef\n").unwrap();
-        TempDir(p)
-    }
-    fn root(&self) -> PathBuf {
-        self.0.join("root")
-    }
-    fn key(&self) -> String {
-        self.0.join("key").display().to_string()
-    }
-    fn p(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-}
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// Deterministic pseudo-random data (xorshift), so corruption is visible.
-fn data(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed | 1;
-    let mut v = Vec::with_capacity(len + 8);
-    while v.len() < len {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        v.extend_from_slice(&x.to_le_bytes());
-    }
-    v.truncate(len);
-    v
-}
-
-/// A running `xfer serve`; killed (by its own PID) and reaped on drop.
-struct Server {
-    child: Child,
-    addr: String,
-    log: PathBuf,
-}
-
-impl Server {
-    fn start(td: &TempDir, extra: &[&str]) -> Server {
-        Self::start_with(td, &[], "127.0.0.1:0", extra)
-    }
-
-    fn start_with(td: &TempDir, prefix: &[&str], listen: &str, extra: &[&str]) -> Server {
-        let log_path = td.p(&format!(
-            "server-{}.log",
-            COUNTER.fetch_add(1, Ordering::SeqCst)
-        ));
-        let log = std::fs::File::create(&log_path).unwrap();
-        let (prog, pre_args) = match prefix.split_first() {
-            Some((p, rest)) => (
-                p.to_string(),
-                rest.iter()
-                    .map(|s| s.to_string())
-                    .chain([BIN.to_string()])
-                    .collect(),
-            ),
-            None => (BIN.to_string(), Vec::new()),
-        };
-        let root = td.root().display().to_string();
-        let key = td.key();
-        let mut args: Vec<&str> = vec![
-            "serve",
-            "--listen",
-            listen,
-            "--root",
-            &root,
-            "--key-file",
-            &key,
-        ];
-        args.extend_from_slice(extra);
-        let mut child = Command::new(prog)
-            .args(&pre_args)
-            .args(&args)
-            .stdout(Stdio::piped())
-            .stderr(log)
-            .spawn()
-            .expect("spawn server");
-        // Readiness signal: the server prints its bound address on stdout.
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let addr = line
-            .trim()
-            .strip_prefix("xfer: listening on ")
-            .unwrap_or_else(|| panic!("unexpected server output {line:?}"))
-            .to_string();
-        Server {
-            child,
-            addr,
-            log: log_path,
-        }
-    }
-
-    /// What the server wrote to stderr so far.
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    fn dest(&self, path: &str) -> String {
-        format!("{}:{path}", self.addr)
-    }
-
-    fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-impl Drop for Server {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
-fn xfer(td: &TempDir, args: &[&str]) -> Output {
-    xfer_in(&[], td, args, None)
-}
-
-fn xfer_in(prefix: &[&str], td: &TempDir, args: &[&str], stdin: Option<&[u8]>) -> Output {
-    let key = td.key();
-    let (prog, mut all): (String, Vec<String>) = match prefix.split_first() {
-        Some((p, rest)) => (
-            p.to_string(),
-            rest.iter()
-                .map(|s| s.to_string())
-                .chain([BIN.to_string()])
-                .collect(),
-        ),
-        None => (BIN.to_string(), Vec::new()),
-    };
-    all.push("send".into());
-    if !args.contains(&"--key-file") {
-        all.extend(["--key-file".to_string(), key]);
-    }
-    all.extend(args.iter().map(|s| s.to_string()));
-    let mut c = Command::new(prog)
-        .args(&all)
-        .current_dir(&td.0)
-        .stdin(if stdin.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    if let Some(d) = stdin {
-        let mut si = c.stdin.take().unwrap();
-        let d = d.to_vec();
-        std::thread::spawn(move || {
-            let _ = si.write_all(&d);
-        });
-    }
-    c.wait_with_output().unwrap()
-}
-
-fn ok(o: &Output) -> String {
-    let e = String::from_utf8_lossy(&o.stderr).to_string();
-    assert!(o.status.success(), "xfer failed: {e}");
-    e
-}
-
-fn failed(o: &Output) -> String {
-    let e = String::from_utf8_lossy(&o.stderr).to_string();
-    assert!(!o.status.success(), "xfer unexpectedly succeeded: {e}");
-    assert!(!e.contains("panicked"), "panic instead of an error: {e}");
-    e
-}
-
-fn json(p: &Path) -> serde_json::Value {
-    serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap()
-}
-
-fn same(a: &Path, b: &Path) {
-    let (x, y) = (std::fs::read(a).unwrap(), std::fs::read(b).unwrap());
-    assert!(
-        x == y,
-        "{} and {} differ ({} vs {} bytes)",
-        a.display(),
-        b.display(),
-        x.len(),
-        y.len()
-    );
-}
-
-fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
-    let t = Instant::now();
-    while !f() {
-        assert!(t.elapsed() < timeout, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
-/// Number of records in a receiver journal (0 if absent).
-fn journal_records(p: &Path) -> u64 {
-    let Ok(b) = std::fs::read(p) else { return 0 };
-    if b.len() < 11 {
-        return 0;
-    }
-    let hl = u32::from_le_bytes(b[7..11].try_into().unwrap()) as usize;
-    (b.len().saturating_sub(11 + hl) / 16) as u64
-}
 
 #[test]
 fn file_1_and_8_streams_bit_exact_with_trace() {
@@ -855,11 +640,6 @@ impl Drop for Netns {
     }
 }
 
-extern "C" {
-    #[link_name = "geteuid"]
-    fn libc_geteuid() -> u32;
-}
-
 #[test]
 fn netns_file_and_pipe_1_and_8_streams() {
     let Some(ns) = Netns::create() else { return };
@@ -1058,18 +838,6 @@ fn pipe_resume_deterministic_and_changed_producer() {
     ));
     assert!(e.contains("injected"), "{e}");
     only_files(&td.root(), &["p.bin", "q.bin"]);
-}
-
-/// The directory holds exactly these names (no part files, no journals).
-fn only_files(dir: &Path, names: &[&str]) {
-    let mut left: Vec<String> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    left.sort();
-    let mut want: Vec<String> = names.iter().map(|s| s.to_string()).collect();
-    want.sort();
-    assert_eq!(left, want, "files in {}", dir.display());
 }
 
 /// No local file, temporary or final, may be left after a failed pull.
@@ -1279,4 +1047,337 @@ fn pull_fails_cleanly_when_server_dies() {
         );
         no_local_output(&td, "out.bin");
     }
+}
+
+// ---- issue 10: reliability on first contact -------------------------------
+
+/// A refusal read by a raw client: the `Reject` text, or a panic.
+fn rejected(srv: &Server, req: serde_json::Value) -> String {
+    let mut s = raw_connect(&srv.addr);
+    raw_handshake(&mut s, KEY).unwrap();
+    send_json(&mut s, &req).unwrap();
+    let r = recv_json(&mut s)
+        .unwrap_or_else(|| panic!("no reply to {req}; server log:\n{}", srv.log()));
+    r["Reject"]
+        .as_str()
+        .unwrap_or_else(|| panic!("expected a refusal, got {r}"))
+        .to_string()
+}
+
+const SESSION: &str = "00112233445566778899aabbccddeeff";
+
+#[test]
+fn huge_declared_sizes_are_refused_with_the_limit() {
+    let td = TempDir::new("huge");
+    let mut srv = Server::start(&td, &[]);
+    // The tester's command: 16 TiB in 4 KiB chunks. The client says why
+    // before it connects...
+    let o = xfer(&td, &["--chunk", "4K", "mem:16T", &srv.addr, "--discard"]);
+    let e = failed(&o);
+    assert!(
+        e.contains("limit of 67108864 chunks") && e.contains("use --chunk 256K or larger"),
+        "{e}"
+    );
+    assert_eq!(e.trim().lines().count(), 1, "one line: {e}");
+    // ...and the server refuses the same request on its own, with the same
+    // words, without allocating for it.
+    let mut req = request(SESSION, serde_json::json!("discard"));
+    req["Control"]["chunk"] = 4096.into();
+    req["Control"]["size"] = (16u64 << 40).into();
+    assert!(rejected(&srv, req.clone()).contains("--chunk 256K"));
+    req["Control"]["size"] = u64::MAX.into();
+    assert!(rejected(&srv, req.clone()).contains("more than the limit"));
+    // Room on disk is checked before any file is made.
+    let mut r = request(SESSION, serde_json::json!({"path": "big/huge.bin"}));
+    r["Control"]["size"] = (1u64 << 60).into();
+    r["Control"]["chunk"] = (16 << 20).into();
+    r["Control"]["streams"] = 1.into();
+    r["Control"]["mode"] = "stream".into();
+    assert!(rejected(&srv, r).contains("no space left on"));
+    // Every other number a client states is checked too.
+    for (field, value, why) in [
+        ("chunk", serde_json::json!(1), "chunk size"),
+        ("streams", serde_json::json!(100000), "stream count"),
+        ("interval_ms", serde_json::json!(u64::MAX), "interval"),
+        ("session", serde_json::json!("€€€€€€€€€€€"), "session id"),
+    ] {
+        let mut r = request(SESSION, serde_json::json!("discard"));
+        r["Control"][field] = value;
+        let e = rejected(&srv, r);
+        assert!(e.contains(why), "{field}: {e}");
+    }
+    let mut r = request(SESSION, serde_json::json!("discard"));
+    r["Control"]["streams"] = 128.into();
+    r["Control"]["chunk"] = (16 << 20).into();
+    assert!(rejected(&srv, r).contains("256 MiB"));
+    // A stated control-message length is not allocated either.
+    let mut s = raw_connect(&srv.addr);
+    raw_handshake(&mut s, KEY).unwrap();
+    std::io::Write::write_all(&mut s, &u32::MAX.to_be_bytes()).unwrap();
+    let r = recv_json(&mut s).unwrap();
+    assert!(r["Reject"].as_str().unwrap().contains("too large"), "{r}");
+    // Still up, small, nothing left in the root, and serving.
+    assert!(srv.child.try_wait().unwrap().is_none(), "server died");
+    let hwm = vm_kib(srv.child.id(), "VmHWM");
+    assert!(hwm < 64 << 10, "server peak RSS {hwm} KiB");
+    only_files(&td.root(), &[]);
+    std::fs::write(td.p("src.bin"), data(3 << 20, 30)).unwrap();
+    ok(&xfer(&td, &["src.bin", &srv.dest("/ok.bin")]));
+    same(&td.p("src.bin"), &td.root().join("ok.bin"));
+    assert!(!srv.log().contains("panicked"), "{}", srv.log());
+    srv.kill();
+}
+
+#[test]
+fn busy_past_the_connection_cap_is_a_clear_error() {
+    let td = TempDir::new("busy");
+    let srv = Server::start(&td, &["--max-conns", "3"]);
+    std::fs::write(td.p("src.bin"), data(1 << 20, 31)).unwrap();
+    // Three connections that never authenticate hold every slot.
+    let held: Vec<_> = (0..3)
+        .map(|_| {
+            let mut s = raw_connect(&srv.addr);
+            let mut hello = [0u8; 39];
+            s.read_exact(&mut hello).unwrap();
+            s
+        })
+        .collect();
+    let o = xfer(&td, &["-P", "1", "src.bin", &srv.dest("/b.bin")]);
+    let e = failed(&o);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        e.starts_with("xfer: error: server busy: too many connections (3)"),
+        "{e}"
+    );
+    assert_eq!(e.trim().lines().count(), 1, "one line: {e}");
+    assert!(srv.log().contains("telling newcomers the server is busy"));
+    // Once they go, the server takes transfers again.
+    drop(held);
+    wait_until("a free slot", Duration::from_secs(30), || {
+        xfer(&td, &["-P", "1", "src.bin", &srv.dest("/b.bin")])
+            .status
+            .success()
+    });
+    same(&td.p("src.bin"), &td.root().join("b.bin"));
+}
+
+/// A tmpfs mounted by a test, unmounted (lazily if busy) on drop.
+struct Tmpfs(PathBuf);
+
+impl Tmpfs {
+    fn mount(at: &Path, size: &str) -> Tmpfs {
+        assert!(
+            is_root(),
+            "this test mounts a {size} tmpfs and needs root (CI runs as root); \
+             run it as root, or skip it with `cargo test -- --skip disk_full`"
+        );
+        std::fs::create_dir_all(at).unwrap();
+        let o = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(at)
+            .output()
+            .expect("running mount");
+        assert!(
+            o.status.success(),
+            "mount -t tmpfs failed: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        Tmpfs(at.to_path_buf())
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let ok = Command::new("umount")
+            .arg(&self.0)
+            .status()
+            .is_ok_and(|s| s.success());
+        if !ok {
+            let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+        }
+    }
+}
+
+#[test]
+fn disk_full_fails_clearly_and_frees_space() {
+    let td = TempDir::new("diskfull");
+    let small = td.root().join("small");
+    let _fs = Tmpfs::mount(&small, "4M");
+    let srv = Server::start(&td, &[]);
+    let mount = std::fs::canonicalize(&small).unwrap();
+    let full = format!("no space left on {}", mount.display());
+    let d = data(6 << 20, 32);
+    std::fs::write(td.p("big.bin"), &d).unwrap();
+    std::fs::write(td.p("two.bin"), &d[..2 << 20]).unwrap();
+
+    // A pipe of unknown size fills the disk: a clear error, and without
+    // --resume nothing is kept.
+    let e = failed(&xfer_in(
+        &[],
+        &td,
+        &["-", &srv.dest("/small/a.bin")],
+        Some(&d),
+    ));
+    assert!(e.contains(&full), "{e}");
+    only_files(&small, &[]);
+    // A file that cannot fit is refused before anything is written.
+    let e = failed(&xfer(&td, &["big.bin", &srv.dest("/small/b.bin")]));
+    assert!(e.contains(&full) && e.contains("needs"), "{e}");
+    only_files(&small, &[]);
+    // With --resume the partial data is kept: that is what resume is for...
+    let cmd = ["--from-cmd", "cat big.bin"];
+    let e = failed(&xfer(
+        &td,
+        &[cmd[0], cmd[1], "--resume", &srv.dest("/small/c.bin")],
+    ));
+    assert!(e.contains(&full), "{e}");
+    let part = small.join(".c.bin.xfer-part");
+    assert!(std::fs::metadata(&part).unwrap().len() >= 1 << 20);
+    // ...so another file does not fit, is refused, and leaves no empty
+    // part file or journal behind...
+    let e = failed(&xfer(&td, &["two.bin", &srv.dest("/small/d.bin")]));
+    assert!(e.contains(&full), "{e}");
+    only_files(&small, &[".c.bin.xfer-journal", ".c.bin.xfer-part"]);
+    // ...until a --no-resume send to the same destination frees it (and,
+    // failing again, keeps nothing).
+    let e = failed(&xfer(
+        &td,
+        &[cmd[0], cmd[1], "--no-resume", &srv.dest("/small/c.bin")],
+    ));
+    assert!(e.contains(&full), "{e}");
+    only_files(&small, &[]);
+    ok(&xfer(&td, &["two.bin", &srv.dest("/small/d.bin")]));
+    same(&td.p("two.bin"), &small.join("d.bin"));
+    assert!(!srv.log().contains("panicked"));
+}
+
+#[test]
+fn files_that_lie_about_their_size_are_read_to_the_end() {
+    let td = TempDir::new("procfs");
+    let srv = Server::start(&td, &[]);
+    // procfs reports size 0: the content is read to EOF, as cat would.
+    ok(&xfer(&td, &["/proc/self/status", &srv.dest("/status.txt")]));
+    let got = std::fs::read_to_string(td.root().join("status.txt")).unwrap();
+    assert!(
+        got.starts_with("Name:\txfer") && got.contains("\nVmRSS:"),
+        "{got}"
+    );
+    let e = failed(&xfer(
+        &td,
+        &["--mode", "stripe", "/proc/self/status", &srv.dest("/s.txt")],
+    ));
+    assert!(e.contains("known size"), "{e}");
+    // An empty regular file is still an empty file.
+    std::fs::write(td.p("empty"), b"").unwrap();
+    ok(&xfer(&td, &["empty", &srv.dest("/empty")]));
+    assert_eq!(std::fs::read(td.root().join("empty")).unwrap(), b"");
+}
+
+#[test]
+fn expect_size_catches_a_producer_that_failed_upstream() {
+    let td = TempDir::new("expect");
+    let srv = Server::start(&td, &[]);
+    let d = data(4 << 20, 33);
+    std::fs::write(td.p("src.bin"), &d).unwrap();
+    // `(producer; exit 3) | xfer send -`: a pipe cannot know the producer's
+    // exit status, but with --expect-size a short stream fails.
+    let o = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "(head -c 3145728 src.bin; exit 3) | {BIN} send --key-file {} --expect-size 4M - {}",
+            td.key(),
+            srv.dest("/p.bin")
+        ))
+        .current_dir(&td.0)
+        .output()
+        .unwrap();
+    let e = failed(&o);
+    assert!(
+        e.contains("ended after 3145728 bytes") && e.contains("--expect-size"),
+        "{e}"
+    );
+    only_files(&td.root(), &[]);
+    let e = failed(&xfer_in(
+        &[],
+        &td,
+        &["--expect-size", "1M", "-", &srv.dest("/q.bin")],
+        Some(&d),
+    ));
+    assert!(e.contains("longer than --expect-size"), "{e}");
+    only_files(&td.root(), &[]);
+    let e = failed(&xfer(
+        &td,
+        &["--expect-size", "1M", "src.bin", &srv.dest("/f.bin")],
+    ));
+    assert!(e.contains("--expect-size"), "{e}");
+    ok(&xfer_in(
+        &[],
+        &td,
+        &["--expect-size", "4M", "-", &srv.dest("/r.bin")],
+        Some(&d),
+    ));
+    same(&td.p("src.bin"), &td.root().join("r.bin"));
+    // --from-cmd knows its producer's exit status: a failure after all the
+    // data still commits nothing, and leaves no partial files.
+    let e = failed(&xfer(
+        &td,
+        &["--from-cmd", "cat src.bin; exit 3", &srv.dest("/c.bin")],
+    ));
+    assert!(e.contains("producer command failed"), "{e}");
+    only_files(&td.root(), &["r.bin"]);
+}
+
+#[test]
+fn json_destination_is_checked_before_sending() {
+    let td = TempDir::new("json");
+    let srv = Server::start(&td, &[]);
+    std::fs::write(td.p("src.bin"), data(1 << 20, 34)).unwrap();
+    let e = failed(&xfer(
+        &td,
+        &["--json", "missing/t.json", "src.bin", &srv.dest("/j.bin")],
+    ));
+    assert!(e.contains("cannot write the trace"), "{e}");
+    std::fs::create_dir_all(td.p("adir")).unwrap();
+    let e = failed(&xfer(
+        &td,
+        &["--json", "adir", "src.bin", &srv.dest("/j.bin")],
+    ));
+    assert!(e.contains("is a directory"), "{e}");
+    only_files(&td.root(), &[]);
+    ok(&xfer(
+        &td,
+        &["--json", "adir/t.json", "src.bin", &srv.dest("/j.bin")],
+    ));
+    assert_eq!(json(&td.p("adir/t.json"))["run"]["bytes"], 1 << 20);
+    only_files(&td.p("adir"), &["t.json"]);
+}
+
+#[test]
+fn trailing_slash_means_an_existing_directory() {
+    let td = TempDir::new("slash");
+    let srv = Server::start(&td, &[]);
+    std::fs::write(td.p("src.bin"), data(100_000, 35)).unwrap();
+    // Like scp: a missing directory is refused, and nothing is created.
+    let e = failed(&xfer(&td, &["src.bin", &srv.dest("/newdir/")]));
+    assert!(e.contains("does not exist"), "{e}");
+    only_files(&td.root(), &[]);
+    // An existing one receives the file under the source's name.
+    std::fs::create_dir_all(td.root().join("d")).unwrap();
+    ok(&xfer(&td, &["src.bin", &srv.dest("/d/")]));
+    same(&td.p("src.bin"), &td.root().join("d/src.bin"));
+    ok(&xfer(&td, &["src.bin", &srv.dest("/")]));
+    same(&td.p("src.bin"), &td.root().join("src.bin"));
+    // A pipe has no name to give it.
+    let e = failed(&xfer_in(&[], &td, &["-", &srv.dest("/d/")], Some(b"x")));
+    assert!(e.contains("no file name"), "{e}");
+    // Without the slash, a directory is refused with the hint.
+    let e = failed(&xfer(&td, &["src.bin", &srv.dest("/d")]));
+    assert!(e.contains("end DEST with '/'"), "{e}");
+    // Pulls too: into an existing local directory, under the remote name.
+    std::fs::create_dir_all(td.p("local")).unwrap();
+    ok(&xfer(&td, &[&srv.dest("/d/src.bin"), "local/"]));
+    same(&td.p("src.bin"), &td.p("local/src.bin"));
+    let e = failed(&xfer(&td, &[&srv.dest("/d/src.bin"), "nolocal/"]));
+    assert!(e.contains("not an existing directory"), "{e}");
+    assert!(!td.p("nolocal").exists());
 }

@@ -875,22 +875,18 @@ impl StreamSrc {
                 n
             }
             None => {
-                buf.resize(self.chunk, 0);
                 // Fill whole chunks so chunk boundaries are the same on a
-                // re-run (pipe resume depends on it).
-                let mut n = 0;
-                while n < self.chunk {
-                    match st.reader.read(&mut buf[n..]) {
-                        Ok(0) => break,
-                        Ok(k) => n += k,
-                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                        Err(e) => {
-                            st.error = Some(format!("reading source: {e}"));
-                            bail!("reading source: {e}");
-                        }
+                // re-run (pipe resume depends on it). The buffer is touched
+                // only as bytes arrive.
+                buf.clear();
+                let chunk = self.chunk as u64;
+                match (&mut st.reader).take(chunk).read_to_end(buf) {
+                    Ok(n) => n,
+                    Err(e) => {
+                        st.error = Some(format!("reading source: {e}"));
+                        bail!("reading source: {e}");
                     }
                 }
-                n
             }
         };
         let seq = st.seq;

@@ -46,6 +46,16 @@ struct Server {
 type DataTx = mpsc::Sender<(u32, TcpStream)>;
 
 pub fn serve(opts: ServeOpts) -> Result<()> {
+    // Chunk buffers (1–16 MiB) come and go with sessions. A fixed mmap
+    // threshold keeps them out of the heap: they are returned to the system
+    // when freed, and a fresh one costs memory only as it is filled. (glibc
+    // otherwise raises the threshold to the largest buffer freed, and heap
+    // memory stays resident.)
+    #[cfg(target_env = "gnu")]
+    // SAFETY: mallopt only tunes the allocator; called before any thread.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 1 << 20);
+    }
     let root = std::fs::canonicalize(&opts.root)
         .with_context(|| format!("root directory {}", opts.root.display()))?;
     if !root.is_dir() {

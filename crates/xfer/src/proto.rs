@@ -9,7 +9,10 @@ use std::io::{Read, Write};
 
 type HmacSha256 = Hmac<Sha256>;
 
-const HELLO_MAGIC: &[u8; 6] = b"XFER1\n";
+/// The greeting names the protocol version: 2 since the end-to-end digest
+/// became a sum (version 1 hashed the chunk hashes in order).
+const HELLO_MAGIC: &[u8; 6] = b"XFER2\n";
+const HELLO_V1: &[u8; 6] = b"XFER1\n";
 /// Sent instead of the hello when the server cannot take another connection,
 /// followed by a short reason and the end of the connection.
 const BUSY_MAGIC: &[u8; 6] = b"XFERB\n";
@@ -141,6 +144,9 @@ pub fn client_handshake<S: Read + Write>(s: &mut S, auth: &Auth) -> Result<()> {
         let _ = s.take(MAX_BUSY_LEN).read_to_end(&mut why);
         let why = String::from_utf8_lossy(&why);
         bail!("server busy: {} (try again later)", why.trim());
+    }
+    if &hello[..6] == HELLO_V1 {
+        bail!("the server runs an older xfer (protocol 1): use the same xfer version on both ends");
     }
     if &hello[..6] != HELLO_MAGIC {
         bail!("peer is not an xfer server (bad greeting)");
@@ -498,6 +504,14 @@ mod tests {
             e.to_string().contains("server busy: too many connections"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn an_older_server_is_named() {
+        let (mut a, mut b) = UnixStream::pair().unwrap();
+        a.write_all(b"XFER1\n").unwrap();
+        let e = client_handshake(&mut b, &Auth::Insecure).unwrap_err();
+        assert!(e.to_string().contains("older xfer"), "{e}");
     }
 
     #[test]

@@ -1453,3 +1453,18 @@ fn pull_connections(
     }
     Ok(slots.into_iter().map(|c| Arc::new(c.unwrap())).collect())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::merge_ticks;
+
+    #[test]
+    fn merged_samples_keep_every_byte_and_the_last_time() {
+        let ticks: Vec<(f64, Vec<u64>)> = (1..=5).map(|i| (i as f64, vec![i, 10 * i])).collect();
+        let m = merge_ticks(ticks);
+        assert_eq!(
+            m,
+            vec![(2.0, vec![3, 30]), (4.0, vec![7, 70]), (5.0, vec![5, 50])]
+        );
+    }
+}

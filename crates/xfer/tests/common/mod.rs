@@ -283,7 +283,7 @@ pub fn raw_handshake(s: &mut std::net::TcpStream, key: &[u8]) -> std::io::Result
     use std::io::Read;
     let mut hello = [0u8; 39];
     s.read_exact(&mut hello)?;
-    assert_eq!(&hello[..6], b"XFER1\n", "server hello");
+    assert_eq!(&hello[..6], b"XFER2\n", "server hello");
     let nonce_c = data(32, COUNTER.fetch_add(1, Ordering::SeqCst) as u64 + 77);
     let mut m = HmacSha256::new_from_slice(key).unwrap();
     m.update(b"xfer-v1 client");

@@ -161,7 +161,7 @@ pub fn send(o: SendOpts) -> Result<()> {
                 String::new()
             },
             match &out.e2e {
-                Some(h) => format!(", end-to-end xxh3-128 {h} verified"),
+                Some(h) => format!(", end-to-end digest {h} verified"),
                 None => ", hashing off".into(),
             }
         );

@@ -26,6 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
 import test_fuzz as tf  # noqa: E402
+from xferlab import engine  # noqa: E402
 from xferlab import scenario as sc  # noqa: E402
 from xferlab.campaign import spec  # noqa: E402
 from xferlab.importers import ImportLogError, iperf3, ss  # noqa: E402
@@ -93,10 +94,8 @@ def logs(kind: str, n: int, seed: int, bad: list) -> Counter:
             log = Path(tmp) / f"in{i}"
             log.write_text(tf._mutated_iperf3(rng) if kind == "iperf3" else tf._mutated_ss(rng))
             try:
-                if kind == "iperf3":
-                    iperf3.import_run([log], Path(tmp) / f"run{i}", force=True)
-                else:
-                    ss.import_run(log, Path(tmp) / f"run{i}", force=True)
+                trace = iperf3.import_trace([log]) if kind == "iperf3" else ss.import_trace(log)
+                engine.save(engine.stamp(trace, scenario={"name": "fuzz"}, seed=None), Path(tmp) / f"run{i}", force=True)
                 c["accepted"] += 1
             except (ImportLogError, RunFolderError, MetricsError):
                 c["refused"] += 1

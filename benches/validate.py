@@ -21,7 +21,6 @@ sys.path.insert(0, str(ROOT / "python"))
 import yaml  # noqa: E402
 from xferlab import backends, metrics, models, scenario  # noqa: E402
 from xferlab.demo import TABLE2_VARIANTS  # noqa: E402
-from xferlab.trace import Trace  # noqa: E402
 
 PAPER = yaml.safe_load((ROOT / "python/xferlab/data/seed_results.yaml").read_text())
 
@@ -32,8 +31,7 @@ def run(data: dict, window=None, backend: str = "sim") -> tuple[dict, dict, floa
     t0 = time.perf_counter()
     out = backends.get(backend).run(s, r)
     wall = time.perf_counter() - t0
-    trace = Trace.from_batches(out.tables, {"end_s": out.stats["end_s"]})
-    return metrics.compute(trace, r, window), r, wall
+    return metrics.compute(out, window), r, wall
 
 
 def mathis(quick: bool) -> str:

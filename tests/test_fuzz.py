@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from xferlab import engine
 from xferlab import scenario as sc
 from xferlab.backends import sim as simbackend
 from xferlab.campaign import spec
@@ -333,9 +334,10 @@ def test_mutated_logs_import_or_are_refused_with_a_reason(tmp_path, kind):
         log.write_text(_mutated_iperf3(rng) if kind == "iperf3" else _mutated_ss(rng))
         try:
             if kind == "iperf3":
-                iperf3.import_run([log], tmp_path / f"run{n}", force=True)
+                trace = iperf3.import_trace([log])
             else:
-                ss.import_run(log, tmp_path / f"run{n}", force=True)
+                trace = ss.import_trace(log)
+            engine.save(engine.stamp(trace, scenario={"name": "fuzz"}, seed=None), tmp_path / f"run{n}", force=True)
             outcomes["ok"] += 1
         except (ImportLogError, RunFolderError, MetricsError) as e:
             assert str(log) in str(e) or "--interval" in str(e) or "the log spans" in str(e), str(e)

@@ -68,7 +68,7 @@ def run(cli, tmp_path, *extra, **sections):
 @needs_host
 def test_four_pairs_end_to_end(cli, tmp_path):
     out, m, meta = run(cli, tmp_path)
-    assert meta["backend"] == "netns" and meta["stats"]["scale"] == 1
+    assert meta["backend"] == "netns" and meta["provenance"]["stats"]["scale"] == 1
     flows = pq.read_table(out / "trace" / "flows.parquet").to_pandas()
     assert len(flows) == 4 and set(flows["pair"]) == {0, 1, 2, 3}
     # 4 × 100 Mbit/s into 200 Mbit/s: the bottleneck is full (r_TP of 200 Mbit/s is 189.9).
@@ -99,7 +99,7 @@ def test_rtt_accuracy(cli, tmp_path, rtt_ms):
     srtt = tcp["srtt_ms"][tcp["t"] > 1.0]
     assert len(srtt) >= 5
     assert abs(float(srtt.median()) - rtt_ms) <= 1.0, srtt.describe()
-    q = meta["stats"]["delay_line"]["queues"]["0"]
+    q = meta["provenance"]["stats"]["delay_line"]["queues"]["0"]
     assert q["delay_ms"] == pytest.approx(rtt_ms)
     # the pacer holds the flow at its rate (payload counted as on the simulator: IP + 14 bytes)
     assert 0.9 * 20 * 1448 / 1514 < m["aggregate_goodput_mbps"] < 1.05 * 20
@@ -194,8 +194,8 @@ def test_scaled_run_reads_in_scenario_units(cli, tmp_path):
         workload={"duration": "1s"},
         measure={"goodput_interval": "0.1s", "link_interval": "20ms"},
     )
-    assert meta["stats"]["scale"] == 2
-    assert meta["environment"]["emulated"]["bottleneck_rate_bps"] == pytest.approx(500e6)
+    assert meta["provenance"]["stats"]["scale"] == 2
+    assert meta["provenance"]["stats"]["emulated"]["bottleneck_rate_bps"] == pytest.approx(500e6)
     # Emulated at 500 Mbit/s, read back doubled: above 500 only if converted (a busy machine
     # may carry less than the emulated rate, so no tighter bound), never above the scenario's C.
     assert 500 < m["aggregate_goodput_mbps"] <= 1000, m["aggregate_goodput_mbps"]
@@ -239,7 +239,7 @@ def test_background_on_off_sources_take_their_share(cli, tmp_path):
         topology={"pairs": 2, "access_rate": "100Mbps", "bottleneck_rate": "100Mbps", "rtt": "10ms"},
         workload={"duration": "5s", "background": {"level": 0.5, "mean_on": "0.2s", "mean_off": "0.2s"}},
     )
-    sent = sum(meta["stats"]["background_bytes"])
+    sent = sum(meta["provenance"]["stats"]["background_bytes"])
     expected = 0.5 * 100e6 / 8 * 5.0
     assert 0.5 * expected < sent < 1.5 * expected, (sent, expected)
     link = pq.read_table(out / "trace" / "link.parquet").to_pandas()

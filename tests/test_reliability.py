@@ -108,7 +108,7 @@ def test_more_background_sources_than_flows_run(tmp_path):
     # 2.2 Gbit/s of unresponsive background into 2 Gbit/s: the transfers get little, and the
     # bottleneck drops much.
     run = json.loads((tmp_path / "r" / "run.json").read_text())
-    assert run["stats"]["background_packets"] > 300_000 and m["bottleneck_drops"] > 10_000
+    assert run["provenance"]["stats"]["background_packets"] > 300_000 and m["bottleneck_drops"] > 10_000
     assert 0 < m["aggregate_goodput_mbps"] < 200
 
 
@@ -309,3 +309,13 @@ def test_a_worker_that_dies_fails_only_its_own_runs(monkeypatch):
     assert sorted(results) == [f"k{n}" for n in range(6)]
     assert {k for k, r in results.items() if r["status"] == "ok"} == {"k0", "k2", "k4"}
     assert all("worker process died" in results[f"k{n}"]["error"] for n in (1, 3, 5))
+
+
+def test_an_ss_log_whose_clock_goes_back_is_refused(tmp_path):
+    # Found by the fuzzer: a timestamp line earlier than the one before made flows start before t = 0.
+    lines = (ROOT / "tests" / "data" / "ss_tinH.log").read_text().splitlines()
+    stamps = [i for i, line in enumerate(lines) if line[:1].isdigit() and "." in line and " " not in line.strip()]
+    lines[stamps[2]] = str(float(lines[stamps[0]]) - 5)
+    log = tmp_path / "back.log"
+    log.write_text("\n".join(lines) + "\n")
+    refused(invoke("import", "ss", log, "--out", tmp_path / "r"), str(log), "goes back in time")

@@ -3,15 +3,13 @@
 import pytest
 from xferlab import metrics, models, scenario
 from xferlab.backends import sim
-from xferlab.trace import Trace
 
 
 def run(data, window=None):
     s = scenario.from_dict(data)
     r = scenario.resolve(s)
     out = sim.run(s, r)
-    trace = Trace.from_batches(out.tables, {"end_s": out.stats["end_s"]})
-    return metrics.compute(trace, r, window), r
+    return metrics.compute(out, window), r
 
 
 @pytest.mark.parametrize("p,secs", [(1e-3, 600), (1e-4, 1200)])

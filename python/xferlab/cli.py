@@ -14,14 +14,19 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from . import __version__, limits
-from .backends import BackendError
-from .cli_common import console, run_app
+from . import __version__, engine, limits
+from . import scenario as sc
+from .backends import BackendError, sim
+from .cli_campaign import bench_app, campaign_app
+from .cli_common import console, print_summary, run_app
 from .cli_common import fail as _fail
+from .cli_import import compare_command, import_app
 from .metrics import MetricsError
+from .models import ideal_rates
+from .netns import host
 from .runfolder import RunFolderError
 from .scenario import ScenarioError
-from .units import format_elapsed
+from .units import format_elapsed, parse_rate
 
 app = typer.Typer(
     add_completion=False,
@@ -29,39 +34,6 @@ app = typer.Typer(
     no_args_is_help=True,
     help="xferlab: experiments on bulk data transfers over high bandwidth-delay-product networks.",
 )
-
-
-def _summary(m: dict, out: Path) -> None:
-    t = Table(title=None, show_header=True, header_style="bold")
-    t.add_column("metric")
-    t.add_column("value", justify="right")
-
-    def f(v, fmt="{:.1f}"):
-        return "—" if v is None else fmt.format(v)
-
-    rows = [
-        ("aggregate goodput", f(m["aggregate_goodput_mbps"]) + " Mbit/s"),
-        ("ideal goodput r_TP", f(m["ideal_goodput_mbps"]) + " Mbit/s"),
-        ("efficiency G/C", f(m["efficiency"], "{:.3f}")),
-        ("mean flow goodput", f(m["mean_flow_goodput_mbps"]) + " Mbit/s"),
-        ("Jain index (stream / transfer)", f"{f(m['jain_index'], '{:.4f}')} / {f(m['jain_index_per_transfer'], '{:.4f}')}"),
-        ("mean flow CoV", f(m["mean_flow_cov"], "{:.3f}")),
-        ("retransmissions", str(m["retransmissions"])),
-        ("bottleneck drops", str(m["bottleneck_drops"])),
-    ]
-    c = m.get("completion")
-    if c and c.get("count"):
-        rows.append(("completion mean ± std", f"{c['mean_s']:.2f} ± {c['std_s']:.2f} s"))
-        if c.get("makespan_deficiency") is not None:
-            rows.append(("makespan deficiency", f"{100 * c['makespan_deficiency']:.1f} %"))
-    if c and c.get("incomplete"):
-        rows.append(("[yellow]incomplete transfers[/]", str(c["incomplete"])))
-    w = m["window"]
-    rows.append(("window", f"{w['kind']} {w['start_s']:.2f}–{w['end_s']:.2f} s"))
-    for k, v in rows:
-        t.add_row(k, v)
-    console.print(t)
-    console.print(f"report: [bold]{escape(str(out / 'report.html'))}[/]")
 
 
 @app.command()
@@ -77,9 +49,6 @@ def run(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar"),
 ):
     """Run one scenario and write its run folder (trace, metrics, report)."""
-    from . import engine
-    from . import scenario as sc
-
     options = {"scale": scale} if scale is not None else {}
     if scale is not None and backend != "netns":
         _fail("--scale applies to the netns backend only")
@@ -93,7 +62,7 @@ def run(
         _fail(str(e))
     except KeyboardInterrupt:
         _fail("interrupted; no run folder was written", 130)
-    _summary(m, target)
+    print_summary(m, target)
 
 
 @contextlib.contextmanager
@@ -133,20 +102,16 @@ def _progress(name: str, backend: str, cost: dict, quiet: bool):
 @app.command()
 def report(folder: Path = typer.Argument(..., help="a run folder")):
     """Re-render the metrics and the report of a run folder from its stored trace."""
-    from . import engine
-
     try:
         m = engine.rerender(folder)
     except (RunFolderError, MetricsError, KeyError) as e:
         _fail(str(e) if not isinstance(e, KeyError) else f"{folder}: run.json lacks {e}")
-    _summary(m, folder)
+    print_summary(m, folder)
 
 
 @app.command()
 def cleanup():
     """Remove what crashed netns runs left behind (namespaces xl-*, BPF congestion controls xl_*)."""
-    from .netns import host
-
     try:
         host.require_root()
         with host.host_lock(wait=False):
@@ -161,9 +126,7 @@ def cleanup():
 @app.command()
 def schema():
     """Print the JSON Schema of scenario files."""
-    from .scenario import json_schema
-
-    sys.stdout.write(json.dumps(json_schema(), indent=2) + "\n")
+    sys.stdout.write(json.dumps(sc.json_schema(), indent=2) + "\n")
 
 
 @app.command()
@@ -172,8 +135,6 @@ def check(
     set_: Optional[list[str]] = typer.Option(None, "--set", "-s", help="override a field: section.field=value"),
 ):
     """Validate a scenario and print it resolved (rates in bit/s, times in s, packets)."""
-    from . import scenario as sc
-
     try:
         s, _ = sc.load(scenario, set_)
         r = sc.resolve(s)
@@ -191,9 +152,6 @@ def ideal(
     headers: int = typer.Option(40, help="IP + TCP header bytes (52 with timestamps)"),
 ):
     """Ideal rates r_Eth, r_IP, r_TP of a link (seed 001 §3.3)."""
-    from .models import ideal_rates
-    from .units import parse_rate
-
     try:
         bps = parse_rate(rate)
     except ValueError as e:
@@ -217,17 +175,11 @@ def limits_command():
 @app.command()
 def version():
     """Print the versions of xferlab and its simulator."""
-    from .backends import sim
+    console.print(f"xferlab {__version__}, simulator {sim.version()} (variants: {', '.join(sim.variants())})")
 
-    console.print(f"xferlab {__version__}, simulator {sim._module().__version__} (variants: {', '.join(sim.variants())})")
-
-
-from .cli_import import compare_command, import_app  # noqa: E402  (imports and comparisons: cli_import.py)
 
 app.add_typer(import_app, name="import")
 app.command("compare")(compare_command)
-
-from .cli_campaign import bench_app, campaign_app  # noqa: E402  (campaigns and benchmark suites: cli_campaign.py)
 
 app.add_typer(campaign_app, name="campaign")
 app.add_typer(bench_app, name="bench")

@@ -10,6 +10,9 @@ import traceback
 import typer
 from rich.console import Console
 from rich.markup import escape
+from rich.table import Table
+
+from . import registry
 
 #: Exit status for a user mistake (bad scenario, bad folder), as argparse/click use.
 USAGE = 2
@@ -62,3 +65,38 @@ def run_app(app: typer.Typer) -> None:
             soft_wrap=True,
         )
         sys.exit(INTERNAL)
+
+
+#: The metrics the CLI prints after a run (labels, units and formats from the registry).
+SUMMARY = [
+    "aggregate_goodput_mbps",
+    "ideal_goodput_mbps",
+    "efficiency",
+    "mean_flow_goodput_mbps",
+    "jain_index",
+    "jain_index_per_transfer",
+    "mean_flow_cov",
+    "retransmissions",
+    "bottleneck_drops",
+    "completion.mean_s",
+    "completion.p99_s",
+    "completion.makespan_deficiency",
+    "completion.incomplete",
+]
+
+
+def print_summary(m: dict, out) -> None:
+    """A run's main metrics as a table, and where its report is."""
+    t = Table(show_header=True, header_style="bold")
+    t.add_column("metric")
+    t.add_column("value", justify="right")
+    for key in SUMMARY:
+        value = registry.get(m, key)
+        if key.startswith("completion.") and (value is None or (key.endswith("incomplete") and not value)):
+            continue  # duration-bound runs have no completion times; complete runs no "incomplete"
+        d = registry.METRICS[key]
+        t.add_row(d.label, f"{d.format(value)} {d.unit}".rstrip() if value is not None else "—")
+    w = m["window"]
+    t.add_row("metrics window", f"{w['kind']} {w['start_s']:.2f}–{w['end_s']:.2f} s")
+    console.print(t)
+    console.print(f"report: [bold]{escape(str(out / 'report.html'))}[/]")

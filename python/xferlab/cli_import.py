@@ -10,13 +10,13 @@ from typing import Optional
 import typer
 from rich.markup import escape
 
-from . import limits
-from .cli_common import console, err
+from . import compare, engine, limits, runfolder
+from .cli_common import console, err, print_summary
 from .cli_common import fail as _fail
-from .importers import ImportLogError
+from .importers import ImportLogError, iperf3, ss
 from .metrics import MetricsError
 from .runfolder import RunFolderError
-from .units import format_duration, format_rate
+from .units import format_duration, format_rate, parse_duration, parse_rate
 
 import_app = typer.Typer(
     add_completion=False,
@@ -36,8 +36,6 @@ def _default_out(name: str) -> Path:
 
 
 def _rate(text: Optional[str]) -> Optional[float]:
-    from .units import parse_rate
-
     if text is None:
         return None
     try:
@@ -51,8 +49,6 @@ def _rate(text: Optional[str]) -> Optional[float]:
 
 
 def _interval(text: str) -> float:
-    from .units import parse_duration
-
     try:
         s = parse_duration(text)
     except ValueError as e:
@@ -70,12 +66,9 @@ def _offsets(values: Optional[list[float]]) -> Optional[list[float]]:
     return values or None
 
 
-def _done(m: dict, out: Path) -> None:
-    from .cli import _summary
-
-    # What an import cannot know is None in metrics.json; the summary shows it as "—".
-    shown = {k: ("—" if v is None and k in ("retransmissions", "bottleneck_drops") else v) for k, v in m.items()}
-    _summary(shown, out)
+def _save(trace, given: dict, target: Path, force: bool) -> None:
+    engine.stamp(trace, scenario=given, seed=None)
+    print_summary(engine.save(trace, target, force), target)
 
 
 @import_app.command("iperf3")
@@ -91,17 +84,18 @@ def import_iperf3(
     force: bool = typer.Option(False, "--force", help="replace --out if it exists"),
 ):
     """Import iperf3 JSON: each test is a transfer, each of its -P streams a flow."""
-    from .importers import iperf3
-
-    cap, iv = _rate(capacity), _interval(interval)
+    cap, iv, offsets = _rate(capacity), _interval(interval), _offsets(offset)
     target = out if out is not None else _default_out(name or files[0].stem)
+    given = {
+        "name": name or files[0].stem,
+        "import": {"format": "iperf3", "files": [str(p) for p in files], "capacity_bps": cap, "goodput_interval_s": iv},
+    }
     try:
-        m = iperf3.import_run(
-            files, target, name=name, capacity_bps=cap, goodput_interval_s=iv, offsets=_offsets(offset), force=force
-        )
+        runfolder.check_destination(target, force)
+        trace = iperf3.import_trace(files, name=name, capacity_bps=cap, goodput_interval_s=iv, offsets=offsets)
+        _save(trace, {**given, "import": {**given["import"], "offsets_s": offsets}}, target, force)
     except (ImportLogError, RunFolderError, MetricsError) as e:
         _fail(str(e))
-    _done(m, target)
 
 
 @import_app.command("ss")
@@ -114,15 +108,17 @@ def import_ss(
     force: bool = typer.Option(False, "--force", help="replace --out if it exists"),
 ):
     """Import `ss -tin` snapshots: each connection (4-tuple) is a flow."""
-    from .importers import ss
-
     cap, iv = _rate(capacity), _interval(interval)
     target = out if out is not None else _default_out(name or file.stem)
+    given = {
+        "name": name or file.stem,
+        "import": {"format": "ss", "files": [str(file)], "capacity_bps": cap, "goodput_interval_s": iv},
+    }
     try:
-        m = ss.import_run(file, target, name=name, capacity_bps=cap, goodput_interval_s=iv, force=force)
+        runfolder.check_destination(target, force)
+        _save(ss.import_trace(file, name=name, capacity_bps=cap, goodput_interval_s=iv), given, target, force)
     except (ImportLogError, RunFolderError, MetricsError) as e:
         _fail(str(e))
-    _done(m, target)
 
 
 def compare_command(
@@ -131,8 +127,6 @@ def compare_command(
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="HTML file to write (default: RUN_A/compare-<name of B>.html)"),
 ):
     """Put two runs side by side: metrics with their relative difference, goodput and cwnd over time."""
-    from . import compare
-
     try:
         path, warnings = compare.compare(run_a, run_b, out)
     except (RunFolderError, MetricsError) as e:

@@ -15,6 +15,10 @@ import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
+import pyarrow as pa
+
+from .trace import Trace, TraceError
+
 RUN_FILE = "run.json"
 METRICS_FILE = "metrics.json"
 REPORT_FILE = "report.html"
@@ -100,3 +104,19 @@ def staged(out: Path, force: bool = False) -> Iterator[Path]:
     os.replace(tmp, out)
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
+
+
+def load_trace(folder: Path) -> Trace:
+    """The Trace of a run folder (upgraded from an older version when needed)."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise RunFolderError(f"{folder}: no such folder")
+    if not is_run_folder(folder):
+        raise RunFolderError(f"{folder}: not a run folder (no run.json and trace/)")
+    run_meta = read_json(folder / RUN_FILE)
+    if not isinstance(run_meta, dict) or "resolved" not in run_meta:
+        raise RunFolderError(f"{folder}: run.json is not from xferlab")
+    try:
+        return Trace.read(folder / "trace", run_meta)
+    except (FileNotFoundError, OSError, pa.ArrowInvalid, TraceError) as e:
+        raise RunFolderError(f"{folder}: unreadable trace: {e}") from None

@@ -35,16 +35,10 @@ from pydantic import (
     model_validator,
 )
 
-from . import datafile, limits, models
+from . import constants, datafile, limits, models, variants
+from .constants import FRAME_OVERHEAD, IP_TCP_HEADERS, TCP_TIMESTAMPS, qdisc_frame
+from .trace import RunInfo
 from .units import format_duration, format_rate, format_size, parse_duration, parse_rate, parse_size
-
-#: Congestion controls a scenario may name, spelled as Linux spells them. Which of them a
-#: backend can run is the backend's business (it says so clearly when it cannot).
-VARIANTS = ("reno", "bic", "cubic", "highspeed", "htcp", "scalable", "bbr")
-
-#: Ethernet bytes per frame beyond the IP packet: header 14, FCS 4, preamble 8, IFG 12
-#: (seed 001 §3.3, figure 7).
-FRAME_OVERHEAD = 38
 
 
 class ScenarioError(Exception):
@@ -191,12 +185,8 @@ def _count(x: float) -> int:
 
 
 def canonical_variant(v) -> str:
-    name = str(v).strip().lower()
-    aliases = {"hstcp": "highspeed", "hs-tcp": "highspeed", "h-tcp": "htcp", "newreno": "reno"}
-    name = aliases.get(name, name)
-    if name not in VARIANTS:
-        raise ValueError(f"unknown variant {v!r} (known: {', '.join(VARIANTS)})")
-    return name
+    """A variant's Linux name (ValueError for an unknown one): :func:`xferlab.variants.canonical`."""
+    return variants.canonical(v)
 
 
 Limiter = Literal["pacing", "token_bucket"]
@@ -270,7 +260,7 @@ class Workload(_Model):
 
 
 class Protocol(_Model):
-    variant: str = Field("reno", description="congestion control, as Linux names it: " + ", ".join(VARIANTS))
+    variant: str = Field("reno", description="congestion control, as Linux names it: " + ", ".join(variants.NAMES))
     initial_cwnd: int = Field(10, ge=1, le=1000, description="initial window, segments (RFC 6928)")
     delayed_ack: bool = True
     rto_min: RtoMin = Field("200ms", description="minimum retransmission timeout (Linux TCP_RTO_MIN)")
@@ -496,12 +486,12 @@ def json_schema() -> dict:
 
 def header_bytes(t: Topology) -> int:
     """IP + TCP headers (40 bytes) plus the timestamps option (12 bytes) when on."""
-    return 40 + (12 if t.timestamps else 0)
+    return IP_TCP_HEADERS + (TCP_TIMESTAMPS if t.timestamps else 0)
 
 
 def bdp_packets(t: Topology) -> float:
     """Bandwidth-delay product of the bottleneck in MTU-size packets."""
-    return t.bottleneck_rate * t.rtt / (8 * t.mtu)
+    return constants.bdp_packets(t.bottleneck_rate, t.rtt, t.mtu)
 
 
 def buffer_packets(t: Topology) -> int:
@@ -527,7 +517,7 @@ def _shaper(t: Topology) -> dict | None:
     if sh.limiter == "pacing":
         return {"line_rate_bps": line, "kind": "pacer", "rate_bps": t.bottleneck_rate}
     tick = 1.0 / sh.hz
-    burst = sh.burst if sh.burst is not None else math.ceil(t.bottleneck_rate / 8 * tick) + t.mtu + 14
+    burst = sh.burst if sh.burst is not None else math.ceil(t.bottleneck_rate / 8 * tick) + qdisc_frame(t.mtu)
     return {
         "line_rate_bps": line,
         "kind": "token_bucket",
@@ -537,114 +527,141 @@ def _shaper(t: Topology) -> dict | None:
     }
 
 
-def resolve(s: Scenario) -> dict:
-    """Plain numbers and the list of flows: what backends consume."""
-    t, w, p = s.topology, s.workload, s.protocol
-    mss = t.mtu - header_bytes(t)
-    if mss <= 0:
-        raise ScenarioError(f"topology.mtu {t.mtu} leaves no room for {header_bytes(t)} bytes of headers")
-    rng = random.Random(s.seed)
-    total_span = (t.pairs - 1) * w.stagger
-    flows, transfers, pairs = [], [], []
-    frame = t.mtu + 14  # what a qdisc counts per full-size packet
-    for pair in range(t.pairs):
-        o = w.per_pair[pair % len(w.per_pair)] if w.per_pair else PairOverride()
-        pair_start = o.start if o.start is not None else pair * w.stagger
-        rtt = o.rtt if o.rtt is not None else t.rtt
-        access = o.access_rate if o.access_rate is not None else t.access_rate
-        pairs.append({"access_rate_bps": access, "rtt_s": rtt})
-        variant = o.variant or p.variant
-        pair_volume = o.volume if o.volume is not None else w.volume
-        duration = None
-        if w.duration is not None:
-            duration = o.duration or ((total_span + w.duration - pair_start) if w.align_end else w.duration)
-            if duration < limits.TIME_MIN_S.value:
-                raise ScenarioError(
-                    f"{s.name}: pair {pair} starts at {format_duration(pair_start)}, after the aligned end of the run "
-                    f"({format_duration(total_span + w.duration)}: workload.align_end); move its start or lengthen the duration"
-                )
-        rate_limit = o.rate_limit if o.rate_limit is not None else p.rate_limit
-        limiter = None
-        if rate_limit is not None:
-            kind = o.limiter or p.limiter
-            per_stream = rate_limit / w.streams
-            if kind == "pacing":
-                limiter = {"kind": "pacer", "rate_bps": per_stream}
-            else:
-                tick = 1.0 / p.hz
-                burst = p.burst if p.burst is not None else math.ceil(per_stream / 8 * tick) + frame
-                if burst < frame:
-                    raise ScenarioError(f"protocol.burst {burst} B is smaller than one frame ({frame} B)")
-                limiter = {"kind": "token_bucket", "rate_bps": per_stream, "burst_bytes": int(burst), "tick_s": tick}
-        starts = []
-        for stream in range(w.streams):
-            start = pair_start + (rng.random() * w.start_jitter if w.start_jitter > 0 else 0.0)
-            starts.append(start)
-            volume = None
-            if pair_volume is not None:
-                volume = pair_volume // w.streams + (1 if stream < pair_volume % w.streams else 0)
-                if volume == 0:
-                    raise ScenarioError(f"workload.volume {pair_volume} B is smaller than {w.streams} streams")
-            flows.append(
-                {
-                    "flow_id": len(flows),
-                    "pair": pair,
-                    "stream": stream,
-                    "variant": variant,
-                    "role": "transfer",
-                    "start_s": start,
-                    "duration_s": duration,
-                    "volume_bytes": volume,
-                    "limiter": limiter,
-                }
-            )
-        transfers.append(
-            {"pair": pair, "streams": w.streams, "start_s": min(starts), "volume_bytes": pair_volume, "variant": variant}
-        )
+def _limiter(s: Scenario, o: PairOverride, rate_limit: float | None) -> dict | None:
+    """The per-stream limiter of a transfer limited to ``rate_limit`` (None: unlimited)."""
+    if rate_limit is None:
+        return None
+    p = s.protocol
+    per_stream = rate_limit / s.workload.streams
+    if (o.limiter or p.limiter) == "pacing":
+        return {"kind": "pacer", "rate_bps": per_stream}
+    frame = qdisc_frame(s.topology.mtu)
+    tick = 1.0 / p.hz
+    burst = p.burst if p.burst is not None else math.ceil(per_stream / 8 * tick) + frame
+    if burst < frame:
+        raise ScenarioError(f"protocol.burst {burst} B is smaller than one frame ({frame} B)")
+    return {"kind": "token_bucket", "rate_bps": per_stream, "burst_bytes": int(burst), "tick_s": tick}
 
-    # Reverse traffic: R × C / Ca sources sending from the receivers' side for the whole run.
-    n_reverse = reverse_sources(s)
-    for _ in range(n_reverse):
-        pairs.append({"access_rate_bps": t.access_rate, "rtt_s": t.rtt})
+
+def _pair(s: Scenario, pair: int, rng: random.Random, flows: list[dict]) -> tuple[dict, dict]:
+    """Pair ``pair``'s path and transfer, its flows appended to ``flows`` (one per stream)."""
+    t, w, p = s.topology, s.workload, s.protocol
+    o = w.per_pair[pair % len(w.per_pair)] if w.per_pair else PairOverride()
+    start = o.start if o.start is not None else pair * w.stagger
+    path = {"access_rate_bps": o.access_rate or t.access_rate, "rtt_s": o.rtt or t.rtt}
+    variant = o.variant or p.variant
+    volume = o.volume if o.volume is not None else w.volume
+    duration = None
+    if w.duration is not None:
+        aligned_end = (t.pairs - 1) * w.stagger + w.duration
+        duration = o.duration or ((aligned_end - start) if w.align_end else w.duration)
+        if duration < limits.TIME_MIN_S.value:
+            raise ScenarioError(
+                f"{s.name}: pair {pair} starts at {format_duration(start)}, after the aligned end of the run "
+                f"({format_duration(aligned_end)}: workload.align_end); move its start or lengthen the duration"
+            )
+    rate_limit = o.rate_limit if o.rate_limit is not None else p.rate_limit
+    limiter = _limiter(s, o, rate_limit)
+    starts = []
+    for stream in range(w.streams):
+        starts.append(start + (rng.random() * w.start_jitter if w.start_jitter > 0 else 0.0))
+        stream_volume = None
+        if volume is not None:
+            stream_volume = volume // w.streams + (1 if stream < volume % w.streams else 0)
+            if stream_volume == 0:
+                raise ScenarioError(f"workload.volume {volume} B is smaller than {w.streams} streams")
         flows.append(
             {
                 "flow_id": len(flows),
-                "pair": len(pairs) - 1,
+                "pair": pair,
+                "stream": stream,
+                "variant": variant,
+                "role": "transfer",
+                "start_s": starts[-1],
+                "duration_s": duration,
+                "volume_bytes": stream_volume,
+                "limiter": limiter,
+            }
+        )
+    transfer = {
+        "pair": pair,
+        "streams": w.streams,
+        "start_s": min(starts),
+        "volume_bytes": volume,
+        "variant": variant,
+        **path,
+        "rate_limit_bps": rate_limit,
+        "limiter": (o.limiter or p.limiter) if rate_limit is not None else None,
+    }
+    return path, transfer
+
+
+def _reverse(s: Scenario, rng: random.Random, flows: list[dict], paths: list[dict]) -> int:
+    """Reverse traffic: R × C / Ca sources sending from the receivers' side for the whole run."""
+    n = reverse_sources(s)
+    t, w = s.topology, s.workload
+    for _ in range(n):
+        paths.append({"access_rate_bps": t.access_rate, "rtt_s": t.rtt})
+        start = rng.random() * w.start_jitter if w.start_jitter > 0 else 0.0
+        flows.append(
+            {
+                "flow_id": len(flows),
+                "pair": len(paths) - 1,
                 "stream": 0,
-                "variant": p.variant,
+                "variant": s.protocol.variant,
                 "role": "reverse",
-                "start_s": rng.random() * w.start_jitter if w.start_jitter > 0 else 0.0,
+                "start_s": start,
                 "duration_s": None,
                 "volume_bytes": None,
                 "limiter": None,
             }
         )
+    return n
 
-    background = background_sources(s)
 
-    ideal = models.ideal_rates(t.bottleneck_rate, mtu=t.mtu, header_bytes=header_bytes(t))
-    # The ideal transport carries r_TP of whatever limits the aggregate: the bottleneck or
-    # the sum of the access links (seed 001 §3.3, generalised).
-    limit_bps = min(t.bottleneck_rate, sum(x["access_rate_bps"] for x in pairs[: t.pairs]))
-    ideal_goodput = models.ideal_rates(limit_bps, mtu=t.mtu, header_bytes=header_bytes(t)).r_tp_mbps
+def _ideal(s: Scenario, paths: list[dict], transfers: list[dict], flows: list[dict]) -> dict:
+    """The ideal transport (seed 001 §3.3): its rates, the goodput it reaches through whatever
+    limits the aggregate (the bottleneck or the access links together), and for volume-bound
+    transfers their ideal completion times and the run's hard end."""
+    t, w = s.topology, s.workload
 
-    ideal_completion = None
-    end_s = None
+    def rates(bps: float) -> models.IdealRates:
+        return models.ideal_rates(bps, mtu=t.mtu, header_bytes=header_bytes(t))
+
+    ideal = rates(t.bottleneck_rate)
+    limit_bps = min(t.bottleneck_rate, sum(x["access_rate_bps"] for x in paths[: t.pairs]))
+    out = {
+        "ideal_rates_mbps": {"r_eth": ideal.r_eth_mbps, "r_ip": ideal.r_ip_mbps, "r_tp": ideal.r_tp_mbps},
+        "ideal_goodput_mbps": rates(limit_bps).r_tp_mbps,
+        "end_s": None,
+    }
     if w.volume is not None:
-        tp = lambda bps: models.ideal_rates(bps, mtu=t.mtu, header_bytes=header_bytes(t)).r_tp_mbps * 1e6  # noqa: E731
-        tp_access = [tp(x["access_rate_bps"]) for x in pairs[: t.pairs]]
-        ideal_completion = models.ideal_completion_times(
+        tp_access = [rates(x["access_rate_bps"]).r_tp_mbps * 1e6 for x in paths[: t.pairs]]
+        times = models.ideal_completion_times(
             [x["volume_bytes"] for x in transfers], [x["start_s"] for x in transfers], tp_access, ideal.r_tp_mbps * 1e6
         )
-        makespan = max(ideal_completion[i] + transfers[i]["start_s"] for i in range(len(transfers)))
-        end_s = (w.max_duration if w.max_duration is not None else 10 * makespan + 60.0) + max(f["start_s"] for f in flows)
-        for i, x in enumerate(transfers):
-            x["ideal_completion_s"] = ideal_completion[i]
+        for x, ct in zip(transfers, times, strict=True):
+            x["ideal_completion_s"] = ct
+        makespan = max(ct + x["start_s"] for x, ct in zip(transfers, times, strict=True))
+        hard = w.max_duration if w.max_duration is not None else 10 * makespan + 60.0
+        out["end_s"] = hard + max(f["start_s"] for f in flows)
+    return out
 
-    window_cap_pkts = None
-    if p.window_cap is not None:
-        window_cap_pkts = max(1, math.ceil(p.window_cap / mss))
 
+def resolve(s: Scenario) -> dict:
+    """Plain numbers and the list of flows: what backends consume (a :class:`RunInfo`'s dict)."""
+    t, w, p = s.topology, s.workload, s.protocol
+    mss = t.mtu - header_bytes(t)
+    if mss <= 0:
+        raise ScenarioError(f"topology.mtu {t.mtu} leaves no room for {header_bytes(t)} bytes of headers")
+    rng = random.Random(s.seed)
+    flows, transfers, paths = [], [], []
+    for pair in range(t.pairs):
+        path, transfer = _pair(s, pair, rng, flows)
+        paths.append(path)
+        transfers.append(transfer)
+    n_reverse = _reverse(s, rng, flows, paths)
+    background = background_sources(s)
     resolved = {
         "name": s.name,
         "seed": s.seed,
@@ -662,15 +679,13 @@ def resolve(s: Scenario) -> dict:
         "buffer_packets": buffer_packets(t),
         "loss_rate": t.loss_rate,
         "shaper": _shaper(t),
-        "ideal_rates_mbps": {"r_eth": ideal.r_eth_mbps, "r_ip": ideal.r_ip_mbps, "r_tp": ideal.r_tp_mbps},
-        "ideal_goodput_mbps": ideal_goodput,
-        "window_cap_packets": window_cap_pkts,
+        **_ideal(s, paths, transfers, flows),
+        "window_cap_packets": max(1, math.ceil(p.window_cap / mss)) if p.window_cap is not None else None,
         "initial_cwnd": p.initial_cwnd,
         "delayed_ack": p.delayed_ack,
         "rto_min_s": p.rto_min,
         "duration_s": w.duration,
         "volume_bytes": w.volume,
-        "end_s": end_s,
         "goodput_interval_s": s.measure.goodput_interval,
         "link_interval_s": s.measure.link_interval,
         "tcp_interval_s": s.measure.tcp_interval,
@@ -678,19 +693,19 @@ def resolve(s: Scenario) -> dict:
         "reverse_sources": n_reverse,
         "background_sources": len(background),
         "background": background,
-        "pair_paths": pairs,
+        "pair_paths": paths,
         "flows": flows,
         "transfers": transfers,
     }
     resolved["cost"] = cost(s, resolved)
-    return resolved
+    return RunInfo.model_validate(resolved).dump()
 
 
 def _span_s(r: dict) -> float:
     """How long the run is expected to last: to the end of the last duration-bound flow, or
     the ideal makespan of volume-bound transfers."""
     ends = [f["start_s"] + f["duration_s"] for f in r["flows"] if f["duration_s"] is not None]
-    ends += [x["start_s"] + x["ideal_completion_s"] for x in r["transfers"] if "ideal_completion_s" in x]
+    ends += [x["start_s"] + x["ideal_completion_s"] for x in r["transfers"] if x.get("ideal_completion_s") is not None]
     return max(ends, default=0.0)
 
 

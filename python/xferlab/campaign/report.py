@@ -17,15 +17,12 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from scipy import stats
 
-from .. import models
-from ..report import CSS, _fmt, _img, _png, plt
+from .. import models, registry
+from ..report import CSS, img, plt, png
 from .catalog import CampaignFolder
 from .spec import CampaignError
-
-#: Two-sided 95 % quantiles of Student's t for 1..30 degrees of freedom (then 1.96).
-_T975 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131]
-_T975 += [2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042]
 
 #: Sweep fields → the catalog column that holds their resolved value (numbers, not strings).
 AXIS_COLUMNS = {
@@ -52,21 +49,23 @@ AXIS_LABELS = {
     "bottleneck_mbps": "C (Mbit/s)",
     "access_mbps": "Ca (Mbit/s)",
 }
-#: Metrics summarised per point: column → label.
-SUMMARY = {
-    "aggregate_goodput_mbps": "total goodput G (Mbit/s)",
-    "mean_flow_goodput_mbps": "mean flow goodput (Mbit/s)",
-    "jain_index": "Jain index",
-    "mean_flow_cov": "mean flow CoV",
-    "efficiency": "efficiency G/C",
-    "completion_mean_s": "mean completion time (s)",
-    "completion_p99_s": "p99 completion time (s)",
-}
+#: Metrics summarised per point (registry keys; their catalog columns hold the values).
+SUMMARY = [
+    "aggregate_goodput_mbps",
+    "mean_flow_goodput_mbps",
+    "jain_index",
+    "mean_flow_cov",
+    "efficiency",
+    "completion.mean_s",
+    "completion.p99_s",
+]
+#: catalog column → registry key
+_KEY = {m.catalog_column: m.key for m in registry.RUN_METRICS}
 
 
 def t975(n: int) -> float:
-    """Two-sided 95 % Student quantile for a mean of n samples."""
-    return _T975[n - 2] if 2 <= n <= 31 else 1.96
+    """Two-sided 95 % Student quantile for a mean of n samples (n − 1 degrees of freedom)."""
+    return float(stats.t.ppf(0.975, n - 1)) if n >= 2 else math.nan
 
 
 def mean_ci(values) -> tuple[float, float, int]:
@@ -77,6 +76,14 @@ def mean_ci(values) -> tuple[float, float, int]:
     if a.size == 1:
         return float(a[0]), math.nan, 1
     return float(a.mean()), t975(a.size) * float(a.std(ddof=1)) / math.sqrt(a.size), int(a.size)
+
+
+def _col(key: str) -> str:
+    return registry.METRICS[key].catalog_column
+
+
+def _heading(col: str) -> str:
+    return registry.METRICS[_KEY[col]].heading() if col in _KEY else col
 
 
 def load(folder: Path) -> tuple[dict, pd.DataFrame]:
@@ -119,11 +126,28 @@ def points_table(ok: pd.DataFrame, axes: list[str], counts: pd.DataFrame) -> pd.
         keys = keys if isinstance(keys, tuple) else (keys,)
         row = dict(zip(axes, keys, strict=True))
         row["runs"] = len(g)
-        for col in SUMMARY:
+        for col in map(_col, SUMMARY):
             m, h, _ = mean_ci(g[col])
             row[col], row[col + "_ci"] = m, h
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def _yerr(g: pd.DataFrame, y: str) -> np.ndarray:
+    """Asymmetric error bars: the 95 % CI clipped to the metric's valid range (a Jain index
+    never above 1, a goodput never below 0)."""
+    mid, half = g[y].to_numpy(dtype=float), g[y + "_ci"].fillna(0).to_numpy(dtype=float)
+    key = _KEY.get(y)
+    if key is None:
+        return np.vstack([half, half])
+    bounds = [registry.clip(key, m - h, m + h) for m, h in zip(mid, half, strict=True)]
+    return np.vstack([mid - np.array([lo for lo, _ in bounds]), np.array([hi for _, hi in bounds]) - mid])
+
+
+def _log_if_wide(ax, values: pd.Series) -> None:
+    """A log x axis when the values span more than a decade (RTTs 0.1–100 ms), as everywhere."""
+    if values.max() > 10 * max(values.min(), 1e-9):
+        ax.set_xscale("log")
 
 
 def _errorbar_lines(ax, table: pd.DataFrame, x: str, y: str, series: list[str]) -> None:
@@ -131,23 +155,22 @@ def _errorbar_lines(ax, table: pd.DataFrame, x: str, y: str, series: list[str]) 
     for keys, g in groups:
         keys = keys if isinstance(keys, tuple) else (keys,)
         g = g.sort_values(x)
-        ax.errorbar(g[x], g[y], yerr=g[y + "_ci"].fillna(0), marker="o", ms=3, capsize=3, lw=1, label=_series_name(keys, series))
+        ax.errorbar(g[x], g[y], yerr=_yerr(g, y), marker="o", ms=3, capsize=3, lw=1, label=_series_name(keys, series))
 
 
 def fig_vs_rtt(table: pd.DataFrame, axes: list[str]) -> bytes:
     series = [a for a in axes if a != "rtt_ms"]
-    metrics = [("mean_flow_goodput_mbps", "mean flow goodput (Mbit/s)"), ("jain_index", "Jain index"), ("mean_flow_cov", "CoV")]
+    metrics = ["mean_flow_goodput_mbps", "jain_index", "mean_flow_cov"]
     fig, axs = plt.subplots(1, 3, figsize=(11, 3.4))
-    for ax, (col, label) in zip(axs, metrics, strict=True):
-        _errorbar_lines(ax, table, "rtt_ms", col, series)
+    for ax, key in zip(axs, metrics, strict=True):
+        _errorbar_lines(ax, table, "rtt_ms", _col(key), series)
         ax.set_xlabel("RTT (ms)")
-        ax.set_ylabel(label)
-        if table["rtt_ms"].max() > 10 * max(table["rtt_ms"].min(), 1e-9):
-            ax.set_xscale("log")
+        ax.set_ylabel(registry.METRICS[key].heading())
+        _log_if_wide(ax, table["rtt_ms"])
     axs[0].legend(title=", ".join(map(_label, series)) or None)
     fig.suptitle("Metrics against RTT (mean ± 95 % CI over repetitions; seed 002 fig. 10)")
     fig.tight_layout()
-    return _png(fig)
+    return png(fig)
 
 
 def fig_vs_streams(table: pd.DataFrame, ok: pd.DataFrame, axes: list[str]) -> bytes:
@@ -164,7 +187,7 @@ def fig_vs_streams(table: pd.DataFrame, ok: pd.DataFrame, axes: list[str]) -> by
     ax.set_ylabel("total goodput (Mbit/s)")
     ax.set_title("Total goodput against streams (seed 002 fig. 4)")
     ax.legend(title=", ".join(map(_label, series)) or None)
-    return _png(fig)
+    return png(fig)
 
 
 def _completion_times(g: pd.DataFrame) -> list[float]:
@@ -208,14 +231,15 @@ def fig_completion(ok: pd.DataFrame, table: pd.DataFrame, axes: list[str]) -> by
                 keys = keys if isinstance(keys, tuple) else (keys,)
                 g = g.sort_values("rtt_ms")
                 name = f"{_series_name(keys, series)} p{q[12:14]}"
-                ax.errorbar(g["rtt_ms"], g[q], yerr=g[q + "_ci"].fillna(0), ls=style, marker="o", ms=3, capsize=3, lw=1,
+                ax.errorbar(g["rtt_ms"], g[q], yerr=_yerr(g, q), ls=style, marker="o", ms=3, capsize=3, lw=1,
                             color=f"C{i % 10}", label=name)  # fmt: skip
         ax.set_xlabel("RTT (ms)")
+        _log_if_wide(ax, qt["rtt_ms"])
         ax.set_ylabel("completion time (s)")
         ax.set_title("75th and 99th percentiles (seed 001 fig. 12)")
         ax.legend(fontsize=6)
     fig.tight_layout()
-    return _png(fig)
+    return png(fig)
 
 
 def _xticks(ax, labels: list[str], first: int) -> None:
@@ -236,26 +260,31 @@ def fig_goodput_distribution(ok: pd.DataFrame, axes: list[str]) -> bytes:
     _xticks(ax, labels, 1)
     ax.set_ylabel("flow mean goodput (Mbit/s)")
     ax.set_title(f"Distribution of the flows' mean goodputs over all repetitions ({', '.join(map(_label, axes)) or 'all runs'})")
-    return _png(fig)
+    return png(fig)
 
 
 def fig_points(table: pd.DataFrame, axes: list[str]) -> bytes:
     """Fallback when neither RTT nor streams is swept: total goodput per point."""
     labels = [_series_name(tuple(r[a] for a in axes), axes) for _, r in table.iterrows()]
     fig, ax = plt.subplots(figsize=(max(6, 0.45 * len(labels) + 2), 3.6))
-    ax.bar(range(len(labels)), table["aggregate_goodput_mbps"], yerr=table["aggregate_goodput_mbps_ci"].fillna(0), capsize=3)
+    ax.bar(range(len(labels)), table["aggregate_goodput_mbps"], yerr=_yerr(table, "aggregate_goodput_mbps"), capsize=3)
     _xticks(ax, labels, 0)
     ax.set_ylabel("total goodput (Mbit/s)")
     ax.set_title("Total goodput per sweep point (mean ± 95 % CI)")
-    return _png(fig)
+    return png(fig)
 
 
-def _cell(v, ci=None) -> str:
+def _cell(col: str, v, ci=None) -> str:
+    """A mean with its 95 % CI, each with the metric's own significant digits."""
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return "—"
+    key = _KEY.get(col)
+    if key is None:
+        return html.escape(registry.format_value(v) if isinstance(v, (float, np.floating)) else str(v))
+    d = registry.METRICS[key]
     if ci is None or (isinstance(ci, float) and math.isnan(ci)):
-        return _fmt(float(v) if isinstance(v, (float, np.floating)) else v)
-    return f"{_fmt(float(v))} ± {_fmt(float(ci), 2)}"
+        return html.escape(d.format(float(v) if isinstance(v, (float, np.floating)) else v))
+    return f"{html.escape(d.format(float(v)))} ± {html.escape(registry.format_value(float(ci), 2))}"
 
 
 def render(folder: Path) -> Path:
@@ -287,11 +316,11 @@ def render(folder: Path) -> Path:
     if len(ok):
         table = points_table(ok, axes, df)
         volume = ok["completion_mean_s"].notna().any()
-        cols = [*axes, "runs", *[c for c in SUMMARY if volume or not c.startswith("completion")]]
-        head = "".join(f"<th>{html.escape(_label(c) if c in axes else SUMMARY.get(c, c))}</th>" for c in cols)
+        cols = [*axes, "runs", *[_col(k) for k in SUMMARY if volume or not k.startswith("completion")]]
+        head = "".join(f"<th>{html.escape(_label(c) if c in axes else _heading(c))}</th>" for c in cols)
         body = ""
         for _, r in table.iterrows():
-            body += "<tr>" + "".join(f"<td>{_cell(r[c], r.get(c + '_ci'))}</td>" for c in cols) + "</tr>"
+            body += "<tr>" + "".join(f"<td>{_cell(c, r[c], r.get(c + '_ci'))}</td>" for c in cols) + "</tr>"
         parts += ["<h2>Sweep points</h2>", f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"]
         parts.append("<h2>Figures</h2>")
         figs = []
@@ -305,7 +334,7 @@ def render(folder: Path) -> Path:
             figs.append(("points", fig_points(table, axes), "total goodput per sweep point"))
         figs.append(("distribution", fig_goodput_distribution(ok, axes), "goodput distributions"))
         for name, data, alt in figs:
-            parts.append(_img(out, name, data, alt))
+            parts.append(img(out, name, data, alt))
     if len(failed):
         rows = "".join(
             f"<tr><td>{html.escape(r.run_key)}</td><td>{html.escape(str(json.loads(r.params)))}</td><td>{r.repetition}</td>"

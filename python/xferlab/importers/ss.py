@@ -23,7 +23,9 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from .common import ImportLogError, goodput_rows, malformed, read_log, rebin, table
+from ..constants import LINUX_MSS
+from ..trace import Provenance, Trace, table
+from .common import ImportLogError, goodput_rows, imported_info, malformed, read_log, rebin, unknown
 
 #: Congestion controls ss prints as a bare word in the info line.
 CONGESTION_CONTROLS = {
@@ -87,6 +89,8 @@ def parse(path: str | Path) -> tuple[list[float], dict[tuple[str, str], Socket]]
         if m:
             if len(m.group(1)) > 24 or float(m.group(1)) > 1e11:
                 raise ImportLogError(f"{p}:{n}: {m.group(1)[:30]!r} is not a Unix time in seconds (date +%s.%N)")
+            if times and float(m.group(1)) < times[-1]:
+                raise ImportLogError(f"{p}:{n}: the timestamp goes back in time ({m.group(1)} after {times[-1]:.6f})")
             times.append(float(m.group(1)))
             current = None
             continue
@@ -194,10 +198,10 @@ def tables_from_log(path: str | Path, *, goodput_interval_s: float, min_bytes: i
                 "bytes": int(sum(b for _, _, b in ivs)),
                 "volume_bytes": None,
                 "completion_time": None,
-                "segments_sent": int(_num(sent, "data_segs_out", 0)),
-                "retransmissions": int(_retrans_total(sent)),
-                "fast_recoveries": 0,
-                "timeouts": 0,
+                "segments_sent": int(_num(sent, "data_segs_out", 0)) if f.sender else None,
+                "retransmissions": int(_retrans_total(sent)) if f.sender else None,
+                "fast_recoveries": None,  # ss tells neither fast recoveries nor timeouts
+                "timeouts": None,
             }
         )
         goodput += goodput_rows(fid, rebin(ivs, goodput_interval_s, start - t0, end - t0), goodput_interval_s)
@@ -216,11 +220,11 @@ def tables_from_log(path: str | Path, *, goodput_interval_s: float, min_bytes: i
                     "flow_id": fid,
                     "cwnd": int(_num(i, "cwnd", 0)),
                     "ssthresh": int(ssthresh) if ssthresh is not None else None,
-                    "srtt_ms": _num(i, "rtt", math.nan),
-                    "rto_ms": _num(i, "rto", math.nan),
-                    "in_flight": int(_num(i, "unacked", 0)),
+                    "srtt_ms": _num(i, "rtt"),
+                    "rto_ms": _num(i, "rto"),
+                    "in_flight": int(_num(i, "unacked", 0)),  # ss omits unacked:0
                     "retransmissions": int(_retrans_total(i)),
-                    "ca_state": 0,
+                    "ca_state": None,  # ss does not show it
                 }
             )
     tcp.sort(key=lambda r: (r["t"], r["flow_id"]))
@@ -250,53 +254,37 @@ def _retrans_total(info: dict) -> float:
     return float(v.split("/")[-1])
 
 
-def import_run(
+def import_trace(
     path: Path,
-    out: Path,
     *,
     name: str | None = None,
     capacity_bps: float | None = None,
     goodput_interval_s: float = 0.5,
     min_bytes: int = 65536,
-    force: bool = False,
-) -> dict:
-    """``xferlab import ss``: one ss log as a run folder at ``out``; returns the metrics."""
-    from .common import synthetic_resolved, unknown_metrics, write_run
-    from .iperf3 import DEFAULT_MSS
-
+) -> Trace:
+    """``xferlab import ss``: one ss log as a Trace."""
     with malformed(str(path), "ss log"):
         tables, learnt = tables_from_log(path, goodput_interval_s=goodput_interval_s, min_bytes=min_bytes)
-    name = name or Path(path).stem
-    resolved = synthetic_resolved(
-        name=name,
+    info = imported_info(
+        name=name or Path(path).stem,
         flows=tables["flows"],
         goodput_interval_s=goodput_interval_s,
         capacity_bps=capacity_bps,
         rtt_s=learnt["rtt_s"],
-        mss=learnt["mss"] or DEFAULT_MSS,
+        mss=learnt["mss"] or LINUX_MSS,
         end_s=learnt["end_s"],
     )
-    given = {
-        "name": name,
-        "import": {"format": "ss", "files": [str(path)], "capacity_bps": capacity_bps, "goodput_interval_s": goodput_interval_s},
-    }
-    imported = {
-        "format": "ss",
-        "files": [str(Path(path).resolve())],
-        "t0_unix_s": learnt["t0_unix_s"],
-        "snapshots": learnt["snapshots"],
-        "goodput_side": " and ".join(learnt["goodput_side"]),
-        "note": (
-            "ss gives no timeouts, fast recoveries or congestion state, and there are no bottleneck counters: "
-            "those metrics are shown as —."
-        ),
-    }
-    resolved["unknown_metrics"] = unknown_metrics(link=False, timeouts=False, retransmissions=learnt["has_sender"])
-    return write_run(
-        out,
-        tables=tables,
-        resolved=resolved,
-        given=given,
-        imported=imported,
-        force=force,
+    provenance = Provenance(
+        producer="import",
+        source="ss",
+        setup=[
+            ("goodput measured by", " and ".join(learnt["goodput_side"])),
+            ("snapshots", str(learnt["snapshots"])),
+            ("RTT", "the smallest minrtt seen" if info.rtt_s else "unknown"),
+            ("bottleneck capacity", "given (--capacity)" if capacity_bps else "unknown (no --capacity)"),
+        ],
+        unknown={**unknown(retransmissions=learnt["has_sender"], source="ss"), "tcp.ca_state": "ss does not show it"},
+        files=[str(Path(path).resolve())],
+        stats={"t0_unix_s": learnt["t0_unix_s"], "snapshots": learnt["snapshots"]},
     )
+    return Trace.build(tables, info, provenance, end_s=learnt["end_s"])

@@ -127,6 +127,31 @@ def test_bottleneck_rate_and_drop_counting(cli, tmp_path):
     assert m["retransmissions"] >= 0.5 * m["bottleneck_drops"]
 
 
+def _catches_sigterm(pid: int) -> bool:
+    """Whether the process has a SIGTERM handler installed (SigCgt in /proc/PID/status)."""
+    try:
+        for line in open(f"/proc/{pid}/status"):
+            if line.startswith("SigCgt:"):
+                return bool(int(line.split()[1], 16) & (1 << (signal.SIGTERM - 1)))
+    except OSError:
+        pass
+    return False
+
+
+def wait_for_run(p: subprocess.Popen, before: set, min_pids: int, timeout: float = 180.0) -> list[int]:
+    """Waits until the run of process ``p`` has built its own namespaces (ones not there
+    before) with ``min_pids`` processes in them and catches SIGTERM: then a signal tests the
+    cleanup, whatever the machine's load (an import, a wait for the host lock)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and p.poll() is None:
+        new = [ns for ns in host.own_namespaces() if ns not in before]
+        pids = [pid for ns in new for pid in host.pids_in_namespace(ns)]
+        if new and len(pids) >= min_pids and _catches_sigterm(p.pid):
+            return pids
+        time.sleep(0.2)
+    raise AssertionError(f"the run did not start within {timeout:.0f} s (exit status {p.poll()})")
+
+
 @needs_host
 def test_cleanup_after_sigkill(cli, tmp_path):
     """SIGKILL leaves namespaces and processes behind; the next start removes them."""
@@ -136,14 +161,8 @@ def test_cleanup_after_sigkill(cli, tmp_path):
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    deadline = time.monotonic() + 20
-    pids = []
-    while time.monotonic() < deadline:
-        own = host.own_namespaces()
-        pids = [pid for ns in own for pid in host.pids_in_namespace(ns)]
-        if len(pids) >= 5:  # the delay line, 2 servers, 2 clients
-            break
-        time.sleep(0.2)
+    before = set(host.own_namespaces())
+    pids = wait_for_run(p, before, min_pids=5)  # the delay line, 2 servers, 2 clients
     p.send_signal(signal.SIGKILL)
     p.wait()
     assert host.own_namespaces(), "the run never started"
@@ -166,10 +185,8 @@ def test_sigterm_cleans_up_and_writes_nothing(tmp_path):
         stderr=subprocess.PIPE,
         text=True,
     )
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline and not host.own_namespaces():
-        time.sleep(0.1)
-    time.sleep(1.0)
+    before = set(host.own_namespaces())
+    wait_for_run(p, before, min_pids=1)
     p.send_signal(signal.SIGTERM)
     _, err = p.communicate(timeout=30)
     assert p.returncode == 130, err

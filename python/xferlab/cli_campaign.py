@@ -13,6 +13,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from . import limits
 from .backends import BackendError
+from .campaign import hstts, report, runner, spec
 from .campaign.spec import CampaignError
 from .cli_common import console
 from .cli_common import fail as _fail
@@ -82,8 +83,6 @@ class _Reporter:
 
 
 def run_campaign(campaign, out: Path, workers, dask, force, retry_failed, quiet, title=None):
-    from .campaign import runner
-
     with _Reporter(title or campaign.name, quiet) as rep:
         if not quiet:
             _announce(campaign, workers, dask, rep.log)
@@ -138,8 +137,6 @@ def campaign_run(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress output"),
 ):
     """Run (or resume) every run of a campaign; each finished run is committed to DIR/catalog.duckdb."""
-    from .campaign import spec
-
     overrides = {}
     if repetitions is not None:
         overrides["repetitions"] = repetitions
@@ -164,8 +161,6 @@ def campaign_run(
 @campaign_app.command("report")
 def campaign_report(folder: Path = typer.Argument(..., help="a campaign folder")):
     """Tables and figures across the sweep (mean ± 95 % CI over repetitions) as one HTML report."""
-    from .campaign import report
-
     try:
         path = report.render(folder)
     except CampaignError as e:
@@ -186,8 +181,6 @@ def bench_hstts(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress output"),
 ):
     """Seed 004's user-oriented benchmark (HSTTS): completion times of a candidate beside Reno."""
-    from .campaign import hstts
-
     if repetitions < 1:
         _fail("--repetitions must be at least 1")
     out = out or Path("results") / f"hstts-{backend}{'-quick' if quick else ''}"

@@ -416,7 +416,7 @@ class Trace:
         for name in NAMES:
             t = self.table(name)
             if not t.schema.equals(SCHEMAS[name], check_metadata=False):
-                raise TraceError(f"table {name} does not have the contract's schema:\n{t.schema}")
+                raise TraceError(f"table {name} does not have the contract's schema: {_schema_diff(t.schema, SCHEMAS[name])}")
             for f in SCHEMAS[name]:
                 if not f.nullable and t.column(f.name).null_count:
                     raise TraceError(f"table {name}: column {f.name} has nulls")
@@ -470,6 +470,17 @@ class Trace:
                 for k, v in pq.read_table(folder / "run.parquet").to_pylist()[0].items():
                     run[k] = json.loads(v) if isinstance(v, str) and v[:1] in "{[" else v
         return upgrade(tables, dict(run))
+
+
+def _schema_diff(got: pa.Schema, want: pa.Schema) -> str:
+    if got.names != want.names:
+        return f"columns {got.names}, expected {want.names}"
+    bad = [
+        f"{w.name} is {g.type}{'' if g.nullable else ' not null'}, expected {w.type}{'' if w.nullable else ' not null'}"
+        for g, w in zip(got, want, strict=True)
+        if (g.type, g.nullable) != (w.type, w.nullable)
+    ]
+    return "; ".join(bad)
 
 
 # ----------------------------------------------------------------------------- older runs

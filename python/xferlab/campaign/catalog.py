@@ -22,6 +22,8 @@ import os
 import shutil
 from pathlib import Path
 
+import duckdb
+
 from .. import registry, runfolder
 from .. import scenario as sc
 from .spec import Campaign, CampaignError, RunSpec
@@ -132,8 +134,6 @@ class CampaignFolder:
     """An open campaign folder: manifest checked, lock held, catalog open."""
 
     def __init__(self, root: Path, campaign: Campaign | None, force: bool = False, create: bool = True):
-        import duckdb
-
         self.root = Path(root)
         self.campaign = campaign
         self._lock_fd = None

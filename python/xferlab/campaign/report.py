@@ -15,6 +15,7 @@ import math
 import os
 from pathlib import Path
 
+import duckdb
 import numpy as np
 import pandas as pd
 from scipy import stats
@@ -88,8 +89,6 @@ def _heading(col: str) -> str:
 
 def load(folder: Path) -> tuple[dict, pd.DataFrame]:
     """The manifest and the runs table of a campaign folder."""
-    import duckdb
-
     try:
         with CampaignFolder(Path(folder), None) as f:
             df = f.db.sql("SELECT * FROM runs ORDER BY point, repetition").to_arrow_table().to_pandas()

@@ -147,6 +147,55 @@ def _host(addr: str) -> str:
     return addr.rsplit(":", 1)[0]
 
 
+def _intervals(f: Flow, times: list[float], t0: float) -> tuple[float, float, list[tuple[float, float, float]]]:
+    """A flow's first and last sight and the bytes it moved between snapshots (run time), from
+    the receiver's ``bytes_received`` or, without it, the sender's ``bytes_acked``."""
+    counted = f.receiver if f.receiver is not None else f.sender
+    counter = "bytes_received" if f.receiver is not None else "bytes_acked"
+    seen = [x.t for x in counted.samples]
+    first = seen[0]
+    before = [t for t in times if t < first]
+    # The data counted at the first sight moved since the previous snapshot; at the very
+    # first snapshot its start is unknown and it is left out.
+    start = before[-1] if before else first
+    prev_t, prev_b = (start, 0.0) if before else (first, _num(counted.samples[0].info, counter, 0.0))
+    ivs = []
+    for x in counted.samples:
+        b = _num(x.info, counter, prev_b)
+        if x.t > prev_t:
+            ivs.append((prev_t - t0, x.t - t0, max(0.0, b - prev_b)))
+        prev_t, prev_b = x.t, b
+    return start, seen[-1], ivs
+
+
+def _tcp_rows(f: Flow, fid: int, t0: float, mss_seen: list, rtt_seen: list) -> list[dict]:
+    """The sending socket's samples (none when only the receiver was logged)."""
+    rows = []
+    for x in f.sender.samples if f.sender else []:
+        i = x.info
+        if "cwnd" not in i:
+            continue
+        if "mss" in i:
+            mss_seen.append(int(_num(i, "mss")))
+        if "minrtt" in i:
+            rtt_seen.append(_num(i, "minrtt") / 1e3)
+        ssthresh = _num(i, "ssthresh")
+        rows.append(
+            {
+                "t": x.t - t0,
+                "flow_id": fid,
+                "cwnd": int(_num(i, "cwnd", 0)),
+                "ssthresh": int(ssthresh) if ssthresh is not None else None,
+                "srtt_ms": _num(i, "rtt"),
+                "rto_ms": _num(i, "rto"),
+                "in_flight": int(_num(i, "unacked", 0)),  # ss omits unacked:0
+                "retransmissions": int(_retrans_total(i)),
+                "ca_state": None,  # ss does not show it
+            }
+        )
+    return rows
+
+
 def tables_from_log(path: str | Path, *, goodput_interval_s: float, min_bytes: int = 65536) -> tuple[dict[str, pa.Table], dict]:
     """The Trace tables of an ss log, and what was learnt on the way (t0, MSS, RTT…)."""
     times, sockets = parse(path)
@@ -166,24 +215,9 @@ def tables_from_log(path: str | Path, *, goodput_interval_s: float, min_bytes: i
         pair = pairs.setdefault(key, len(pairs))
         stream = stream_of[key]
         stream_of[key] += 1
-        counted = f.receiver if f.receiver is not None else f.sender
-        counter = "bytes_received" if f.receiver is not None else "bytes_acked"
-        seen = [x.t for x in counted.samples]
-        first = seen[0]
-        before = [t for t in times if t < first]
-        # The data counted at the first sight moved since the previous snapshot; at the
-        # very first snapshot its start is unknown and it is left out.
-        start = before[-1] if before else first
-        prev_t, prev_b = (start, 0.0) if before else (first, _num(counted.samples[0].info, counter, 0.0))
-        ivs = []
-        for x in counted.samples:
-            b = _num(x.info, counter, prev_b)
-            if x.t > prev_t:
-                ivs.append((prev_t - t0, x.t - t0, max(0.0, b - prev_b)))
-            prev_t, prev_b = x.t, b
-        end = seen[-1]
+        start, end, ivs = _intervals(f, times, t0)
         sent = f.sender.samples[-1].info if f.sender else {}
-        variant = next((x.info["cc"] for x in (f.sender or counted).samples if "cc" in x.info), "unknown")
+        variant = next((x.info["cc"] for x in (f.sender or f.receiver).samples if "cc" in x.info), "unknown")
         rows.append(
             {
                 "flow_id": fid,
@@ -196,37 +230,13 @@ def tables_from_log(path: str | Path, *, goodput_interval_s: float, min_bytes: i
                 "start": start - t0,
                 "end": end - t0,
                 "bytes": int(sum(b for _, _, b in ivs)),
-                "volume_bytes": None,
-                "completion_time": None,
                 "segments_sent": int(_num(sent, "data_segs_out", 0)) if f.sender else None,
                 "retransmissions": int(_retrans_total(sent)) if f.sender else None,
-                "fast_recoveries": None,  # ss tells neither fast recoveries nor timeouts
-                "timeouts": None,
+                # volume, completion, fast recoveries and timeouts: ss does not tell (null)
             }
         )
         goodput += goodput_rows(fid, rebin(ivs, goodput_interval_s, start - t0, end - t0), goodput_interval_s)
-        for x in f.sender.samples if f.sender else []:
-            i = x.info
-            if "cwnd" not in i:
-                continue
-            if "mss" in i:
-                mss_seen.append(int(_num(i, "mss")))
-            if "minrtt" in i:
-                rtt_seen.append(_num(i, "minrtt") / 1e3)
-            ssthresh = _num(i, "ssthresh")
-            tcp.append(
-                {
-                    "t": x.t - t0,
-                    "flow_id": fid,
-                    "cwnd": int(_num(i, "cwnd", 0)),
-                    "ssthresh": int(ssthresh) if ssthresh is not None else None,
-                    "srtt_ms": _num(i, "rtt"),
-                    "rto_ms": _num(i, "rto"),
-                    "in_flight": int(_num(i, "unacked", 0)),  # ss omits unacked:0
-                    "retransmissions": int(_retrans_total(i)),
-                    "ca_state": None,  # ss does not show it
-                }
-            )
+        tcp += _tcp_rows(f, fid, t0, mss_seen, rtt_seen)
     tcp.sort(key=lambda r: (r["t"], r["flow_id"]))
     learnt = {
         "t0_unix_s": t0,
@@ -237,12 +247,7 @@ def tables_from_log(path: str | Path, *, goodput_interval_s: float, min_bytes: i
         "goodput_side": sorted({"receiver (bytes_received)" if f.receiver else "sender (bytes_acked)" for f in flows}),
         "has_sender": all(f.sender is not None for f in flows),
     }
-    tables = {
-        "flows": table("flows", rows),
-        "goodput": table("goodput", goodput),
-        "link": table("link", []),
-        "tcp": table("tcp", tcp),
-    }
+    tables = {"flows": table("flows", rows), "goodput": table("goodput", goodput), "tcp": table("tcp", tcp)}
     return tables, learnt
 
 

@@ -22,7 +22,9 @@ All names carry the run's prefix (``xl-<id>-``) so a crashed run's leftovers can
 
 from __future__ import annotations
 
+import json
 import math
+import os
 from dataclasses import dataclass, field
 
 from . import host
@@ -263,8 +265,6 @@ class Dumbbell:
     # Observation --------------------------------------------------------------------------
     def bottleneck_stats(self, reverse: bool = True) -> dict[str, dict]:
         """Counters of the bottleneck queues (``tc -s``): bytes, packets, drops, backlog (qlen)."""
-        import json
-
         out = {}
         links = (("bottleneck", self.left), ("reverse", self.right)) if reverse else (("bottleneck", self.left),)
         for name, router in links:
@@ -291,8 +291,6 @@ DELAY_CPU = 0
 
 def rps_mask() -> str | None:
     """Hex mask of every CPU but the delay line's, or None on a single-CPU host."""
-    import os
-
     cpus = sorted(os.sched_getaffinity(0))
     others = [c for c in cpus if c != DELAY_CPU]
     if not others or DELAY_CPU not in cpus:

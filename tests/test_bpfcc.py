@@ -637,7 +637,7 @@ def test_kernel_names_and_prefix_guard():
     assert bpfcc.kernel_name("scalable") == "xl_scalable"
     assert [bpfcc.kernel_name(v) for v in ("reno", "cubic", "bbr")] == ["reno", "cubic", "bbr"]
     assert all(n.startswith(host.BPF_PREFIX) for n in bpfcc.KERNEL_NAMES.values())
-    with pytest.raises(ValueError, match="unknown congestion control"):
+    with pytest.raises(ValueError, match="unknown variant"):
         bpfcc.kernel_name("vegas")
     with pytest.raises(ValueError, match="refusing"):
         bpfcc.unregister(["cubic"])

@@ -129,6 +129,10 @@ def schema():
     sys.stdout.write(json.dumps(sc.json_schema(), indent=2) + "\n")
 
 
+#: Pairs whose settings `xferlab check` lists one by one.
+CHECK_PAIRS_SHOWN = 50
+
+
 @app.command()
 def check(
     scenario: Path = typer.Argument(..., help="scenario YAML file"),
@@ -140,8 +144,14 @@ def check(
         r = sc.resolve(s)
     except ScenarioError as e:
         _fail(str(e))
-    short = {k: v for k, v in r.items() if k not in ("flows", "transfers")}
+    short = {k: v for k, v in r.items() if k not in ("flows", "transfers", "pair_paths")}
     short["flows"] = len(r["flows"])
+    # Per-pair settings (variant, volume, RTT, access rate, rate limit, limiter): each pair's,
+    # or the first ones and a count when there are many.
+    shown = CHECK_PAIRS_SHOWN
+    short["transfers"] = r["transfers"][:shown]
+    if len(r["transfers"]) > shown:
+        short["transfers_not_shown"] = len(r["transfers"]) - shown
     sys.stdout.write(json.dumps(short, indent=2) + "\n")
 
 

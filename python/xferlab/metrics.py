@@ -154,8 +154,9 @@ def responsiveness_rtt(cwnd: np.ndarray, ssthresh: np.ndarray) -> float:
         before = cwnd[k - 1]
         if before <= 0:
             continue
-        changed = not known[k - 1] or ssthresh[k] != ssthresh[k - 1]
-        if known[k] and changed and ssthresh[k] < before:
+        # An event in congestion avoidance (ssthresh known before it): at the slow-start exit
+        # the window sampled before is up to a sampling interval of doubling behind the loss.
+        if known[k] and known[k - 1] and ssthresh[k] != ssthresh[k - 1] and ssthresh[k] < before:
             betas.append(ssthresh[k] / before)
         elif not known[k] and cwnd[k] < 0.95 * before:
             betas.append(cwnd[k] / before)

@@ -69,14 +69,11 @@ def fig_goodput(trace: Trace, resolved: dict, m: dict) -> bytes:
     ax1.plot(agg.index + iv / 2, agg.values, color="C0", lw=1.2, label="aggregate goodput G(t)")
     bott = link[link["link"] == "bottleneck"]
     if len(bott):
-        ax1.plot(
-            bott["t"] + resolved["link_interval_s"] / 2,
-            bott["throughput_mbps"],
-            color="C1",
-            lw=0.4,
-            alpha=0.35,
-            label="bottleneck throughput X(t)",
-        )
+        # X(t) on G(t)'s grid (its samples averaged over each goodput interval): the two are
+        # then comparable, where 20 ms samples would draw a band of line-rate bursts.
+        cell = (bott["t"] // iv) * iv
+        x = bott.groupby(cell)["throughput_mbps"].mean()
+        ax1.plot(x.index + iv / 2, x.values, color="C1", lw=1.0, label=f"bottleneck throughput X(t), mean per {iv:g} s")
     if resolved.get("ideal_goodput_mbps") is not None:  # unknown for an import without --capacity
         ax1.axhline(resolved["ideal_goodput_mbps"], color="k", ls="--", lw=0.8, label="ideal goodput r_TP")
     w = m["window"]

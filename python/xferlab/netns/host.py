@@ -6,8 +6,9 @@ namespaces, BPF congestion controls are ``xl_*``) and is created while holding t
 whatever carries the prefix at that moment is a leftover of a crashed run and may be removed
 (:func:`cleanup_leftovers`).  Nothing without the prefix is ever touched.
 
-Namespaces are listed, entered and removed with pyroute2's ``netns`` module (what ``ip netns``
-does, without a process per call).
+Namespaces are created, listed, entered and removed with pyroute2's ``netns`` module (what
+``ip netns`` does, without a process per call), and configured over rtnetlink with an
+``IPRoute`` whose socket lives in the namespace (:func:`rtnl`).
 """
 
 from __future__ import annotations
@@ -18,10 +19,12 @@ import fcntl
 import os
 import shutil
 import signal
+import socket
 import subprocess
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from pyroute2 import IPRoute
 from pyroute2 import netns as nslib
 
 #: Prefix of every network namespace the backend creates.
@@ -118,6 +121,14 @@ def delete_namespace(ns: str) -> None:
         nslib.remove(ns)
 
 
+def create_namespace(ns: str) -> None:
+    """Creates the named network namespace ``ns`` (``ip netns add``); fails if it exists."""
+    if not ns.startswith(PREFIX):
+        raise ValueError(f"refusing to create namespace {ns!r}: xferlab's names start with {PREFIX!r}")
+    # pyroute2 forks a child that unshares and bind-mounts the namespace, then SIGKILLs it.
+    nslib.create(ns)
+
+
 @contextlib.contextmanager
 def in_namespace(ns: str) -> Iterator[None]:
     """Runs the body with the calling thread inside namespace ``ns``, then brings it back.
@@ -134,6 +145,22 @@ def in_namespace(ns: str) -> Iterator[None]:
             nslib.setns(home)
     finally:
         os.close(home)
+
+
+def rtnl(ns: str) -> IPRoute:
+    """An rtnetlink handle (pyroute2 ``IPRoute``) on namespace ``ns``; close it when done.
+
+    Its socket is opened with this thread inside ``ns`` and handed to pyroute2, so every
+    request, from any thread, goes to ``ns``.  Not ``IPRoute(netns=ns)``: that forks a child
+    per socket and stops it with SIGTERM, and a forked copy of a process with a Python SIGTERM
+    handler (the backend's) can survive that and run on as a second copy of the parent."""
+    with in_namespace(ns):
+        sock = socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, socket.NETLINK_ROUTE)
+    try:
+        return IPRoute(use_socket=sock, groups=0)  # groups=0: no event subscriptions
+    except BaseException:
+        sock.close()
+        raise
 
 
 def set_sysctls(ns: str, values: dict[str, str]) -> None:

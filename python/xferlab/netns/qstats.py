@@ -34,8 +34,6 @@ import socket
 import struct
 import time
 
-from pyroute2 import IPRoute
-
 from . import host
 
 NETLINK_ROUTE = 0
@@ -123,7 +121,7 @@ class LibraryQdiscReader:
 
     def __init__(self, ns: str, dev: str, kind: str = "pfifo"):
         self.kind = kind
-        self.ipr = IPRoute(netns=ns, flags=0)  # flags=0: never create ns
+        self.ipr = host.rtnl(ns)
         try:
             (link,) = self.ipr.link("get", ifname=dev)
         except Exception:

@@ -32,7 +32,6 @@ from __future__ import annotations
 import contextlib
 import fnmatch
 import math
-import os
 from dataclasses import dataclass, field
 
 from pyroute2 import IPRoute
@@ -150,7 +149,8 @@ class Dumbbell:
             nl: dict[str, IPRoute] = {}
             for name in self.namespaces():
                 self.created.append(name)  # first: teardown removes it even if creating it fails midway
-                nl[name] = sockets.enter_context(IPRoute(netns=name, flags=os.O_CREAT | os.O_EXCL))
+                host.create_namespace(name)
+                nl[name] = sockets.enter_context(host.rtnl(name))
             for r in (self.left, self.right):
                 nl[r].link("set", ifname="lo", state="up")
                 host.set_sysctls(r, {"net.ipv4.ip_forward": "1"})

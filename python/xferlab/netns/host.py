@@ -126,7 +126,14 @@ def create_namespace(ns: str) -> None:
     if not ns.startswith(PREFIX):
         raise ValueError(f"refusing to create namespace {ns!r}: xferlab's names start with {PREFIX!r}")
     # pyroute2 forks a child that unshares and bind-mounts the namespace, then SIGKILLs it.
-    nslib.create(ns)
+    # The child is a copy of this process: with SIGINT and SIGTERM blocked across the fork it
+    # can never run this process's Python handlers (and go on as a second copy of it); here
+    # they wait the few ms until the mask is restored.
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    try:
+        nslib.create(ns)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 @contextlib.contextmanager
@@ -138,10 +145,10 @@ def in_namespace(ns: str) -> Iterator[None]:
     Raises ``FileNotFoundError`` if ``ns`` does not exist (it is never created here)."""
     home = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
     try:
-        nslib.setns(ns, flags=0)
         try:
+            nslib.setns(ns, flags=0)
             yield
-        finally:
+        finally:  # also when setns failed or a signal came right after it: going home is harmless
             nslib.setns(home)
     finally:
         os.close(home)
@@ -150,10 +157,11 @@ def in_namespace(ns: str) -> Iterator[None]:
 def rtnl(ns: str) -> IPRoute:
     """An rtnetlink handle (pyroute2 ``IPRoute``) on namespace ``ns``; close it when done.
 
-    Its socket is opened with this thread inside ``ns`` and handed to pyroute2, so every
-    request, from any thread, goes to ``ns``.  Not ``IPRoute(netns=ns)``: that forks a child
-    per socket and stops it with SIGTERM, and a forked copy of a process with a Python SIGTERM
-    handler (the backend's) can survive that and run on as a second copy of the parent."""
+    Its socket is opened with this thread inside ``ns`` and handed to pyroute2, so its requests
+    go to ``ns``; use it from this thread (pyroute2 refuses another).  Not ``IPRoute(netns=ns)``:
+    that forks a child per socket and stops it with SIGTERM, and a forked copy of a process with
+    a Python SIGTERM handler (the backend's) can survive that and run on as a second copy of the
+    parent (seen: the copy took the parent's netlink answers and the build hung)."""
     with in_namespace(ns):
         sock = socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, socket.NETLINK_ROUTE)
     try:

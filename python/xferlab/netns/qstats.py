@@ -14,17 +14,18 @@ Two readers, one interface (``read() -> (time, {bytes, packets, drops, qlen, bac
   of every qdisc of the namespace.  Used for one-off reads (:func:`qdisc_stats`) and as a
   second, independent parser in the tests.
 
-Why the sampler does not use pyroute2 (``benches/qstats_cost.py``, 2 cores shared, load
-average ~3, 4 pairs: 7 qdiscs per dump, 3000 samples each, interleaved; min / median / max):
+Why the sampler does not use pyroute2: a sample costs 36× more through it, which the sampler,
+at every link interval for the whole run, cannot pay on a 2-core host whose delay line needs a
+core (``benches/qstats_cost.py``: 4 pairs, 7 qdiscs per dump, 1500 samples of each reader
+interleaved every 20 ms, load average 4.7–6.4; BENCHMARKS.md "netns: qdisc sampling"):
 
-=====================================  ==========================  ============================
-reader                                 per sample                  both links every 20 ms
-=====================================  ==========================  ============================
-QdiscReader (struct)                   see BENCHMARKS.md           0.2 % of a core
-LibraryQdiscReader (IPRoute)           ~25× the struct reader      ~6 % of a core
-=====================================  ==========================  ============================
-
-The exact figures are in BENCHMARKS.md ("Qdisc sampling cost").
+================================  ==============================  =============================
+reader                            µs per sample: min / med / p99  both links every 20 ms
+================================  ==============================  =============================
+QdiscReader (struct)              29 / 38 / 169                   0.4 % of a core
+LibraryQdiscReader (IPRoute)      829 / 1357 / 5713               13.6 % of a core
+pyroute2 IPRSocket, put/get       359 / 416 / 4893                4.2 % of a core
+================================  ==============================  =============================
 """
 
 from __future__ import annotations
@@ -117,7 +118,8 @@ class QdiscReader:
 
 
 class LibraryQdiscReader:
-    """:class:`QdiscReader` through pyroute2 (``IPRoute.get_qdiscs``, ``TCA_STATS2``)."""
+    """:class:`QdiscReader` through pyroute2 (``IPRoute.get_qdiscs``, ``TCA_STATS2``); read it from
+    the thread that opened it (:func:`host.rtnl`)."""
 
     def __init__(self, ns: str, dev: str, kind: str = "pfifo"):
         self.kind = kind

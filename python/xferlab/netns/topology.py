@@ -22,9 +22,10 @@ All names carry the run's prefix (``xl-<id>-``) so a crashed run's leftovers can
 Namespaces, veths, addresses, routes, qdiscs, classes and filters are made over rtnetlink with
 pyroute2 (one socket per namespace, opened as the namespace is created), offloads with its
 ethtool ioctls, sysctls by writing ``/proc/sys`` from inside the namespace.  Two things stay
-commands: iptables rules (no netlink API for xtables matches and targets in pyroute2) and the
-RPS mask (a sysfs file, and sysfs shows the namespace it was mounted in, so it takes the fresh
-mount that ``ip netns exec`` makes).
+commands: the iptables rules (the delay line's NFQUEUE and the loss rule's ``statistic`` match
+are xtables extensions, this kernel has no nft ``queue``, and pyroute2 speaks no xtables) and
+the RPS mask (a sysfs file, and sysfs shows the namespace it was mounted in, so it takes the
+fresh mount that ``ip netns exec`` makes).
 """
 
 from __future__ import annotations
@@ -32,13 +33,16 @@ from __future__ import annotations
 import contextlib
 import fnmatch
 import math
+import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from pyroute2 import IPRoute
-from pyroute2.ethtool.ioctl import IoctlEthtool
+from pyroute2.ethtool.ioctl import EthtoolError, IoctlEthtool
+from pyroute2.netlink.exceptions import NetlinkError
 from pyroute2.protocols import ETH_P_IP
 
-from . import host
+from . import host, qstats
 
 #: Packets of queue on each access link (the seeds' hosts: txqueuelen 1000).
 ACCESS_QUEUE = 1000
@@ -143,39 +147,56 @@ class Dumbbell:
 
     # Build --------------------------------------------------------------------------------
     def build(self, delay: bool = True) -> None:
-        """Creates everything; ``delay=False`` leaves out the delay line's rules (tests)."""
-        s = self.spec
+        """Creates everything; ``delay=False`` leaves out the delay line's rules (tests).
+
+        What was created is in ``created`` as it goes: call :meth:`teardown` whatever happens."""
         with contextlib.ExitStack() as sockets:  # one rtnetlink socket per namespace, for the build
             nl: dict[str, IPRoute] = {}
             for name in self.namespaces():
-                self.created.append(name)  # first: teardown removes it even if creating it fails midway
-                host.create_namespace(name)
-                nl[name] = sockets.enter_context(host.rtnl(name))
-            for r in (self.left, self.right):
-                nl[r].link("set", ifname="lo", state="up")
-                host.set_sysctls(r, {"net.ipv4.ip_forward": "1"})
-            # The core link between the routers.
-            nl[self.left].link("add", ifname="core", kind="veth", peer={"ifname": "core", "net_ns_fd": self.right})
-            self._iface(nl[self.left], self.left, "core", "10.0.0.1", 30)
-            self._iface(nl[self.right], self.right, "core", "10.0.0.2", 30)
-            nl[self.left].route("add", dst="10.2.0.0/16", gateway="10.0.0.2")
-            nl[self.right].route("add", dst="10.1.0.0/16", gateway="10.0.0.1")
-            for k, path in enumerate(s.paths):
+                with _step(f"namespace {name}"):
+                    self.created.append(name)  # first: teardown removes it even if creating it fails midway
+                    try:
+                        host.create_namespace(name)
+                    except FileExistsError:
+                        self.created.pop()  # not this run's: leave it
+                        raise host.HostError(f"namespace {name} exists already") from None
+                    nl[name] = sockets.enter_context(host.rtnl(name))
+            with _step("routers and core link"):
+                self._core(nl)
+            for k, path in enumerate(self.spec.paths):
                 for side, router in (("a", self.left), ("b", self.right)):
-                    hns = self.ns(side, k)
-                    nl[router].link("add", ifname=f"h{k}", kind="veth", peer={"ifname": "eth0", "net_ns_fd": hns})
-                    net = f"10.{1 if side == 'a' else 2}.{k}"
-                    self._iface(nl[router], router, f"h{k}", f"{net}.254", 24)
-                    eth0 = self._iface(nl[hns], hns, "eth0", f"{net}.1", 24)
-                    nl[hns].link("set", ifname="lo", state="up")
-                    self._default_route(nl[hns], eth0, f"{net}.254")
-                    self._tcp_sysctls(hns)
-                    self._steer(hns)
-                    self._access_link(nl[hns], eth0, hns, path.access_rate_bps)
-            self._bottleneck(nl[self.left])
-            self._bottleneck(nl[self.right])
+                    with _step(f"host {side}{k}"):
+                        self._host(nl, router, side, k, path)
+            for router in (self.left, self.right):
+                with _step(f"bottleneck in {router}"):
+                    self._bottleneck(nl[router])
         if delay:
             self._delay_rules()
+
+    def _core(self, nl: dict[str, IPRoute]) -> None:
+        """The routers (forwarding) and the core link between them, with routes across it."""
+        for r in (self.left, self.right):
+            nl[r].link("set", ifname="lo", state="up")
+            host.set_sysctls(r, {"net.ipv4.ip_forward": "1"})
+        nl[self.left].link("add", ifname="core", kind="veth", peer={"ifname": "core", "net_ns_fd": self.right})
+        self._iface(nl[self.left], self.left, "core", "10.0.0.1", 30)
+        self._iface(nl[self.right], self.right, "core", "10.0.0.2", 30)
+        nl[self.left].route("add", dst="10.2.0.0/16", gateway="10.0.0.2")
+        nl[self.right].route("add", dst="10.1.0.0/16", gateway="10.0.0.1")
+
+    def _host(self, nl: dict[str, IPRoute], router: str, side: str, k: int, path: PathSpec) -> None:
+        """Host ``side``/``k``: its veth to ``router`` (``h{k}`` there, ``eth0`` here), route,
+        TCP sysctls, receive steering and access link."""
+        hns = self.ns(side, k)
+        nl[router].link("add", ifname=f"h{k}", kind="veth", peer={"ifname": "eth0", "net_ns_fd": hns})
+        net = f"10.{1 if side == 'a' else 2}.{k}"
+        self._iface(nl[router], router, f"h{k}", f"{net}.254", 24)
+        eth0 = self._iface(nl[hns], hns, "eth0", f"{net}.1", 24)
+        nl[hns].link("set", ifname="lo", state="up")
+        self._default_route(nl[hns], eth0, f"{net}.254")
+        self._tcp_sysctls(hns)
+        self._steer(hns)
+        self._access_link(nl[hns], eth0, hns, path.access_rate_bps)
 
     def _iface(self, nl: IPRoute, ns: str, dev: str, addr: str, prefixlen: int) -> int:
         """Addresses ``dev``, sets its MTU, brings it up, turns its offloads off; its ifindex."""
@@ -296,12 +317,10 @@ class Dumbbell:
     # Observation --------------------------------------------------------------------------
     def bottleneck_stats(self, reverse: bool = True) -> dict[str, dict]:
         """Counters of the bottleneck queues (their pfifo): bytes, packets, drops, qlen, backlog."""
-        from .qstats import qdisc_stats
-
         links = (("bottleneck", self.left), ("reverse", self.right)) if reverse else (("bottleneck", self.left),)
         out = {}
         for name, router in links:
-            q = qdisc_stats(router, "core")
+            q = qstats.qdisc_stats(router, "core")
             if q is not None:
                 out[name] = q
         return out
@@ -311,6 +330,15 @@ class Dumbbell:
         for name in reversed(self.created):
             host.delete_namespace(name)
         self.created.clear()
+
+
+@contextlib.contextmanager
+def _step(what: str) -> Iterator[None]:
+    """Turns a netlink or ethtool error in a build step into one line, as `ip`/`tc` would say it."""
+    try:
+        yield
+    except (NetlinkError, EthtoolError, OSError) as e:
+        raise host.HostError(f"building the dumbbell: {what}: {e}") from e
 
 
 #: Route metric numbers (linux/rtnetlink.h): the lock bit of ``rto_min``.
@@ -340,8 +368,6 @@ DELAY_CPU = 0
 
 def rps_mask() -> str | None:
     """Hex mask of every CPU but the delay line's, or None on a single-CPU host."""
-    import os
-
     cpus = sorted(os.sched_getaffinity(0))
     others = [c for c in cpus if c != DELAY_CPU]
     if not others or DELAY_CPU not in cpus:

@@ -180,7 +180,7 @@ def _on_sigterm(signum, frame):  # pragma: no cover - exercised by the cleanup t
 def check_host() -> None:
     try:
         host.require_root()
-        host.require_tools("ip", "tc", "iptables", "ethtool", "iperf3", "sysctl")
+        host.require_tools("ip", "iptables", "iperf3")  # the rest goes over rtnetlink and ioctls (pyroute2)
     except host.HostError as e:
         raise BackendError(str(e)) from None
 

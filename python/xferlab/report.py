@@ -22,7 +22,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import yaml  # noqa: E402
 
-from . import registry  # noqa: E402
+from . import registry, schedule  # noqa: E402
 from .trace import Trace  # noqa: E402
 from .units import format_duration, format_rate, format_size  # noqa: E402
 
@@ -182,6 +182,47 @@ def fig_completion(m: dict) -> bytes | None:
     return png(fig)
 
 
+def fig_plan(trace: Trace) -> bytes | None:
+    """Seed 001 fig. 6: each request's planned rate over time (rectangles rate × time,
+    stacked), and below, the goodput each transfer got."""
+    plan = trace.info.plan
+    if plan is None:
+        return None
+    rows = [r.model_dump() for r in plan.requests]
+    steps = schedule.fluid_rates(rows, plan.capacity_bps)
+    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(8, 5.2), sharex=True)
+    pair_of = {r["request"]: r["pair"] for r in rows}
+    for lo, hi, rates in steps:
+        base = 0.0
+        for k in sorted(rates):
+            ax1.add_patch(plt.Rectangle((lo, base), hi - lo, rates[k] / 1e6, color=f"C{k % 10}", alpha=0.7, lw=0))
+            base += rates[k] / 1e6
+    for r in rows:
+        if r["deadline_s"] is not None:
+            ax1.axvline(r["deadline_s"], color=f"C{r['request'] % 10}", ls=":", lw=1)
+    ax1.axhline(plan.capacity_bps / 1e6, color="k", ls="--", lw=0.8, label="r_TP")
+    handles = [plt.Rectangle((0, 0), 1, 1, color=f"C{r['request'] % 10}", alpha=0.7) for r in rows if r["admitted"]]
+    names = [r["name"] or f"request {r['request']} (pair {r['pair']})" for r in rows if r["admitted"]]
+    ax1.legend([*handles, ax1.lines[-1]], [*names, "r_TP"], loc="upper right", fontsize=7)
+    ax1.set_ylim(0, plan.capacity_bps / 1e6 * 1.15)
+    ax1.set_xlim(0, max([hi for _, hi, _ in steps] + [trace.end_s]))
+    ax1.set_ylabel("planned goodput, Mbit/s")
+    ax1.set_title(f"plan: {plan.strategy}, enforced by {plan.mechanism} (seed 001 fig. 6); dotted: deadlines")
+    gp = trace.df("goodput").merge(trace.df("flows")[["flow_id", "pair"]], on="flow_id")
+    iv = trace.info.goodput_interval_s
+    by_pair = gp.groupby(["pair", "t"])["goodput_mbps"].sum().unstack(0).fillna(0.0)
+    request_of = {p: k for k, p in pair_of.items()}
+    cols = [p for p in by_pair.columns if p in request_of]
+    if cols:
+        ax2.stackplot(
+            by_pair.index + iv / 2, [by_pair[p] for p in cols], colors=[f"C{request_of[p] % 10}" for p in cols], alpha=0.7
+        )
+    ax2.set_ylabel("goodput, Mbit/s")
+    ax2.set_xlabel("time (s)")
+    ax2.set_title("what each transfer got", fontsize=9)
+    return png(fig)
+
+
 # ----------------------------------------------------------------------------- HTML
 
 CSS = """
@@ -262,6 +303,8 @@ SUMMARY = {
     "Completion times": [
         "completion.count",
         "completion.incomplete",
+        "completion.rejected",
+        "completion.deadlines_missed",
         "completion.mean_s",
         "completion.std_s",
         "completion.p50_s",
@@ -377,6 +420,7 @@ def render(folder: Path, trace: Trace, metrics: dict) -> Path:
         ("cwnd", fig_cwnd(trace, r), "congestion window"),
         ("queue", fig_queue(trace, r), "bottleneck queue"),
         ("completion", fig_completion(m), "completion times"),
+        ("plan", fig_plan(trace), "the plan and what each transfer got"),
     ]
     scenario = trace.run.get("scenario") or {}
     parts = [
@@ -426,6 +470,10 @@ def _tables(m: dict) -> list[str]:
     def cols(scope: str, keys: list[str], extra: list[tuple[str, str]]) -> list[tuple[str, str]]:
         return extra + [(k, registry.METRICS[f"{scope}.{k}"].heading()) for k in keys]
 
+    deadlines = any("deadline_s" in t for t in m["transfers"])
+    extra = (
+        [("deadline_s", "deadline (s)"), ("lateness_s", registry.METRICS["transfers.lateness_s"].heading())] if deadlines else []
+    )
     parts = [
         "<h2>Transfers</h2>",
         _table(
@@ -434,7 +482,8 @@ def _tables(m: dict) -> list[str]:
                 "transfers",
                 ["mean_goodput_mbps", "cov", "completion_time_s", "completion_deficiency"],
                 [("pair", "pair"), ("streams", "streams"), ("bytes", "bytes"), ("retransmissions", "retransmissions")],
-            ),
+            )
+            + extra,
         ),
     ]
     flow_keys = [

@@ -23,7 +23,7 @@ import pandas as pd  # noqa: E402
 import yaml  # noqa: E402
 
 from . import registry, schedule  # noqa: E402
-from .trace import Trace  # noqa: E402
+from .trace import RunInfo, Trace  # noqa: E402
 from .units import format_duration, format_rate, format_size  # noqa: E402
 
 #: Above this many lines a plot shows a sample of them plus the envelope.
@@ -182,41 +182,51 @@ def fig_completion(m: dict) -> bytes | None:
     return png(fig)
 
 
-def fig_plan(trace: Trace) -> bytes | None:
-    """Seed 001 fig. 6: each request's planned rate over time (rectangles rate × time,
-    stacked), and below, the goodput each transfer got."""
-    plan = trace.info.plan
-    if plan is None:
-        return None
+def _draw_plan(ax, info: RunInfo, end_s: float = 0.0) -> None:
+    """Each request's planned rate over time as stacked rectangles (seed 001 fig. 6)."""
+    plan = info.plan
     rows = [r.model_dump() for r in plan.requests]
     steps = schedule.fluid_rates(rows, plan.capacity_bps)
-    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(8, 5.2), sharex=True)
-    pair_of = {r["request"]: r["pair"] for r in rows}
     for lo, hi, rates in steps:
         base = 0.0
         for k in sorted(rates):
-            ax1.add_patch(plt.Rectangle((lo, base), hi - lo, rates[k] / 1e6, color=f"C{k % 10}", alpha=0.7, lw=0))
+            ax.add_patch(plt.Rectangle((lo, base), hi - lo, rates[k] / 1e6, color=f"C{k % 10}", alpha=0.7, lw=0))
             base += rates[k] / 1e6
     for r in rows:
         if r["deadline_s"] is not None:
-            ax1.axvline(r["deadline_s"], color=f"C{r['request'] % 10}", ls=":", lw=1)
-    ax1.axhline(plan.capacity_bps / 1e6, color="k", ls="--", lw=0.8, label="r_TP")
+            ax.axvline(r["deadline_s"], color=f"C{r['request'] % 10}", ls=":", lw=1)
+    cap = ax.axhline(plan.capacity_bps / 1e6, color="k", ls="--", lw=0.8)
     handles = [plt.Rectangle((0, 0), 1, 1, color=f"C{r['request'] % 10}", alpha=0.7) for r in rows if r["admitted"]]
     names = [r["name"] or f"request {r['request']} (pair {r['pair']})" for r in rows if r["admitted"]]
-    ax1.legend([*handles, ax1.lines[-1]], [*names, "r_TP"], loc="upper right", fontsize=7)
-    ax1.set_ylim(0, plan.capacity_bps / 1e6 * 1.15)
-    ax1.set_xlim(0, max([hi for _, hi, _ in steps] + [trace.end_s]))
-    ax1.set_ylabel("planned goodput, Mbit/s")
-    ax1.set_title(f"plan: {plan.strategy}, enforced by {plan.mechanism} (seed 001 fig. 6); dotted: deadlines")
+    ax.legend([*handles, cap], [*names, "r_TP"], loc="upper right", fontsize=7)
+    ax.set_ylim(0, plan.capacity_bps / 1e6 * 1.15)
+    ax.set_xlim(0, max([hi for _, hi, _ in steps] + [end_s]))
+    ax.set_ylabel("planned goodput, Mbit/s")
+    ax.set_title(f"plan: {plan.strategy}, enforced by {plan.mechanism} (seed 001 fig. 6); dotted: deadlines", fontsize=9)
+
+
+def plan_figure(info: RunInfo) -> bytes:
+    """The plan alone (``xferlab schedule plan --figure``)."""
+    fig, ax = plt.subplots(figsize=(8, 3))
+    _draw_plan(ax, info)
+    ax.set_xlabel("time (s)")
+    return png(fig)
+
+
+def fig_plan(trace: Trace) -> bytes | None:
+    """The plan (seed 001 fig. 6), and below, the goodput each transfer got."""
+    info = trace.info
+    if info.plan is None:
+        return None
+    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(8, 5.2), sharex=True)
+    _draw_plan(ax1, info, trace.end_s)
+    request_of = {r.pair: r.request for r in info.plan.requests}
     gp = trace.df("goodput").merge(trace.df("flows")[["flow_id", "pair"]], on="flow_id")
-    iv = trace.info.goodput_interval_s
     by_pair = gp.groupby(["pair", "t"])["goodput_mbps"].sum().unstack(0).fillna(0.0)
-    request_of = {p: k for k, p in pair_of.items()}
     cols = [p for p in by_pair.columns if p in request_of]
     if cols:
-        ax2.stackplot(
-            by_pair.index + iv / 2, [by_pair[p] for p in cols], colors=[f"C{request_of[p] % 10}" for p in cols], alpha=0.7
-        )
+        colors = [f"C{request_of[p] % 10}" for p in cols]
+        ax2.stackplot(by_pair.index + info.goodput_interval_s / 2, [by_pair[p] for p in cols], colors=colors, alpha=0.7)
     ax2.set_ylabel("goodput, Mbit/s")
     ax2.set_xlabel("time (s)")
     ax2.set_title("what each transfer got", fontsize=9)

@@ -243,7 +243,8 @@ td,th{padding:.25em .6em;border-bottom:1px solid #eee;text-align:right}
 th{background:#f6f6f6} td:first-child,th:first-child{text-align:left}
 .muted{color:#777} img{max-width:100%;display:block;margin:.8em 0}
 pre{background:#f6f6f6;padding:.8em;overflow:auto;font-size:.8em}
-.kv td:first-child{color:#555} .warn{background:#fff4e0;border-left:4px solid #f0a000;padding:.5em 1em}
+.kv td:first-child{color:#555} .sheet td{white-space:nowrap}
+.warn{background:#fff4e0;border-left:4px solid #f0a000;padding:.5em 1em}
 """
 
 

@@ -392,37 +392,7 @@ def render(folder: Path) -> Path:
     if planned - len(df) > 0:
         parts.append("<p class=warn>The campaign is incomplete: run the same <code>xferlab campaign run</code> to finish it.</p>")
     if len(ok):
-        table = points_table(ok, axes, df)
-        volume = ok["completion_mean_s"].notna().any()
-        cols = [*axes, "runs", *[_col(k) for k in SUMMARY if volume or not k.startswith("completion")]]
-        head = "".join(f"<th>{html.escape(_label(c) if c in axes else _heading(c))}</th>" for c in cols)
-        body = ""
-        for _, r in table.iterrows():
-            body += "<tr>" + "".join(f"<td>{_cell(c, r[c], r.get(c + '_ci'))}</td>" for c in cols) + "</tr>"
-        parts += ["<h2>Sweep points</h2>", f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"]
-        mk = makespan_table(ok, axes) if ok["makespan_s"].notna().any() else pd.DataFrame()
-        if len(mk):
-            parts += [
-                "<h2>Makespans (seed 001)</h2>",
-                "<p class=muted>The makespan of each repetition (first start to last completion) against the ideal "
-                "(Σ v)/r_TP; the slot a scheduler should reserve for 75 % and 99 % completion.</p>",
-                _makespan_html(mk, axes),
-            ]
-        parts.append("<h2>Figures</h2>")
-        figs = []
-        if len(mk) and "rtt_ms" in axes and mk["rtt_ms"].nunique() > 1:
-            figs.append(("makespan", fig_makespan_vs_rtt(mk, axes), "makespan spread and slots against RTT"))
-        if "rtt_ms" in axes and table["rtt_ms"].nunique() > 1:
-            figs.append(("vs_rtt", fig_vs_rtt(table, axes), "metrics against RTT per variant"))
-        if "streams" in axes and table["streams"].nunique() > 1:
-            figs.append(("vs_streams", fig_vs_streams(table, ok, axes), "total goodput against streams with Altman's model"))
-        if volume:
-            figs.append(("completion", fig_completion(ok, table, axes), "completion-time CDFs and percentiles"))
-        if not figs:
-            figs.append(("points", fig_points(table, axes), "total goodput per sweep point"))
-        figs.append(("distribution", fig_goodput_distribution(ok, axes), "goodput distributions"))
-        for name, data, alt in figs:
-            parts.append(img(out, name, data, alt))
+        parts += _results_html(out, ok, axes, df)
     if len(failed):
         rows = "".join(
             f"<tr><td>{html.escape(r.run_key)}</td><td>{html.escape(str(json.loads(r.params)))}</td><td>{r.repetition}</td>"
@@ -449,3 +419,40 @@ def render(folder: Path) -> Path:
     tmp.write_text("".join(parts))
     os.replace(tmp, path)
     return path
+
+
+def _results_html(out: Path, ok: pd.DataFrame, axes: list[str], df: pd.DataFrame) -> list[str]:
+    """The sweep-point table, the makespan table of scheduled runs, and the figures."""
+    parts: list[str] = []
+    table = points_table(ok, axes, df)
+    volume = ok["completion_mean_s"].notna().any()
+    cols = [*axes, "runs", *[_col(k) for k in SUMMARY if volume or not k.startswith("completion")]]
+    head = "".join(f"<th>{html.escape(_label(c) if c in axes else _heading(c))}</th>" for c in cols)
+    body = ""
+    for _, r in table.iterrows():
+        body += "<tr>" + "".join(f"<td>{_cell(c, r[c], r.get(c + '_ci'))}</td>" for c in cols) + "</tr>"
+    parts += ["<h2>Sweep points</h2>", f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"]
+    # Seed 001's makespan table judges a schedule: shown for runs planned from requests.
+    scheduled = "requests_rejected" in ok and ok["requests_rejected"].notna().any() and ok["makespan_s"].notna().any()
+    mk = makespan_table(ok, axes) if scheduled else pd.DataFrame()
+    if len(mk):
+        parts += [
+            "<h2>Makespans (seed 001)</h2>",
+            "<p class=muted>The makespan of each repetition (first start to last completion) against the ideal "
+            "(Σ v)/r_TP; the slot a scheduler should reserve for 75 % and 99 % completion.</p>",
+            _makespan_html(mk, axes),
+        ]
+    parts.append("<h2>Figures</h2>")
+    figs = []
+    if len(mk) and "rtt_ms" in axes and mk["rtt_ms"].nunique() > 1:
+        figs.append(("makespan", fig_makespan_vs_rtt(mk, axes), "makespan spread and slots against RTT"))
+    if "rtt_ms" in axes and table["rtt_ms"].nunique() > 1:
+        figs.append(("vs_rtt", fig_vs_rtt(table, axes), "metrics against RTT per variant"))
+    if "streams" in axes and table["streams"].nunique() > 1:
+        figs.append(("vs_streams", fig_vs_streams(table, ok, axes), "total goodput against streams with Altman's model"))
+    if volume:
+        figs.append(("completion", fig_completion(ok, table, axes), "completion-time CDFs and percentiles"))
+    if not figs:
+        figs.append(("points", fig_points(table, axes), "total goodput per sweep point"))
+    figs.append(("distribution", fig_goodput_distribution(ok, axes), "goodput distributions"))
+    return parts + [img(out, name, data, alt) for name, data, alt in figs]

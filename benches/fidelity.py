@@ -41,7 +41,7 @@ sys.path.insert(0, str(ROOT / "benches"))
 from xferlab import backends, metrics, scenario  # noqa: E402
 from xferlab.backends import sim as sim_backend  # noqa: E402
 from xferlab.netns import topology  # noqa: E402
-from xferlab.trace import Trace  # noqa: E402
+from xferlab.trace import Provenance, Trace  # noqa: E402
 
 RESULTS = ROOT / "results" / "fidelity"
 VARIANTS = ("reno", "bic", "cubic", "highspeed", "htcp", "scalable", "bbr")
@@ -115,10 +115,9 @@ def _run(data: dict, backend: str, tcp_interval: float | None = None) -> tuple[d
     s = scenario.from_dict(d, d["name"])
     r = scenario.resolve(s)
     t0 = time.perf_counter()
-    out = backends.get(backend).run(s, r)
+    trace = backends.get(backend).run(s, r)
     wall = time.perf_counter() - t0
-    trace = Trace.from_batches(out.tables, {"end_s": out.stats["end_s"]})
-    return metrics.compute(trace, r, None), trace, {"wall_s": wall, **out.stats}
+    return metrics.compute(trace), trace, {"wall_s": wall, "end_s": trace.end_s, **trace.provenance.stats}
 
 
 def emulated(cfg: dict) -> dict:
@@ -162,8 +161,8 @@ def run_sim(
     t0 = time.perf_counter()
     out = sim_backend._module().run(json.dumps(cfg), None, 1.0)
     stats = {"wall_s": time.perf_counter() - t0, **dict(out["stats"])}
-    trace = Trace.from_batches(dict(out["tables"]), {"end_s": stats["end_s"]})
-    m = metrics.compute(trace, r, None)
+    trace = Trace.build(dict(out["tables"]), r, Provenance(producer="sim", stats=stats), end_s=stats["end_s"])
+    m = metrics.compute(trace)
     return summarize(m, stats, sim_samples(trace) if kind == "duration" else None)
 
 

@@ -288,6 +288,13 @@ class CostInfo(_Info):
     sim_wall_s: float
 
 
+class HostInfo(_Info):
+    """How the simulator modelled the end hosts (None for real hosts)."""
+
+    noise: bool
+    kernel: Literal["linux6", "linux2006"]
+
+
 class RunInfo(_Info):
     """The resolved scenario: plain numbers (bit/s, s, bytes, packets) and the list of flows,
     what backends consume and what ``run.json`` records as ``resolved``. A field a producer
@@ -322,6 +329,7 @@ class RunInfo(_Info):
     link_interval_s: Time | None = None
     tcp_interval_s: Time | None = None
     window: Literal["all", "all-active"] | list[Time] = "all"
+    host: HostInfo | None = None
     reverse_sources: int = 0
     background_sources: int = 0
     background: list[BackgroundInfo] = Field(default_factory=list)

@@ -76,13 +76,13 @@ class Testbed:
     async def connect(self) -> None:
         """Logs in to every host, or closes them all and raises one error naming each failure."""
         results = await asyncio.gather(*(h.connect() for h in self.hosts.values()), return_exceptions=True)
-        errors = [str(r) for r in results if isinstance(r, BaseException)]
-        if errors:
+        failed = [r for r in results if isinstance(r, BaseException)]
+        if failed:
             await self.close()
-            for r in results:
-                if isinstance(r, BaseException) and not isinstance(r, (RemoteError, OSError)):
+            for r in failed:
+                if not isinstance(r, RemoteError):
                     raise r
-            raise RemoteError("; ".join(errors))
+            raise type(failed[0])("; ".join(map(str, failed)))  # Unreachable or Refused, naming each host
 
     async def read_facts(self, wants: dict[str, tuple[list[str], list[str], list[str]]]) -> dict[str, facts.Facts]:
         """Each host's facts (``wants``: its peers, devices and congestion controls); refuses a

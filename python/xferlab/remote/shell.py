@@ -135,9 +135,12 @@ class Host:
 
     async def write(self, path: str, data: bytes | str, mode: str = "600") -> None:
         """Writes ``data`` to ``path`` on the host atomically (beside it, then renamed)."""
-        q = shlex.quote(path)
-        tmp = shlex.quote(f"{path}.tmp")
-        await self.run(f"umask 077 && cat > {tmp} && chmod {mode} {tmp} && mv -f {tmp} {q}", stdin=data)
+        q, tmp = shlex.quote(path), shlex.quote(f"{path}.tmp")
+        command = f"umask 077 && cat > {tmp} && chmod {mode} {tmp} && mv -f {tmp} {q}"
+        data = data.encode() if isinstance(data, str) else data
+        res = await self._run(command, data, 300.0, encoding=None)
+        if res.exit_status != 0:
+            raise RemoteError(f"{self.where}: cannot write {path}: {(res.stderr or b'').decode(errors='replace').strip()}")
 
     async def _run(self, command: str, stdin, timeout: float, encoding):
         if self.conn is None:

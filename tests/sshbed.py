@@ -294,15 +294,17 @@ class Bed:
                 out[h]["qdisc"] = self.qdisc(h, "right") + self.qdisc(h, "left")
         return out
 
-    def tools(self) -> list[str]:
-        """Traffic tools running in the testbed's hosts (iperf3, xfer): their command names."""
+    def tools(self, with_args: bool = False) -> list[str]:
+        """Traffic tools running in the testbed's hosts (iperf3, xfer): "host:name", or
+        "host:name args…" with ``with_args``."""
         names = []
         for h in self.hosts:
             for pid in pids_in(self.ns(h)):
                 with contextlib.suppress(OSError):
                     name = Path(f"/proc/{pid}/comm").read_text().strip()
                     if name in ("iperf3", "xfer"):
-                        names.append(f"{h}:{name}")
+                        args = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+                        names.append(f"{h}:{name} {args}" if with_args else f"{h}:{name}")
         return names
 
     # teardown -----------------------------------------------------------------------------

@@ -90,6 +90,8 @@ def missing() -> str | None:
             return f"needs {tool}"
     if not os.path.exists(SSHD):
         return "needs openssh-server (sshd)"
+    if not os.path.exists(FAKETIME_LIB):
+        return "needs faketime (libfaketime)"
     for built in ("xferlab-delay", "xfer"):
         if not (ROOT / "target" / "release" / built).exists():
             return f"needs target/release/{built} (make build)"

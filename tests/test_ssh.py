@@ -36,6 +36,8 @@ def bed(tmp_path_factory):
         old = os.environ.get("XFERLAB_SSH_STATE")
         os.environ["XFERLAB_SSH_STATE"] = str(b.controller)  # the CLI's copies of the journals, for this bed only
         b.inv = b.write_inventory(b.dir / "hosts.yaml", b.inventory(state_dir=str(b.dir / "state")))
+        # The faults' runs skip calibration (tested by the others): a few seconds fewer each.
+        b.fast = b.write_inventory(b.dir / "fast.yaml", b.inventory(state_dir=str(b.dir / "state"), calibration="0"))
         b.pristine = b.state()
         yield b
         if old is None:
@@ -85,7 +87,7 @@ def assert_restored(bed, but=()):
 
 
 def start(bed, tmp_path, name, **sections) -> subprocess.Popen:
-    args = ["run", scenario(tmp_path, name, **sections), "--backend", "ssh", "--inventory", str(bed.inv)]
+    args = ["run", scenario(tmp_path, name, **sections), "--backend", "ssh", "--inventory", str(bed.fast)]
     return subprocess.Popen(
         [sys.executable, "-m", "xferlab.cli", *args, "--out", str(tmp_path / name), "-q"],
         stdout=subprocess.PIPE,
@@ -143,7 +145,7 @@ def test_one_scenario_on_sim_netns_and_ssh(cli, bed, clean, tmp_path):
 def test_volume_transfers_move_with_xfer_deployed_over_ssh(cli, bed, clean, tmp_path):
     out = tmp_path / "vol"
     path = scenario(tmp_path, "vol", workload={"volume": "6MB", "duration": None, "stagger": "0.5s"})
-    cli("run", path, "--backend", "ssh", "--inventory", bed.inv, "--out", out, "-q", check=True)
+    cli("run", path, "--backend", "ssh", "--inventory", bed.fast, "--out", out, "-q", check=True)
     flows = pq.read_table(out / "trace" / "flows.parquet").to_pandas()
     assert (flows["bytes"] == 6_000_000).all() and flows["completion_time"].notna().all()
     # 6 MB at up to 94 Mbit/s of goodput takes at least 0.5 s, and far less than 10 s here.
@@ -271,7 +273,7 @@ def test_in_a_campaign_a_failed_run_is_recorded_and_the_others_go_on(cli, bed, c
         "set": {"measure.link_interval": "100ms"},
         "zip": {"topology.pairs": [2, 1], "workload.duration": ["30s", "2s"]},
         "backend": "ssh",
-        "inventory": str(bed.inv),
+        "inventory": str(bed.fast),
     }
     path = tmp_path / "campaign.yaml"
     path.write_text(yaml.safe_dump(camp))

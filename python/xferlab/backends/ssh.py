@@ -166,7 +166,7 @@ class _Run:
         self.say = _say(progress)
         self.run_id = uuid.uuid4().hex[:8]
         self.flows = self._flows()
-        self.bed = hosts.Testbed(inv, inv.used(resolved["pairs"]), self.run_id, self.say)
+        self.bed = hosts.Testbed(inv, inv.used(resolved["pairs"]), self.run_id, inv_path)
         self.step = "connect"
         self.facts: dict = {}
         self.offsets: dict[str, clock.Offset] = {}

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import shlex
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from . import clock, facts, journal
@@ -54,9 +53,8 @@ async def together(*aws):
 class Testbed:
     """Connections to the hosts ``names`` of an inventory, and their journals."""
 
-    def __init__(self, inv: Inventory, names: list[str], run_id: str, say: Callable[[str], None] | None = None):
-        self.inv, self.names, self.run_id = inv, names, run_id
-        self.say = say or (lambda text: None)
+    def __init__(self, inv: Inventory, names: list[str], run_id: str, inventory_path: str = "INVENTORY"):
+        self.inv, self.names, self.run_id, self.inventory_path = inv, names, run_id, inventory_path
         timeout = inv.options.connect_timeout
         self.hosts = {n: Host(n, inv.hosts[n], timeout) for n in names}
         self.journals: dict[str, dict] = {}
@@ -99,7 +97,7 @@ class Testbed:
             where = ", ".join(f"{n} ({self.journal_path(n)} or {self.controller_copy(n)})" for n in stale)
             raise RemoteError(
                 f"{where}: the journal of an unfinished run is still there (a run killed with kill -9?): its changes "
-                "are not undone yet; run `xferlab cleanup --inventory INVENTORY` first"
+                f"are not undone yet; run `xferlab cleanup --inventory {self.inventory_path}` first"
             )
         return found
 

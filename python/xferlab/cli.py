@@ -21,6 +21,7 @@ from .cli_campaign import bench_app, campaign_app
 from .cli_common import console, print_summary, run_app
 from .cli_common import fail as _fail
 from .cli_import import compare_command, import_app
+from .cli_schedule import schedule_app
 from .metrics import MetricsError
 from .models import ideal_rates
 from .netns import host
@@ -218,6 +219,7 @@ app.add_typer(import_app, name="import")
 app.command("compare")(compare_command)
 
 app.add_typer(campaign_app, name="campaign")
+app.add_typer(schedule_app, name="schedule")
 app.add_typer(bench_app, name="bench")
 
 

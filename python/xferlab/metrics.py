@@ -270,7 +270,7 @@ def compute(trace: Trace, window=None) -> dict:
         "goodput_distribution": _distributions(d, info, win),
         "variants": _by_variant(flow_rows),
         "reverse_goodput_mbps": _reverse_goodput(d, info.goodput_interval_s, win),
-        "completion": _completion(info, transfer_rows) if info.volume_bytes is not None else None,
+        "completion": _completion(info, transfer_rows) if info.volume_bytes is not None or info.plan else None,
     }
     _unknown(out, prov.unknown, reasons)
     out["null_reasons"] = {k: v for k, v in sorted(reasons.items()) if _is_null(registry.get(out, k))}
@@ -350,6 +350,7 @@ def _transfer_rows(d: _Data, info: RunInfo, win: Window) -> list[dict]:
         if fl["volume_bytes"].notna().all():
             done = fl["completion_time"].notna().all()
             row["completion_time_s"] = float((fl["start"] + fl["completion_time"]).max() - start) if done else None
+        row.update(_deadline(info, int(pair), start, row.get("completion_time_s")))
         t_ideal = transfers_in[int(pair)].ideal_completion_s if int(pair) in transfers_in else None
         if t_ideal is not None:
             row["ideal_completion_time_s"] = t_ideal
@@ -357,6 +358,21 @@ def _transfer_rows(d: _Data, info: RunInfo, win: Window) -> list[dict]:
             row["completion_deficiency"] = deficiency(ct, t_ideal) if ct is not None else None
         rows.append(row)
     return rows
+
+
+def _deadline(info: RunInfo, pair: int, start: float, completion: float | None) -> dict:
+    """A request's deadline (seed 001), whether its transfer met it and by how much:
+    lateness = completion − deadline, from the start of the run (negative: early)."""
+    plan = info.plan
+    req = next((r for r in plan.requests if r.pair == pair), None) if plan else None
+    if req is None:
+        return {}
+    out = {"release_s": req.release_s, "deadline_s": req.deadline_s, "planned_completion_s": req.completion_s}
+    end = start + completion if completion is not None else None
+    if req.deadline_s is not None:
+        out["lateness_s"] = end - req.deadline_s if end is not None else None
+        out["deadline_met"] = end is not None and end <= req.deadline_s + 1e-9
+    return out
 
 
 def _aggregate(d: _Data, info: RunInfo, win: Window) -> pd.Series:
@@ -511,6 +527,10 @@ def _completion(info: RunInfo, transfer_rows: list[dict]) -> dict:
     first = min(r["start_s"] for r in transfer_rows)
     ideal_ends = [t.start_s + t.ideal_completion_s for t in info.transfers if t.ideal_completion_s is not None]
     stats["ideal_makespan_s"] = max(ideal_ends) - first if ideal_ends else None
+    if info.plan is not None:
+        stats["ideal_makespan_s"] = info.plan.ideal_makespan_s
+        stats["rejected"] = sum(1 for r in info.plan.requests if not r.admitted)
+        stats["deadlines_missed"] = sum(1 for r in transfer_rows if r.get("deadline_met") is False)
     if ends and stats["incomplete"] == 0:
         stats["makespan_s"] = max(ends) - first
         if stats["ideal_makespan_s"] is not None:

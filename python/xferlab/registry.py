@@ -393,6 +393,28 @@ METRICS: dict[str, Metric] = {
             column="ideal_makespan_s",
         ),
         _m(
+            "completion.deadlines_missed",
+            "deadlines missed",
+            "",
+            4,
+            "requests whose transfer completed after its deadline, or not at all",
+            S001,
+            lo=0,
+            integer=True,
+            column="deadlines_missed",
+        ),
+        _m(
+            "completion.rejected",
+            "requests rejected",
+            "",
+            4,
+            "requests the planner's admission control refused (their deadline could not be met)",
+            S001,
+            lo=0,
+            integer=True,
+            column="requests_rejected",
+        ),
+        _m(
             "completion.makespan_deficiency",
             "makespan deficiency",
             "",
@@ -461,6 +483,15 @@ METRICS: dict[str, Metric] = {
             lo=0,
         ),
         _m("transfers.completion_deficiency", "deficiency", "", 3, "(T − T_ideal) / T_ideal", S001, scope="transfer"),
+        _m(
+            "transfers.lateness_s",
+            "lateness",
+            "s",
+            3,
+            "completion − deadline, from the start of the run (negative: early)",
+            S001,
+            scope="transfer",
+        ),
     )
 }
 

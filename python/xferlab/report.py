@@ -22,8 +22,8 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import yaml  # noqa: E402
 
-from . import registry  # noqa: E402
-from .trace import Trace  # noqa: E402
+from . import registry, schedule  # noqa: E402
+from .trace import RunInfo, Trace  # noqa: E402
 from .units import format_duration, format_rate, format_size  # noqa: E402
 
 #: Above this many lines a plot shows a sample of them plus the envelope.
@@ -182,6 +182,57 @@ def fig_completion(m: dict) -> bytes | None:
     return png(fig)
 
 
+def _draw_plan(ax, info: RunInfo, end_s: float = 0.0) -> None:
+    """Each request's planned rate over time as stacked rectangles (seed 001 fig. 6)."""
+    plan = info.plan
+    rows = [r.model_dump() for r in plan.requests]
+    steps = schedule.fluid_rates(rows, plan.capacity_bps)
+    for lo, hi, rates in steps:
+        base = 0.0
+        for k in sorted(rates):
+            ax.add_patch(plt.Rectangle((lo, base), hi - lo, rates[k] / 1e6, color=f"C{k % 10}", alpha=0.7, lw=0))
+            base += rates[k] / 1e6
+    for r in rows:
+        if r["deadline_s"] is not None:
+            ax.axvline(r["deadline_s"], color=f"C{r['request'] % 10}", ls=":", lw=1)
+    cap = ax.axhline(plan.capacity_bps / 1e6, color="k", ls="--", lw=0.8)
+    handles = [plt.Rectangle((0, 0), 1, 1, color=f"C{r['request'] % 10}", alpha=0.7) for r in rows if r["admitted"]]
+    names = [r["name"] or f"request {r['request']} (pair {r['pair']})" for r in rows if r["admitted"]]
+    ax.legend([*handles, cap], [*names, "r_TP"], loc="upper right", fontsize=7)
+    ax.set_ylim(0, plan.capacity_bps / 1e6 * 1.15)
+    ax.set_xlim(0, max([hi for _, hi, _ in steps] + [end_s]))
+    ax.set_ylabel("planned goodput, Mbit/s")
+    ax.set_title(f"plan: {plan.strategy}, enforced by {plan.mechanism} (seed 001 fig. 6); dotted: deadlines", fontsize=9)
+
+
+def plan_figure(info: RunInfo) -> bytes:
+    """The plan alone (``xferlab schedule plan --figure``)."""
+    fig, ax = plt.subplots(figsize=(8, 3))
+    _draw_plan(ax, info)
+    ax.set_xlabel("time (s)")
+    return png(fig)
+
+
+def fig_plan(trace: Trace) -> bytes | None:
+    """The plan (seed 001 fig. 6), and below, the goodput each transfer got."""
+    info = trace.info
+    if info.plan is None:
+        return None
+    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(8, 5.2), sharex=True)
+    _draw_plan(ax1, info, trace.end_s)
+    request_of = {r.pair: r.request for r in info.plan.requests}
+    gp = trace.df("goodput").merge(trace.df("flows")[["flow_id", "pair"]], on="flow_id")
+    by_pair = gp.groupby(["pair", "t"])["goodput_mbps"].sum().unstack(0).fillna(0.0)
+    cols = [p for p in by_pair.columns if p in request_of]
+    if cols:
+        colors = [f"C{request_of[p] % 10}" for p in cols]
+        ax2.stackplot(by_pair.index + info.goodput_interval_s / 2, [by_pair[p] for p in cols], colors=colors, alpha=0.7)
+    ax2.set_ylabel("goodput, Mbit/s")
+    ax2.set_xlabel("time (s)")
+    ax2.set_title("what each transfer got", fontsize=9)
+    return png(fig)
+
+
 # ----------------------------------------------------------------------------- HTML
 
 CSS = """
@@ -192,7 +243,8 @@ td,th{padding:.25em .6em;border-bottom:1px solid #eee;text-align:right}
 th{background:#f6f6f6} td:first-child,th:first-child{text-align:left}
 .muted{color:#777} img{max-width:100%;display:block;margin:.8em 0}
 pre{background:#f6f6f6;padding:.8em;overflow:auto;font-size:.8em}
-.kv td:first-child{color:#555} .warn{background:#fff4e0;border-left:4px solid #f0a000;padding:.5em 1em}
+.kv td:first-child{color:#555} .sheet td{white-space:nowrap}
+.warn{background:#fff4e0;border-left:4px solid #f0a000;padding:.5em 1em}
 """
 
 
@@ -262,6 +314,8 @@ SUMMARY = {
     "Completion times": [
         "completion.count",
         "completion.incomplete",
+        "completion.rejected",
+        "completion.deadlines_missed",
         "completion.mean_s",
         "completion.std_s",
         "completion.p50_s",
@@ -377,6 +431,7 @@ def render(folder: Path, trace: Trace, metrics: dict) -> Path:
         ("cwnd", fig_cwnd(trace, r), "congestion window"),
         ("queue", fig_queue(trace, r), "bottleneck queue"),
         ("completion", fig_completion(m), "completion times"),
+        ("plan", fig_plan(trace), "the plan and what each transfer got"),
     ]
     scenario = trace.run.get("scenario") or {}
     parts = [
@@ -426,6 +481,10 @@ def _tables(m: dict) -> list[str]:
     def cols(scope: str, keys: list[str], extra: list[tuple[str, str]]) -> list[tuple[str, str]]:
         return extra + [(k, registry.METRICS[f"{scope}.{k}"].heading()) for k in keys]
 
+    deadlines = any("deadline_s" in t for t in m["transfers"])
+    extra = (
+        [("deadline_s", "deadline (s)"), ("lateness_s", registry.METRICS["transfers.lateness_s"].heading())] if deadlines else []
+    )
     parts = [
         "<h2>Transfers</h2>",
         _table(
@@ -434,7 +493,8 @@ def _tables(m: dict) -> list[str]:
                 "transfers",
                 ["mean_goodput_mbps", "cov", "completion_time_s", "completion_deficiency"],
                 [("pair", "pair"), ("streams", "streams"), ("bytes", "bytes"), ("retransmissions", "retransmissions")],
-            ),
+            )
+            + extra,
         ),
     ]
     flow_keys = [

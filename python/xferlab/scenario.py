@@ -30,12 +30,13 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    ValidationInfo,
     WithJsonSchema,
     field_validator,
     model_validator,
 )
 
-from . import constants, datafile, limits, models, variants
+from . import constants, datafile, limits, models, schedule, variants
 from .constants import FRAME_OVERHEAD, IP_TCP_HEADERS, TCP_TIMESTAMPS, qdisc_frame
 from .trace import RunInfo
 from .units import format_duration, format_rate, format_size, parse_duration, parse_rate, parse_size
@@ -248,9 +249,15 @@ class Workload(_Model):
     )
 
     @model_validator(mode="after")
-    def _one_of(self) -> Workload:
+    def _one_of(self, info: ValidationInfo) -> Workload:
+        if (info.context or {}).get("requests"):  # the requests carry the volumes
+            if self.duration is not None or self.volume is not None:
+                raise ValueError("with requests, the volumes are the requests': remove workload.duration and workload.volume")
+            if any(o.volume is not None or o.duration is not None for o in self.per_pair):
+                raise ValueError("with requests, per_pair cannot set a volume or a duration")
+            return self
         if (self.duration is None) == (self.volume is None):
-            raise ValueError("give exactly one of workload.duration and workload.volume")
+            raise ValueError("give exactly one of workload.duration and workload.volume (or requests)")
         for k, o in enumerate(self.per_pair):
             if o.volume is not None and self.volume is None:
                 raise ValueError(f"per_pair[{k}].volume needs a volume-based workload (workload.volume)")
@@ -302,14 +309,59 @@ class Measure(_Model):
         return [start, end]
 
 
+class TransferRequest(_Model):
+    """A bulk transfer request (seed 001): move ``volume`` between ``release`` and ``deadline``."""
+
+    volume: Volume = Field(description="bytes to move")
+    release: Offset = Field("0s", description="earliest start, from the start of the run")
+    deadline: Duration | None = Field(None, description="latest completion, from the start of the run")
+    pair: Annotated[int, _at_most(limits.PAIRS_MAX)] | None = Field(
+        None, ge=0, description="host pair (default: the next free one)"
+    )
+    priority: int = Field(0, description="EDF: among equal deadlines, the higher first")
+    name: str = Field("", max_length=100)
+
+
+class TimeControl(_Model):
+    """How each transfer is started (seed 001 §2.2)."""
+
+    sync: Literal["clock", "signal", "broker"] = Field(
+        "clock",
+        description="clock: at its planned time on synchronised clocks (NTP); signal: a transfer that follows "
+        "another starts when the previous sender tells it (1.5 RTT + processing); broker: through a bandwidth broker "
+        "(two such hops)",
+    )
+    clock_error: Offset = Field("1ms", description="clock: each start off by up to this (NTP on a LAN: 0.5–2 ms)")
+    processing: Offset = Field("0.1ms", description="signal, broker: processing time per signal")
+
+
+class Schedule(_Model):
+    """How the requests share the network, and how each allocation is enforced (seed 001)."""
+
+    strategy: Literal["ifs", "vifi", "spaghetti", "minrate", "multirate", "edf"] = Field(
+        "ifs", description="ifs, vifi, spaghetti (= minrate), multirate or edf (xferlab.schedule)"
+    )
+    mechanism: Literal["pacing", "token_bucket", "cwnd_clamp", "sleep_timer"] = Field(
+        "pacing",
+        description="enforcement of planned rates: packet pacing (PSPacer, SO_MAX_PACING_RATE), a token bucket at HZ "
+        "ticks (HTB), a congestion-window clamp (rate × RTT), a userland sleep timer (Trickle-like)",
+    )
+    hz: int = Field(250, ge=10, le=10_000, description="timer frequency of the token bucket and the sleep timer")
+    time_control: TimeControl = TimeControl()
+
+
 class Scenario(_Model):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$", description="used in folder names")
     description: str = ""
     topology: Topology = Topology()
-    workload: Workload
+    workload: Workload = Field(default_factory=lambda: Workload.model_validate({}, context={"requests": True}))
     protocol: Protocol = Protocol()
     measure: Measure = Measure()
     seed: int = Field(1, ge=0, lt=2**63)
+    requests: list[TransferRequest] = Field(
+        default_factory=list, description="transfer requests (seed 001): planned by `schedule`, one pair each"
+    )
+    schedule: Schedule | None = Field(None, description="how the requests are planned and enforced (default: ifs)")
 
     @model_validator(mode="after")
     def _congestion_level(self) -> Scenario:
@@ -323,6 +375,39 @@ class Scenario(_Model):
             if pairs > limits.PAIRS_MAX.value:
                 raise ValueError(f"workload.congestion_level {cg} gives {limits.too_big('', pairs, limits.PAIRS_MAX, ' pairs')}")
             self.topology.pairs = pairs
+        return self
+
+    @model_validator(mode="after")
+    def _requests(self) -> Scenario:
+        """Requests on pairs: one per pair, the unplaced ones on the next free pairs; the
+        topology has as many pairs as they need (or refuses too few)."""
+        if self.schedule is not None and not self.requests:
+            raise ValueError("schedule: there are no requests to schedule (add requests: [{volume: …}, …])")
+        if not self.requests:
+            return self
+        if self.protocol.rate_limit is not None or any(o.rate_limit is not None for o in self.workload.per_pair):
+            raise ValueError("with requests, the schedule sets the rates: remove protocol.rate_limit and per_pair rate_limit")
+        taken: dict[int, int] = {}
+        for k, r in enumerate(self.requests):
+            if r.pair is not None:
+                if r.pair in taken:
+                    raise ValueError(
+                        f"requests[{k}] and requests[{taken[r.pair]}] are both on pair {r.pair}: one request per pair"
+                    )
+                taken[r.pair] = k
+            if r.deadline is not None and r.deadline <= r.release:
+                raise ValueError(f"requests[{k}]: the deadline {r.deadline:g} s is not after the release {r.release:g} s")
+        free = (p for p in range(10**9) if p not in taken)
+        placed = [r.pair if r.pair is not None else next(free) for r in self.requests]
+        need = max(placed) + 1
+        if "pairs" in self.topology.model_fields_set and self.topology.pairs < need:
+            raise ValueError(
+                f"topology.pairs {self.topology.pairs} is too few for the requests (they use pairs up to {need - 1})"
+            )
+        if "pairs" not in self.topology.model_fields_set:
+            self.topology.pairs = need
+        for r, p in zip(self.requests, placed, strict=True):
+            r.pair = p
         return self
 
     @model_validator(mode="after")
@@ -451,7 +536,8 @@ def from_dict(data: Any, source: str = "<scenario>", overrides: list[tuple[str, 
     for key, value in overrides or []:
         set_path(data, key, _plain(value, f"--set {key}"), source)
     try:
-        return Scenario.model_validate(data)
+        requests = bool(data.get("requests")) or data.get("schedule") is not None
+        return Scenario.model_validate(data, context={"requests": requests})
     except ValidationError as e:
         raise ScenarioError(_format_errors(source, e)) from None
 
@@ -619,6 +705,152 @@ def _reverse(s: Scenario, rng: random.Random, flows: list[dict], paths: list[dic
     return n
 
 
+def _plan(s: Scenario) -> dict:
+    """The requests planned by the schedule's strategy (xferlab.schedule) on the bottleneck's
+    ideal goodput r_TP; refuses what no plan can serve, and a plan that admits nothing."""
+    t = s.topology
+    sch = s.schedule or Schedule()
+    r_tp = models.ideal_rates(t.bottleneck_rate, mtu=t.mtu, header_bytes=header_bytes(t)).r_tp_mbps * 1e6
+    reqs = [schedule.Request(r.volume, r.release, r.deadline, r.priority, r.name) for r in s.requests]
+    try:
+        p = schedule.plan(reqs, r_tp, sch.strategy)
+    except schedule.PlanError as e:
+        raise ScenarioError(f"{s.name}: {e}") from None
+    if not any(a.admitted for a in p.allocations):
+        why = "; ".join(f"requests[{a.request}]: {a.reason}" for a in p.allocations)
+        raise ScenarioError(f"{s.name}: the {p.strategy} plan admits no request ({why})")
+    rows = []
+    for a, r in zip(p.allocations, s.requests, strict=True):
+        segs = [{"start_s": x, "end_s": y, "rate_bps": z} for x, y, z in a.segments]
+        rows.append(
+            {
+                "request": a.request,
+                "name": r.name,
+                "pair": r.pair,
+                "volume_bytes": r.volume,
+                "release_s": r.release,
+                "deadline_s": r.deadline,
+                "admitted": a.admitted,
+                "reason": a.reason,
+                "start_s": a.start_s,
+                "segments": segs,
+                "completion_s": a.completion_s,
+                "after": a.after,
+            }
+        )
+    return {
+        "strategy": p.strategy,
+        "mechanism": sch.mechanism,
+        "sync": sch.time_control.sync,
+        "capacity_bps": r_tp,
+        "congestion_factor": p.congestion_factor,
+        "makespan_s": p.makespan_s,
+        "ideal_makespan_s": p.ideal_makespan_s,
+        "requests": rows,
+    }
+
+
+#: The schedule's mechanism → the limiter that enforces it (trace.LimiterInfo.kind).
+MECHANISM_LIMITER = {"pacing": "pacer", "token_bucket": "token_bucket", "cwnd_clamp": "cwnd_clamp", "sleep_timer": "sleep_timer"}
+
+
+def _request_limiter(s: Scenario, segments: list[dict]) -> dict | None:
+    """The per-stream limiter enforcing a planned profile with the schedule's mechanism, in
+    qdisc frame bytes (as rate_limit): None when the request is unlimited throughout."""
+    if all(g["rate_bps"] is None for g in segments) and all(
+        abs(a["end_s"] - b["start_s"]) < 1e-9 for a, b in zip(segments, segments[1:], strict=False)
+    ):
+        return None
+    sch, t, w = s.schedule or Schedule(), s.topology, s.workload
+    to_frames = qdisc_frame(t.mtu) / (t.mtu - header_bytes(t)) / w.streams
+
+    def rate(g):
+        return None if g is None else g * to_frames
+
+    steps = [(segments[0]["start_s"], rate(segments[0]["rate_bps"]))]
+    for prev, g in zip(segments, segments[1:], strict=False):
+        if g["start_s"] > prev["end_s"] + 1e-9:
+            steps.append((prev["end_s"], 0.0))  # preempted (edf): paused until its next stretch
+        steps.append((g["start_s"], rate(g["rate_bps"])))
+    kind = {"pacing": "pacer", "token_bucket": "token_bucket", "cwnd_clamp": "cwnd_clamp", "sleep_timer": "sleep_timer"}[
+        sch.mechanism
+    ]
+    first = steps[0][1]
+    lim = {"kind": kind, "rate_bps": first, "profile": [{"t_s": x, "rate_bps": y} for x, y in steps[1:]]}
+    if kind in ("token_bucket", "sleep_timer"):
+        lim["tick_s"] = 1.0 / sch.hz
+    if kind == "token_bucket":
+        peak = max(y for _, y in steps if y is not None)
+        lim["burst_bytes"] = int(math.ceil(peak / 8 / sch.hz)) + qdisc_frame(t.mtu)
+    return lim
+
+
+def _request_start(s: Scenario, plan: dict, row: dict, rtt: float, rng: random.Random) -> tuple[float, dict | None]:
+    """When a planned request starts: at its planned time on clocks off by up to the clock
+    error, or — following another request — when that one's sender signals (1.5 RTT + the
+    processing per hop; two hops through a broker)."""
+    tc = (s.schedule or Schedule()).time_control
+    planned = row["start_s"]
+    if row["after"] is not None and tc.sync in ("signal", "broker"):
+        hops = 1 if tc.sync == "signal" else 2
+        first = plan["requests"][row["after"]]
+        return planned, {"pair": first["pair"], "delay_s": hops * (1.5 * rtt + tc.processing)}
+    error = (2 * rng.random() - 1) * tc.clock_error if tc.clock_error > 0 else 0.0
+    return max(0.0, planned + error), None
+
+
+def _request_pairs(s: Scenario, plan: dict, rng: random.Random, flows: list[dict]) -> tuple[list[dict], list[dict]]:
+    """Every pair's path, and the flows and transfers of the admitted requests."""
+    t, w, p = s.topology, s.workload, s.protocol
+    paths, transfers = [], []
+    for pair in range(t.pairs):
+        o = w.per_pair[pair % len(w.per_pair)] if w.per_pair else PairOverride()
+        paths.append({"access_rate_bps": o.access_rate or t.access_rate, "rtt_s": o.rtt or t.rtt})
+    for row in plan["requests"]:
+        if not row["admitted"]:
+            continue
+        pair = row["pair"]
+        o = w.per_pair[pair % len(w.per_pair)] if w.per_pair else PairOverride()
+        start, after = _request_start(s, plan, row, paths[pair]["rtt_s"], rng)
+        limiter = _request_limiter(s, row["segments"])
+        variant = o.variant or p.variant
+        for stream in range(w.streams):
+            volume = row["volume_bytes"] // w.streams + (1 if stream < row["volume_bytes"] % w.streams else 0)
+            if volume == 0:
+                raise ScenarioError(
+                    f"requests[{row['request']}]: volume {row['volume_bytes']} B is smaller than {w.streams} streams"
+                )
+            flows.append(
+                {
+                    "flow_id": len(flows),
+                    "pair": pair,
+                    "stream": stream,
+                    "variant": variant,
+                    "role": "transfer",
+                    "start_s": start,
+                    "duration_s": None,
+                    "volume_bytes": volume,
+                    "limiter": limiter,
+                    "start_after": after,
+                }  # fmt: skip
+            )
+        single = {g["rate_bps"] for g in row["segments"]}
+        goodput = single.pop() if len(single) == 1 else None
+        transfers.append(
+            {
+                "pair": pair,
+                "streams": w.streams,
+                "start_s": row["release_s"],
+                "volume_bytes": row["volume_bytes"],
+                "variant": variant,
+                **paths[pair],
+                "limiter": (s.schedule or Schedule()).mechanism if limiter else None,
+                "rate_limit_bps": goodput * qdisc_frame(t.mtu) / (t.mtu - header_bytes(t)) if goodput else None,
+            }  # fmt: skip
+        )
+    return paths, transfers
+
+
 def _ideal(s: Scenario, paths: list[dict], transfers: list[dict], flows: list[dict]) -> dict:
     """The ideal transport (seed 001 §3.3): its rates, the goodput it reaches through whatever
     limits the aggregate (the bottleneck or the access links together), and for volume-bound
@@ -635,8 +867,8 @@ def _ideal(s: Scenario, paths: list[dict], transfers: list[dict], flows: list[di
         "ideal_goodput_mbps": rates(limit_bps).r_tp_mbps,
         "end_s": None,
     }
-    if w.volume is not None:
-        tp_access = [rates(x["access_rate_bps"]).r_tp_mbps * 1e6 for x in paths[: t.pairs]]
+    if w.volume is not None or s.requests:
+        tp_access = [rates(paths[x["pair"]]["access_rate_bps"]).r_tp_mbps * 1e6 for x in transfers]
         times = models.ideal_completion_times(
             [x["volume_bytes"] for x in transfers], [x["start_s"] for x in transfers], tp_access, ideal.r_tp_mbps * 1e6
         )
@@ -655,11 +887,15 @@ def resolve(s: Scenario) -> dict:
     if mss <= 0:
         raise ScenarioError(f"topology.mtu {t.mtu} leaves no room for {header_bytes(t)} bytes of headers")
     rng = random.Random(s.seed)
-    flows, transfers, paths = [], [], []
-    for pair in range(t.pairs):
-        path, transfer = _pair(s, pair, rng, flows)
-        paths.append(path)
-        transfers.append(transfer)
+    flows, transfers, paths, plan = [], [], [], None
+    if s.requests:
+        plan = _plan(s)
+        paths, transfers = _request_pairs(s, plan, rng, flows)
+    else:
+        for pair in range(t.pairs):
+            path, transfer = _pair(s, pair, rng, flows)
+            paths.append(path)
+            transfers.append(transfer)
     n_reverse = _reverse(s, rng, flows, paths)
     background = background_sources(s)
     resolved = {
@@ -696,6 +932,7 @@ def resolve(s: Scenario) -> dict:
         "pair_paths": paths,
         "flows": flows,
         "transfers": transfers,
+        "plan": plan,
     }
     resolved["cost"] = cost(s, resolved)
     return RunInfo.model_validate(resolved).dump()

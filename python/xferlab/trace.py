@@ -171,11 +171,30 @@ class _Info(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+class ProfileStep(_Info):
+    """From ``t_s`` on (run time), the limiter's rate is ``rate_bps`` (0: paused; None: unlimited)."""
+
+    t_s: Time
+    rate_bps: Rate | None
+
+
 class LimiterInfo(_Info):
-    kind: Literal["pacer", "token_bucket"]
-    rate_bps: Rate
+    """How a flow's rate is limited (qdisc frame bytes, IP + 14): packet pacing, a token bucket
+    refilled every ``tick_s``, a congestion-window clamp (rate × RTT) or a userland sleep timer
+    handing data to TCP every ``tick_s``; ``profile``: the rate's later changes (multi-rate)."""
+
+    kind: Literal["pacer", "token_bucket", "cwnd_clamp", "sleep_timer"]
+    rate_bps: Rate | None
     burst_bytes: int | None = None
     tick_s: Time | None = None
+    profile: list[ProfileStep] = Field(default_factory=list)
+
+
+class StartAfter(_Info):
+    """Start when every flow of ``pair`` has completed, ``delay_s`` later (a signal's cost)."""
+
+    pair: int
+    delay_s: Time
 
 
 class ShaperInfo(LimiterInfo):
@@ -197,6 +216,7 @@ class FlowInfo(_Info):
     duration_s: Time | None = None
     volume_bytes: int | None = None
     limiter: LimiterInfo | None = None
+    start_after: StartAfter | None = None
 
 
 class TransferInfo(_Info):
@@ -224,6 +244,43 @@ class IdealRatesInfo(_Info):
     r_eth: RateMbps
     r_ip: RateMbps
     r_tp: RateMbps
+
+
+class Segment(_Info):
+    """A stretch of a planned allocation: goodput ``rate_bps`` from ``start_s`` to ``end_s``
+    (None: unlimited)."""
+
+    start_s: Time
+    end_s: Time
+    rate_bps: Rate | None = None
+
+
+class RequestPlan(_Info):
+    """A transfer request (seed 001) and what the planner made of it."""
+
+    request: int
+    name: str = ""
+    pair: int
+    volume_bytes: int
+    release_s: Time
+    deadline_s: Time | None = None
+    admitted: bool
+    reason: str = ""
+    start_s: Time | None = None
+    segments: list[Segment] = Field(default_factory=list)
+    completion_s: Time | None = None
+    after: int | None = None  # starts when this request completes
+
+
+class PlanInfo(_Info):
+    strategy: str
+    mechanism: str
+    sync: str
+    capacity_bps: Rate  # r_TP, the planner's link
+    congestion_factor: float | None = None
+    makespan_s: Time | None = None  # planned
+    ideal_makespan_s: Time
+    requests: list[RequestPlan]
 
 
 class CostInfo(_Info):
@@ -273,6 +330,7 @@ class RunInfo(_Info):
     flows: list[FlowInfo] = Field(default_factory=list)
     transfers: list[TransferInfo] = Field(default_factory=list)
     cost: Annotated[CostInfo | None, Seeded] = None
+    plan: PlanInfo | None = None
 
     def dump(self) -> dict:
         return self.model_dump(mode="json")

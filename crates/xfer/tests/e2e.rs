@@ -1010,15 +1010,28 @@ fn pull_fails_cleanly_when_server_dies() {
         };
         let (out, out_h) = drain(Box::new(c.stdout.take().unwrap()));
         let (err, err_h) = drain(Box::new(c.stderr.take().unwrap()));
-        // Mid-transfer: the client has received (written) at least 1 MiB.
+        // Mid-transfer: the client has received (written) at least 1 MiB. On a timeout, say
+        // what the client had written and printed (CI once timed out here, unexplained).
         let part = td.p(".out.bin.xfer-part");
-        wait_until("data at the client", Duration::from_secs(60), || {
+        let got = || {
             use std::os::unix::fs::MetadataExt;
             match dest {
-                "-" => out.lock().unwrap().len() >= 1 << 20,
-                _ => std::fs::metadata(&part).is_ok_and(|m| m.blocks() * 512 >= 1 << 20),
+                "-" => out.lock().unwrap().len() as u64,
+                _ => std::fs::metadata(&part).map_or(0, |m| m.blocks() * 512),
             }
-        });
+        };
+        let t0 = Instant::now();
+        while got() < 1 << 20 {
+            if t0.elapsed() > Duration::from_secs(120) {
+                let _ = c.kill();
+                let log = String::from_utf8_lossy(&err.lock().unwrap()).to_string();
+                panic!(
+                    "{mode}: no data at the client after 120 s ({} bytes); client stderr: {log}",
+                    got()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
         srv.kill();
         // A hang would be forever; the bound is generous for a loaded machine.
         let t = Instant::now();

@@ -35,6 +35,7 @@ from ..netns import bpfcc, host, scaling
 from ..netns import topology as topo
 from ..netns.qstats import QdiscReader
 from ..trace import Provenance, Trace, table
+from . import sim
 from .base import BackendError, Progress
 
 NAME = "netns"
@@ -180,7 +181,7 @@ def _on_sigterm(signum, frame):  # pragma: no cover - exercised by the cleanup t
 def check_host() -> None:
     try:
         host.require_root()
-        host.require_tools("ip", "tc", "iptables", "ethtool", "iperf3", "sysctl")
+        host.require_tools("ip", "iptables", "iperf3")  # the rest goes over rtnetlink and ioctls (pyroute2)
     except host.HostError as e:
         raise BackendError(str(e)) from None
 
@@ -196,6 +197,9 @@ def _needs_bpf(kernel: dict):
 def run(scenario, resolved: dict, progress: Progress | None = None, scale: float | None = None) -> Trace:
     """Runs ``resolved`` on this host; ``scale`` = K of the time dilation (None: automatic)."""
     check_host()
+    missing_feature = sim.unsupported(resolved)
+    if missing_feature:
+        raise BackendError(f"the netns backend does not implement {missing_feature} yet")
     if resolved.get("shaper") is not None and resolved["shaper"]["kind"] == "pacer":
         raise BackendError("a pacing shaper on the bottleneck (topology.shaper.limiter: pacing) has no netns equivalent")
     if scale is not None and (not math.isfinite(scale) or scale <= 0):

@@ -113,8 +113,24 @@ def expected_end_s(resolved: dict) -> float | None:
     return None
 
 
+def unsupported(resolved: dict) -> str | None:
+    """What of a resolved scenario the simulator cannot run yet, said plainly (None: all)."""
+    for f in resolved["flows"]:
+        lim = f.get("limiter") or {}
+        if lim.get("kind") in ("cwnd_clamp", "sleep_timer"):
+            return f"the {lim['kind'].replace('_', ' ')} mechanism"
+        if lim.get("profile"):
+            return "a rate that changes over time (a multi-rate or preemptive plan)"
+        if f.get("start_after"):
+            return "a start signalled by another transfer's completion (schedule.time_control.sync: signal or broker)"
+    return None
+
+
 def run(scenario, resolved: dict, progress: Progress | None = None) -> Trace:
     sim = _module()
+    missing_feature = unsupported(resolved)
+    if missing_feature:
+        raise BackendError(f"the simulator does not implement {missing_feature} yet")
     implemented = set(sim.variants())
     missing = sorted({f["variant"] for f in resolved["flows"]} - implemented)
     if missing:

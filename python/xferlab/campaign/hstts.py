@@ -204,7 +204,7 @@ def _write(folder: Path, manifest: dict, table: pd.DataFrame) -> None:
     ]
     if incomplete:
         doc.append(f"<p class=warn>{incomplete} transfer(s) did not complete: their times are left out.</p>")
-    doc += [f"<table><thead>{head}</thead><tbody>{body}</tbody></table>"]
+    doc += [f'<div style="overflow-x:auto"><table class=sheet><thead>{head}</thead><tbody>{body}</tbody></table></div>']
     doc += [
         "<h2>Result graph</h2>",
         img(folder, "hstts", fig_sheet(table), "candidate beside Reno per scenario"),

@@ -241,6 +241,85 @@ def fig_completion(ok: pd.DataFrame, table: pd.DataFrame, axes: list[str]) -> by
     return png(fig)
 
 
+def makespan_table(ok: pd.DataFrame, axes: list[str]) -> pd.DataFrame:
+    """Per sweep point, the makespans over its repetitions as seed 001 judges a schedule:
+    the deficiency of the mean (Table 2) and of the 99th percentile (Table 3) against the
+    ideal (Σ v)/r_TP, the standard deviation (fig. 11b), and the slot to reserve for 75 % and
+    99 % completion (fig. 12: the 75th and 99th percentiles)."""
+    rows = []
+    groups = ok.groupby(axes, sort=True, dropna=False) if axes else [((), ok)]
+    for keys, g in groups:
+        keys = keys if isinstance(keys, tuple) else (keys,)
+        m = g["makespan_s"].dropna().to_numpy(dtype=float)
+        ideal = float(g["ideal_makespan_s"].median()) if g["ideal_makespan_s"].notna().any() else math.nan
+        if not m.size:
+            continue
+        p75, p99 = np.percentile(m, [75, 99])
+        rows.append(
+            {
+                **dict(zip(axes, keys, strict=True)),
+                "runs": int(m.size),
+                "ideal_makespan_s": ideal,
+                "makespan_s": float(m.mean()),
+                "mean_deficiency": float(m.mean()) / ideal - 1,
+                "p99_deficiency": float(p99) / ideal - 1,
+                "std_s": float(m.std(ddof=1)) if m.size > 1 else math.nan,
+                "slot_p75_s": float(p75),
+                "slot_p99_s": float(p99),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+#: Columns of the makespan table: (column, heading, format).
+MAKESPAN_COLUMNS = [
+    ("runs", "runs", "{:.0f}"),
+    ("ideal_makespan_s", "ideal makespan (s)", "{:.2f}"),
+    ("makespan_s", "mean makespan (s)", "{:.2f}"),
+    ("mean_deficiency", "deficiency of the mean (Table 2)", "{:.1%}"),
+    ("p99_deficiency", "deficiency of the p99 (Table 3)", "{:.1%}"),
+    ("std_s", "σ (s, fig. 11b)", "{:.3f}"),
+    ("slot_p75_s", "slot for 75 % (s)", "{:.2f}"),
+    ("slot_p99_s", "slot for 99 % (s)", "{:.2f}"),
+]
+
+
+def _makespan_html(t: pd.DataFrame, axes: list[str]) -> str:
+    head = "".join(f"<th>{html.escape(_label(a))}</th>" for a in axes)
+    head += "".join(f"<th>{html.escape(h)}</th>" for _, h, _ in MAKESPAN_COLUMNS)
+    body = ""
+    for _, r in t.iterrows():
+        cells = [html.escape(f"{r[a]:g}" if isinstance(r[a], float) else str(r[a])) for a in axes]
+        cells += ["—" if pd.isna(r[c]) else html.escape(f.format(r[c])) for c, _, f in MAKESPAN_COLUMNS]
+        body += "<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>"
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def fig_makespan_vs_rtt(t: pd.DataFrame, axes: list[str]) -> bytes:
+    """Seed 001 figs. 11b and 12: the makespan's standard deviation, and the slots for 75 %
+    and 99 % completion, against the RTT, one line per other sweep point."""
+    series = [a for a in axes if a != "rtt_ms"]
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 3.6))
+    groups = t.groupby(series, sort=True) if series else [((), t)]
+    for i, (keys, g) in enumerate(groups):
+        keys = keys if isinstance(keys, tuple) else (keys,)
+        g = g.sort_values("rtt_ms")
+        name = _series_name(keys, series)
+        a1.plot(g["rtt_ms"], g["std_s"], marker="o", ms=3, lw=1, color=f"C{i % 10}", label=name)
+        a2.plot(g["rtt_ms"], g["slot_p75_s"], marker="o", ms=3, lw=1, color=f"C{i % 10}", label=f"{name} p75")
+        a2.plot(g["rtt_ms"], g["slot_p99_s"], marker="s", ms=3, lw=1, ls="--", color=f"C{i % 10}", label=f"{name} p99")
+    for ax, what in ((a1, "σ of the makespan (s)"), (a2, "makespan percentile (s)")):
+        ax.set_xlabel("RTT (ms)")
+        ax.set_ylabel(what)
+        _log_if_wide(ax, t["rtt_ms"])
+    a1.set_title("standard deviation over repetitions (seed 001 fig. 11b)", fontsize=9)
+    a2.set_title("slot to reserve for 75 % / 99 % completion (seed 001 fig. 12)", fontsize=9)
+    a1.legend(fontsize=6)
+    a2.legend(fontsize=6)
+    fig.tight_layout()
+    return png(fig)
+
+
 def _xticks(ax, labels: list[str], first: int) -> None:
     slanted = len(labels) > 6
     ax.set_xticks(range(first, first + len(labels)), labels, rotation=60 if slanted else 0, ha="right" if slanted else "center")
@@ -313,27 +392,7 @@ def render(folder: Path) -> Path:
     if planned - len(df) > 0:
         parts.append("<p class=warn>The campaign is incomplete: run the same <code>xferlab campaign run</code> to finish it.</p>")
     if len(ok):
-        table = points_table(ok, axes, df)
-        volume = ok["completion_mean_s"].notna().any()
-        cols = [*axes, "runs", *[_col(k) for k in SUMMARY if volume or not k.startswith("completion")]]
-        head = "".join(f"<th>{html.escape(_label(c) if c in axes else _heading(c))}</th>" for c in cols)
-        body = ""
-        for _, r in table.iterrows():
-            body += "<tr>" + "".join(f"<td>{_cell(c, r[c], r.get(c + '_ci'))}</td>" for c in cols) + "</tr>"
-        parts += ["<h2>Sweep points</h2>", f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"]
-        parts.append("<h2>Figures</h2>")
-        figs = []
-        if "rtt_ms" in axes and table["rtt_ms"].nunique() > 1:
-            figs.append(("vs_rtt", fig_vs_rtt(table, axes), "metrics against RTT per variant"))
-        if "streams" in axes and table["streams"].nunique() > 1:
-            figs.append(("vs_streams", fig_vs_streams(table, ok, axes), "total goodput against streams with Altman's model"))
-        if volume:
-            figs.append(("completion", fig_completion(ok, table, axes), "completion-time CDFs and percentiles"))
-        if not figs:
-            figs.append(("points", fig_points(table, axes), "total goodput per sweep point"))
-        figs.append(("distribution", fig_goodput_distribution(ok, axes), "goodput distributions"))
-        for name, data, alt in figs:
-            parts.append(img(out, name, data, alt))
+        parts += _results_html(out, ok, axes, df)
     if len(failed):
         rows = "".join(
             f"<tr><td>{html.escape(r.run_key)}</td><td>{html.escape(str(json.loads(r.params)))}</td><td>{r.repetition}</td>"
@@ -360,3 +419,40 @@ def render(folder: Path) -> Path:
     tmp.write_text("".join(parts))
     os.replace(tmp, path)
     return path
+
+
+def _results_html(out: Path, ok: pd.DataFrame, axes: list[str], df: pd.DataFrame) -> list[str]:
+    """The sweep-point table, the makespan table of scheduled runs, and the figures."""
+    parts: list[str] = []
+    table = points_table(ok, axes, df)
+    volume = ok["completion_mean_s"].notna().any()
+    cols = [*axes, "runs", *[_col(k) for k in SUMMARY if volume or not k.startswith("completion")]]
+    head = "".join(f"<th>{html.escape(_label(c) if c in axes else _heading(c))}</th>" for c in cols)
+    body = ""
+    for _, r in table.iterrows():
+        body += "<tr>" + "".join(f"<td>{_cell(c, r[c], r.get(c + '_ci'))}</td>" for c in cols) + "</tr>"
+    parts += ["<h2>Sweep points</h2>", f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"]
+    # Seed 001's makespan table judges a schedule: shown for runs planned from requests.
+    scheduled = "requests_rejected" in ok and ok["requests_rejected"].notna().any() and ok["makespan_s"].notna().any()
+    mk = makespan_table(ok, axes) if scheduled else pd.DataFrame()
+    if len(mk):
+        parts += [
+            "<h2>Makespans (seed 001)</h2>",
+            "<p class=muted>The makespan of each repetition (first start to last completion) against the ideal "
+            "(Σ v)/r_TP; the slot a scheduler should reserve for 75 % and 99 % completion.</p>",
+            _makespan_html(mk, axes),
+        ]
+    parts.append("<h2>Figures</h2>")
+    figs = []
+    if len(mk) and "rtt_ms" in axes and mk["rtt_ms"].nunique() > 1:
+        figs.append(("makespan", fig_makespan_vs_rtt(mk, axes), "makespan spread and slots against RTT"))
+    if "rtt_ms" in axes and table["rtt_ms"].nunique() > 1:
+        figs.append(("vs_rtt", fig_vs_rtt(table, axes), "metrics against RTT per variant"))
+    if "streams" in axes and table["streams"].nunique() > 1:
+        figs.append(("vs_streams", fig_vs_streams(table, ok, axes), "total goodput against streams with Altman's model"))
+    if volume:
+        figs.append(("completion", fig_completion(ok, table, axes), "completion-time CDFs and percentiles"))
+    if not figs:
+        figs.append(("points", fig_points(table, axes), "total goodput per sweep point"))
+    figs.append(("distribution", fig_goodput_distribution(ok, axes), "goodput distributions"))
+    return parts + [img(out, name, data, alt) for name, data, alt in figs]

@@ -99,6 +99,7 @@ class Campaign:
     shuffle_seed: int
     backend: str
     source: str
+    labels: dict[str, dict[str, str]] = field(default_factory=dict)  # field → canonical value → label
     runs: list[RunSpec] = field(default_factory=list)
     #: The ssh backend's inventory (a path), given to every run as a backend option.
     inventory: str | None = None
@@ -121,6 +122,7 @@ class Campaign:
                 "zip": self.zipped,
                 "repetitions": self.repetitions,
                 "backend": self.backend,
+                **({"labels": self.labels} if self.labels else {}),
             }
         )
 
@@ -133,6 +135,7 @@ class Campaign:
             "scenario": self.base,
             "sweep": self.axes,
             "zip": self.zipped,
+            "labels": self.labels,
             "repetitions": self.repetitions,
             "runs": len(self.runs),
             "source": self.source,
@@ -160,17 +163,29 @@ def _points(axes: dict[str, list], zipped: dict[str, list]) -> list[dict]:
     return [{**c, **z} for c in cart for z in rows]
 
 
-def _axis_map(value: Any, what: str, source: str) -> dict[str, list]:
+#: Top-level scenario fields a sweep may vary whole (besides section.field paths).
+_WHOLE_FIELDS = {"seed", "schedule", "requests"}
+
+
+def _axis_map(value: Any, what: str, source: str, labels: dict[str, dict[str, str]]) -> dict[str, list]:
+    """Axes as field → values. An axis given as a mapping ``{label: value}`` names its values
+    (``schedule: {ifs: {strategy: ifs}, spaghetti-pacing: {…}}``): reports show the labels,
+    recorded in ``labels[field][canonical value]``."""
     if value is None:
         return {}
     if not isinstance(value, dict):
         raise CampaignError(f"{source}: {what}: expected a mapping of field → list of values")
     out = {}
     for k, v in value.items():
-        if not isinstance(k, str) or "." not in k and k != "seed":
-            raise CampaignError(f"{source}: {what}: {k!r}: expected section.field, e.g. topology.rtt")
+        if not isinstance(k, str) or "." not in k and k not in _WHOLE_FIELDS:
+            raise CampaignError(
+                f"{source}: {what}: {k!r}: expected section.field (e.g. topology.rtt) or schedule, requests, seed"
+            )
+        if isinstance(v, dict) and v:
+            labels[k] = {_canonical(x): str(name) for name, x in v.items()}
+            v = list(v.values())
         if not isinstance(v, list) or not v:
-            raise CampaignError(f"{source}: {what}.{k}: expected a non-empty list of values")
+            raise CampaignError(f"{source}: {what}.{k}: expected a non-empty list of values (or a mapping label → value)")
         if len({_canonical(x) for x in v}) != len(v):
             raise CampaignError(f"{source}: {what}.{k}: a value is listed twice")
         out[k] = v
@@ -212,8 +227,9 @@ def from_dict(data: Any, source: str = "<campaign>", base_dir: Path | None = Non
             sc.set_path(base, str(k), v, source)
         except ScenarioError as e:
             raise CampaignError(str(e)) from None
-    axes = _axis_map(data.get("sweep"), "sweep", source)
-    zipped = _axis_map(data.get("zip"), "zip", source)
+    labels: dict[str, dict[str, str]] = {}
+    axes = _axis_map(data.get("sweep"), "sweep", source, labels)
+    zipped = _axis_map(data.get("zip"), "zip", source, labels)
     if zipped and len({len(v) for v in zipped.values()}) != 1:
         raise CampaignError(f"{source}: zip: all lists must have the same length")
     both = set(axes) & set(zipped)
@@ -251,6 +267,7 @@ def from_dict(data: Any, source: str = "<campaign>", base_dir: Path | None = Non
         shuffle_seed=shuffle_seed,
         backend=backend,
         source=source,
+        labels=labels,
     )
     c.runs = expand(c)
     return c
@@ -276,9 +293,9 @@ def _inventory(data: dict, backend: str, source: str, base_dir: Path | None) -> 
 def expand(c: Campaign) -> list[RunSpec]:
     runs, keys = [], set()
     for p, point in enumerate(_points(c.axes, c.zipped)):
-        params = dict(point)
+        params = {k: c.labels.get(k, {}).get(_canonical(v), v) for k, v in point.items()}
         overrides = list(point.items())
-        label = ", ".join(f"{k}={v}" for k, v in point.items()) or "the scenario"
+        label = ", ".join(f"{k}={v}" for k, v in params.items()) or "the scenario"
         try:
             s = sc.from_dict(c.base, f"{c.source} ({label})", overrides)
             cost = sc.resolve(s)["cost"]  # what `run` would refuse is refused now, before any run

@@ -25,6 +25,8 @@ from .cli_schedule import schedule_app
 from .metrics import MetricsError
 from .models import ideal_rates
 from .netns import host
+from .remote.hosts import cleanup_inventory as remote_cleanup
+from .remote.inventory import InventoryError
 from .runfolder import RunFolderError
 from .scenario import ScenarioError
 from .units import format_elapsed, parse_rate
@@ -42,10 +44,13 @@ def run(
     scenario: Path = typer.Argument(..., help="scenario YAML file"),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="run folder to create (default: results/NAME/TIMESTAMP)"),
     set_: Optional[list[str]] = typer.Option(None, "--set", "-s", help="override a field: section.field=value (repeatable)"),
-    backend: str = typer.Option("sim", "--backend", "-b", help="sim (built-in simulator) or netns (real Linux TCP, root)"),
+    backend: str = typer.Option(
+        "sim", "--backend", "-b", help="sim (built-in simulator), netns (real Linux TCP, root) or ssh (remote hosts, --inventory)"
+    ),
     scale: Optional[float] = typer.Option(
         None, "--scale", help="netns: run K× slower (rates ÷ K, times × K); default: what this host can carry"
     ),
+    inventory: Optional[Path] = typer.Option(None, "--inventory", "-i", help="ssh: the hosts (YAML; docs/ssh.md)"),
     force: bool = typer.Option(False, "--force", help="replace --out if it exists"),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar"),
 ):
@@ -53,6 +58,12 @@ def run(
     options = {"scale": scale} if scale is not None else {}
     if scale is not None and backend != "netns":
         _fail("--scale applies to the netns backend only")
+    # --- ssh backend (issue 14)
+    if (inventory is not None) != (backend == "ssh"):
+        _fail("--inventory goes with --backend ssh" if inventory is not None else "--backend ssh needs --inventory hosts.yaml")
+    if inventory is not None:
+        options["inventory"] = str(inventory)
+    # ---
     try:
         s, given = sc.load(scenario, set_)
         cost = sc.resolve(s)["cost"]
@@ -111,8 +122,23 @@ def report(folder: Path = typer.Argument(..., help="a run folder")):
 
 
 @app.command()
-def cleanup():
-    """Remove what crashed netns runs left behind (namespaces xl-*, BPF congestion controls xl_*)."""
+def cleanup(
+    inventory: Optional[Path] = typer.Option(
+        None, "--inventory", "-i", help="ssh: restore these hosts from the journals of runs that did not finish"
+    ),
+):
+    """Remove what crashed netns runs left behind (namespaces xl-*, BPF congestion controls xl_*), or
+    with --inventory restore the remote hosts a killed ssh run changed."""
+    if inventory is not None:  # --- ssh backend (issue 14)
+        try:
+            lines = remote_cleanup(inventory)
+        except InventoryError as e:
+            _fail(str(e))
+        for line in lines:
+            console.print(line, markup=False, highlight=False)
+        if any(line.startswith("could not") for line in lines):
+            raise typer.Exit(1)
+        return
     try:
         host.require_root()
         with host.host_lock(wait=False):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as _dt
 import os
 import platform
+import shutil
 import time
 from pathlib import Path
 
@@ -81,18 +82,38 @@ def stamp(trace: Trace, *, scenario: dict, seed: int | None, wall_seconds: float
 
 def save(trace: Trace, out: Path, force: bool = False) -> dict:
     """Checks ``trace`` against the contract, computes its metrics and writes the whole run
-    folder at ``out`` atomically; returns the metrics."""
+    folder at ``out`` atomically; returns the metrics. The files the producer handed over
+    (``trace.files``) are moved into the folder, or removed if it is not written."""
     try:
-        trace.validate()
-    except TraceError as e:  # a producer's bug, said plainly rather than written to disk
-        raise TraceError(f"the {trace.run.get('backend', '?')} backend produced a trace that breaks the contract: {e}") from None
-    m = metrics.compute(trace)
-    with runfolder.staged(out, force) as tmp:
-        trace.write(tmp / "trace")
-        runfolder.write_json(tmp / runfolder.RUN_FILE, trace.run)
-        runfolder.write_json(tmp / runfolder.METRICS_FILE, m)
-        report.render(tmp, trace, m)
+        try:
+            trace.validate()
+        except TraceError as e:  # a producer's bug, said plainly rather than written to disk
+            raise TraceError(
+                f"the {trace.run.get('backend', '?')} backend produced a trace that breaks the contract: {e}"
+            ) from None
+        m = metrics.compute(trace)
+        with runfolder.staged(out, force) as tmp:
+            trace.write(tmp / "trace")
+            runfolder.write_json(tmp / runfolder.RUN_FILE, trace.run)
+            runfolder.write_json(tmp / runfolder.METRICS_FILE, m)
+            report.render(tmp, trace, m)
+            _move_in(trace.files, tmp)
+    finally:
+        for src in map(Path, trace.files.values()):  # what was not moved in (an error): the engine's to remove
+            if src.is_dir():
+                shutil.rmtree(src, ignore_errors=True)
+            else:
+                src.unlink(missing_ok=True)
     return m
+
+
+def _move_in(files: dict[str, Path], folder: Path) -> None:
+    """Moves each handed-over file or folder to ``folder/name`` (a plain relative name)."""
+    for name, src in files.items():
+        dest = folder / name
+        if Path(name).is_absolute() or ".." in Path(name).parts or dest.exists():
+            raise ValueError(f"a producer handed over {name!r}: not a new name inside the run folder")
+        shutil.move(str(src), dest)
 
 
 def rerender(folder: Path) -> dict:

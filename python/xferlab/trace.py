@@ -19,6 +19,7 @@ Trace a backend or an importer returns.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from dataclasses import dataclass
@@ -436,6 +437,9 @@ class Trace:
     link: pa.Table
     tcp: pa.Table
     run: dict  # run.json: trace_version, scenario, resolved, provenance, backend, seed, end_s, versions, …
+    #: Files the producer hands to the run folder beside the trace (a backend's raw logs):
+    #: name in the folder → a local file or folder, moved in by ``engine.save``. Not read back.
+    files: dict[str, Path] = dataclasses.field(default_factory=dict)
 
     @classmethod
     def build(cls, tables: dict, info: RunInfo | dict, provenance: Provenance, **run: Any) -> Trace:

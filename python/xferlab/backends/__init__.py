@@ -1,18 +1,18 @@
 """Backends run a resolved scenario and return its :class:`~xferlab.trace.Trace`.
 
 One module per backend; each exposes ``run(scenario, resolved, progress, **options) -> Trace``
-(options: the netns backend's ``scale``). Which congestion controls a backend runs is its
+(options: the netns backend's ``scale``, the ssh backend's ``inventory``). Which congestion controls a backend runs is its
 own to say.
 """
 
 from __future__ import annotations
 
-from . import netns, sim
+from . import netns, sim, ssh
 from .base import BackendError, Progress
 
 __all__ = ["BackendError", "Progress", "get", "NAMES"]
 
-_BACKENDS = {"sim": sim, "netns": netns}
+_BACKENDS = {"sim": sim, "netns": netns, "ssh": ssh}
 NAMES = tuple(_BACKENDS)
 
 

@@ -31,8 +31,8 @@ from ..runfolder import RunFolderError
 from .catalog import CampaignFolder
 from .spec import Campaign, CampaignError, RunSpec
 
-#: Backends that emulate on this host and so run one at a time.
-EXCLUSIVE_BACKENDS = {"netns"}
+#: Backends that emulate on this host, or change shared hosts, and so run one at a time.
+EXCLUSIVE_BACKENDS = {"netns", "ssh"}
 #: Errors that are the user's to fix: their message alone says it all.
 _USER_ERRORS = (sc.ScenarioError, BackendError, RunFolderError)
 
@@ -74,7 +74,7 @@ def execute(task: dict) -> dict:
     t0 = time.perf_counter()
     try:
         s = sc.from_dict(task["given"], task["key"])
-        m = engine.run(s, task["given"], Path(task["out"]), backend=task["backend"], force=True)
+        m = engine.run(s, task["given"], Path(task["out"]), backend=task["backend"], force=True, options=task.get("options"))
         return {"key": task["key"], "status": "ok", "metrics": m, "wall": time.perf_counter() - t0}
     except (KeyboardInterrupt, SystemExit):
         raise
@@ -97,7 +97,11 @@ def _die_with_parent(parent: int) -> None:
 
 
 def _tasks(folder: CampaignFolder, runs: list[RunSpec]) -> list[dict]:
-    return [{"key": r.key, "given": r.given, "out": str(folder.folder_of(r)), "backend": folder.campaign.backend} for r in runs]
+    c = folder.campaign
+    return [
+        {"key": r.key, "given": r.given, "out": str(folder.folder_of(r)), "backend": c.backend, "options": c.options()}
+        for r in runs
+    ]
 
 
 # ----------------------------------------------------------------------------- Dask
@@ -257,7 +261,7 @@ def run(
         raise CampaignError(f"--workers {workers}: expected 1 to {int(limits.WORKERS_MAX.value)} ({limits.WORKERS_MAX.reason})")
     if campaign.backend in EXCLUSIVE_BACKENDS:
         if (workers > 1 or dask) and log:
-            log(f"backend {campaign.backend} emulates on this host: one run at a time (--workers 1, no Dask)")
+            log(f"backend {campaign.backend} runs on shared hosts: one run at a time (--workers 1, no Dask)")
         workers, dask = 1, None
     if dask:
         parse_dask(dask)

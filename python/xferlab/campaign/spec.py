@@ -14,6 +14,7 @@
     repetitions: 3                          # each point K times, with seeds derived from the scenario's
     order: random                           # or sequential (default); shuffle_seed fixes the order
     backend: sim
+    inventory: hosts.yaml                   # the ssh backend's hosts (relative to this file)
 
 Each run is identified by a stable key: a hash of the fully validated scenario (seed
 included), the repetition and the backend. Repetition k of a point runs with the seed
@@ -37,7 +38,19 @@ from .. import scenario as sc
 from ..scenario import ScenarioError
 
 #: Fields of a campaign file.
-FIELDS = ("name", "description", "scenario", "set", "sweep", "zip", "repetitions", "order", "shuffle_seed", "backend")
+FIELDS = (
+    "name",
+    "description",
+    "scenario",
+    "set",
+    "sweep",
+    "zip",
+    "repetitions",
+    "order",
+    "shuffle_seed",
+    "backend",
+    "inventory",
+)
 
 
 class CampaignError(Exception):
@@ -88,6 +101,8 @@ class Campaign:
     source: str
     labels: dict[str, dict[str, str]] = field(default_factory=dict)  # field → canonical value → label
     runs: list[RunSpec] = field(default_factory=list)
+    #: The ssh backend's inventory (a path), given to every run as a backend option.
+    inventory: str | None = None
     #: Estimated simulator time of all runs on one core (scenario.cost), shown before a start.
     sim_wall_s: float = 0.0
     #: Experiment time of all runs (what an emulation takes in real time).
@@ -124,7 +139,12 @@ class Campaign:
             "repetitions": self.repetitions,
             "runs": len(self.runs),
             "source": self.source,
+            **({"inventory": self.inventory} if self.inventory else {}),
         }
+
+    def options(self) -> dict:
+        """The backend options every run is given."""
+        return {"inventory": self.inventory} if self.inventory else {}
 
     def ordered(self) -> list[RunSpec]:
         """Runs in execution order: by point then repetition, or shuffled (reproducibly)."""
@@ -234,7 +254,9 @@ def from_dict(data: Any, source: str = "<campaign>", base_dir: Path | None = Non
     backend = data.get("backend", "sim")
     if not isinstance(backend, str):
         raise CampaignError(f"{source}: backend: expected a backend name")
+    inventory = _inventory(data, backend, source, base_dir)
     c = Campaign(
+        inventory=inventory,
         name=name,
         description=str(data.get("description", "") or ""),
         base=base,
@@ -249,6 +271,23 @@ def from_dict(data: Any, source: str = "<campaign>", base_dir: Path | None = Non
     )
     c.runs = expand(c)
     return c
+
+
+def _inventory(data: dict, backend: str, source: str, base_dir: Path | None) -> str | None:
+    """The ssh backend's inventory (a path, relative to the campaign file): needed by ssh, refused otherwise."""
+    inv = data.get("inventory")
+    if inv is None:
+        if backend == "ssh":
+            raise CampaignError(f"{source}: inventory: the ssh backend needs the hosts' inventory (a YAML file)")
+        return None
+    if backend != "ssh":
+        raise CampaignError(f"{source}: inventory: only the ssh backend takes an inventory (backend: {backend})")
+    if not isinstance(inv, str) or not inv:
+        raise CampaignError(f"{source}: inventory: expected a file path")
+    path = Path(inv)
+    if not path.is_absolute() and base_dir is not None:
+        path = base_dir / path
+    return str(path)
 
 
 def expand(c: Campaign) -> list[RunSpec]:

@@ -1,0 +1,839 @@
+"""Real remote hosts over SSH: the scenario on a testbed, as seed 004's NXE ran it on Grid'5000.
+
+NXE's seven steps (reserve, deploy, configure, run, collect, analyse, archive), for hosts an
+inventory names (:mod:`xferlab.remote.inventory`; reserving them is the testbed's business):
+
+1. **connect** to every host the scenario needs, or to none (host keys checked);
+2. **pre-flight**: tools, congestion controls, TCP buffers against the BDP, offloads, an
+   unfinished run's journal, each host's clock offset against the controller;
+3. **configure** (journal first, :mod:`xferlab.remote.journal`): sysctls, congestion
+   control, route options, the bottleneck on the router; deploy ``xfer`` where missing;
+4. **calibrate**: a short transfer per path checks its rate and RTT against the scenario;
+5. **run**: servers, then every flow launched at its time on its host's clock corrected by
+   the offset (iperf3 for duration-bound flows, xfer for volume-bound ones, as on netns),
+   the router's queue sampled;
+6. **collect** the logs into the run folder (``logs/``) and **restore** every host — on
+   every exit path, SIGINT and SIGTERM included;
+7. **convert** through the importers into the same Trace as every backend (the engine then
+   analyses and archives it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import math
+import platform
+import re
+import shutil
+import signal
+import sys
+import tarfile
+import tempfile
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+
+from .. import constants, variants
+from ..importers import iperf3 as ip3
+from ..importers import xfer as xf
+from ..models import ideal_rates
+from ..netns import topology
+from ..remote import clock, facts, hosts, launch, plan
+from ..remote.inventory import Inventory, InventoryError
+from ..remote.inventory import load as load_inventory
+from ..remote.shell import RemoteError
+from ..trace import Provenance, Trace, table
+from . import netns
+from .base import BackendError, Progress
+
+NAME = "ssh"
+#: Time given to launch every flow's command before the first start (controller clock).
+LEAD_S = 1.5
+#: How often the hosts are asked which flows have ended.
+POLL_S = 0.25
+IPERF3_MIN_INTERVAL = 0.1
+#: Pings of the idle path that give its RTT at calibration (the smallest).
+PINGS = 5
+#: What a link sample row's ``losses`` cannot tell on a real router (nothing drops at random there).
+NO_RANDOM_LOSS = 0
+
+
+@dataclass
+class _Flow:
+    spec: dict
+    src: str  # host names
+    dst: str
+    src_addr: str
+    dst_addr: str
+    port: int
+    rtt_s: float
+
+    @property
+    def name(self) -> str:
+        return f"flow{self.spec['flow_id']}"
+
+    @property
+    def tool(self) -> str:
+        return "xfer" if self.spec.get("volume_bytes") is not None else "iperf3"
+
+    @property
+    def transfer(self) -> bool:
+        return self.spec.get("role", "transfer") == "transfer"
+
+
+@dataclass
+class _Measured:
+    t0_ns: int = 0
+    done: dict = field(default_factory=dict)  # flow name → (status, end host ns)
+    started: dict = field(default_factory=dict)  # flow name → start host ns
+    outputs: dict = field(default_factory=dict)  # flow name → its JSON
+    link: list = field(default_factory=list)  # (controller s from t0, {dev: counters})
+    warnings: list[str] = field(default_factory=list)
+
+
+def run(scenario, resolved: dict, progress: Progress | None = None, inventory: str | Path | None = None) -> Trace:
+    """Runs ``resolved`` on the hosts of ``inventory`` (a YAML file)."""
+    if inventory is None:
+        raise BackendError("the ssh backend needs an inventory of hosts: --inventory hosts.yaml (see docs/ssh.md)")
+    try:
+        inv = load_inventory(inventory)
+    except InventoryError as e:
+        raise BackendError(str(e)) from None
+    _refuse_unsupported(resolved, inv)
+    return _Run(inv, str(inventory), resolved, progress).execute()
+
+
+def _refuse_unsupported(r: dict, inv: Inventory) -> None:
+    """What this backend does not run (yet), said before any host is touched."""
+    if r["pairs"] > inv.pairs:
+        raise BackendError(f"the scenario has {r['pairs']} pair(s), the inventory {inv.pairs} (senders → receivers)")
+    if r.get("background"):
+        raise BackendError("background ON/OFF sources (workload.background) are not run by the ssh backend yet")
+    if r.get("loss_rate"):
+        raise BackendError("random loss (topology.loss_rate) is not emulated by the ssh backend: real paths lose what they lose")
+    if any((f.get("limiter") or {}).get("kind") == "token_bucket" for f in r["flows"]):
+        raise BackendError("per-flow token buckets (limiter: token_bucket) are not run by the ssh backend yet; use pacing")
+    if r.get("shaper") is not None and r["shaper"]["kind"] == "pacer":
+        raise BackendError("a pacing shaper on the bottleneck (topology.shaper.limiter: pacing) has no ssh equivalent")
+    if r.get("shaper") is not None and inv.router is None:
+        raise BackendError("a shaped bottleneck (topology.shaper) needs a router in the inventory")
+    reverse = any(f.get("role") == "reverse" for f in r["flows"])
+    if reverse and inv.router is not None and inv.router.reverse is None:
+        raise BackendError("the scenario has reverse traffic: give the router's reverse device (router.reverse)")
+
+
+def _say(progress: Progress | None):
+    """Step lines on stderr (none with --quiet, when there is no progress callback)."""
+
+    def say(text: str) -> None:
+        if progress is not None:
+            print(f"xferlab: ssh: {text}", file=sys.stderr, flush=True)
+
+    return say
+
+
+class _Refused(Exception):
+    """The hosts or paths cannot run this scenario (said before the run)."""
+
+
+async def _uninterrupted(coro, swallow: bool = False):
+    """Awaits ``coro`` to its end even if this task is cancelled meanwhile (SIGINT, SIGTERM):
+    changing the hosts, and restoring them, is never cut short. The cancellation then goes
+    on (unless ``swallow``: a restore in a ``finally``, where an exception is on its way)."""
+    task = asyncio.ensure_future(coro)
+    cancelled = False
+    while not task.done():
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            cancelled = True
+    if cancelled and not swallow:
+        raise asyncio.CancelledError
+    return task.result()
+
+
+class _Run:
+    """One run on the hosts of an inventory: the steps of the module's docstring."""
+
+    def __init__(self, inv: Inventory, inv_path: str, resolved: dict, progress: Progress | None):
+        self.inv, self.inv_path, self.r, self.progress = inv, inv_path, resolved, progress
+        self.say = _say(progress)
+        self.run_id = uuid.uuid4().hex[:8]
+        self.flows = self._flows()
+        self.bed = hosts.Testbed(inv, inv.used(resolved["pairs"]), self.run_id, inv_path)
+        self.step = "connect"
+        self.facts: dict = {}
+        self.offsets: dict[str, clock.Offset] = {}
+        self.changes: dict[str, list[plan.Change]] = {}
+        self.calibration: dict = {}
+        self.xfer: dict[str, str] = {}  # host → path of xfer there
+        self.logs: Path | None = None
+        self.restored: hosts.Restored | None = None
+        self.signalled: str | None = None
+        self.warnings: list[str] = []
+        self.step_s: dict[str, float] = {}  # how long each step took
+
+    def _flows(self) -> list[_Flow]:
+        out = []
+        for f in self.r["flows"]:
+            k = f["pair"]
+            a, b = self.inv.senders[k], self.inv.receivers[k]
+            src, dst = (a, b) if f.get("role", "transfer") == "transfer" else (b, a)
+            rtt = self.r["pair_paths"][k]["rtt_s"] if self.r.get("pair_paths") else self.r["rtt_s"]
+            port = self.inv.options.base_port + f["flow_id"]
+            out.append(_Flow(f, src, dst, self.inv.hosts[src].data, self.inv.hosts[dst].data, port, rtt))
+        return out
+
+    # ------------------------------------------------------------------ the event loop
+
+    def execute(self) -> Trace:
+        """Runs the steps in an event loop of its own; SIGINT and SIGTERM cancel them, the
+        hosts are restored, and the interruption goes on as KeyboardInterrupt."""
+        loop = asyncio.new_event_loop()
+        previous = {}
+        try:
+            task = loop.create_task(self.main())
+            if threading.current_thread() is threading.main_thread():
+                for sig in (signal.SIGINT, signal.SIGTERM):
+                    previous[sig] = signal.getsignal(sig)
+                    loop.add_signal_handler(sig, self._on_signal, sig, task)
+            try:
+                measured = loop.run_until_complete(task)
+            except asyncio.CancelledError:
+                raise KeyboardInterrupt from None
+        finally:
+            for sig, handler in previous.items():
+                loop.remove_signal_handler(sig)
+                signal.signal(sig, handler)
+            loop.close()
+        return self.trace(measured)
+
+    def _on_signal(self, sig: int, task: asyncio.Task) -> None:
+        if self.signalled is None:
+            self.signalled = signal.Signals(sig).name
+            print(f"xferlab: ssh: {self.signalled}: stopping and restoring the hosts", file=sys.stderr, flush=True)
+            task.cancel()
+        else:
+            print("xferlab: ssh: restoring the hosts; please wait", file=sys.stderr, flush=True)
+
+    async def main(self) -> _Measured:
+        try:
+            return await self.steps()
+        except (RemoteError, plan.PlanError, _Refused, BackendError) as e:
+            error = f"{self.step}: {e}"
+        finally:
+            self.restored = await _uninterrupted(self.restore(), swallow=True)
+        raise BackendError(f"{error}; {self.restored.summary(self.inv_path)}")
+
+    async def steps(self) -> _Measured:
+        await self._timed("connect", self.connect())
+        await self._timed("pre-flight", self.preflight())
+        await self._timed("configure", _uninterrupted(self.configure()))
+        await self._timed("calibration", self.calibrate())
+        m = await self._timed("run", self.run_flows())
+        await self._timed("collect", self.collect(m))
+        return m
+
+    async def _timed(self, step: str, coro):
+        self.step, t = step, time.monotonic()
+        try:
+            return await coro
+        finally:
+            self.step_s[step] = time.monotonic() - t
+
+    async def restore(self) -> hosts.Restored:
+        if not self.bed.journals:
+            await self.bed.close()
+            return hosts.Restored()
+        self.say("restore: undoing the changes on " + ", ".join(self.bed.journals))
+        t = time.monotonic()
+        restored = await self.bed.restore()
+        await self.bed.close()
+        self.step_s["restore"] = time.monotonic() - t
+        self.say(f"restore: {restored.summary(self.inv_path)}")
+        return restored
+
+    # ------------------------------------------------------------------ connect, pre-flight
+
+    async def connect(self) -> None:
+        try:
+            await self.bed.connect()
+        except RemoteError as e:
+            raise RemoteError(f"{e}; nothing was changed on any host") from None
+        self.say(f"connected to {', '.join(self.bed.names)}")
+
+    def _needs(self) -> dict[str, plan.Needs]:
+        """What the scenario asks of each host (see :mod:`xferlab.remote.plan`)."""
+        r = self.r
+        rtt = max(f.rtt_s for f in self.flows)
+        buf = topology.sock_buf_bytes(
+            r["bottleneck_rate_bps"], rtt, r["buffer_packets"], r["mtu"], r["window_cap_packets"], r["mss"]
+        )
+        rto_ms = max(1, round(r["rto_min_s"] * 1000))
+        needs = {
+            n: plan.Needs(initial_cwnd=r["initial_cwnd"], rto_min_ms=rto_ms, quickack=not r["delayed_ack"])
+            for n in self.bed.names
+        }
+        for f in self.flows:
+            cc = variants.canonical(f.spec["variant"])
+            src, dst = needs[f.src], needs[f.dst]
+            src.sock_buf_bytes = dst.sock_buf_bytes = buf
+            if cc not in src.congestion_controls:
+                src.congestion_controls.append(cc)
+            for n, peer in ((src, f.dst_addr), (dst, f.src_addr)):
+                if peer not in n.peers:
+                    n.peers.append(peer)
+        if self.inv.router is not None:
+            needs[self.inv.router.host].shaping = self._shaping()
+        return needs
+
+    def _shaping(self) -> list[plan.Shaping]:
+        r, router = self.r, self.inv.router
+        frame = constants.qdisc_frame(r["mtu"])
+        shaper = r.get("shaper")
+        if shaper is not None:  # a token bucket on a faster line: its burst, counting qdisc frames
+            rate, burst, overhead = shaper["rate_bps"], shaper["burst_bytes"], 0
+        else:
+            rate, burst, overhead = r["bottleneck_rate_bps"], topology.BOTTLENECK_BURST_PKTS * frame, topology.WIRE_OVERHEAD
+        devices = [router.bottleneck] + ([router.reverse] if router.reverse else [])
+        return [plan.Shaping(d, rate, burst, r["buffer_packets"], frame, overhead) for d in devices]
+
+    async def preflight(self) -> None:
+        needs = self._needs()
+        wants = {}
+        for name, n in needs.items():
+            devices = [s.dev for s in n.shaping]
+            wants[name] = (n.peers, devices, n.congestion_controls)
+        self.facts = await self.bed.read_facts(wants)
+        self._check_tools()
+        for name in self.bed.names:
+            self.changes[name] = plan.changes(self.facts[name], needs[name], self.inv.options.modprobe)
+        self.offsets = await self.bed.offsets(self.inv.options.clock_probes)
+        kernels = sorted({f.kernel for f in self.facts.values()})
+        self.say(f"pre-flight: kernel {', '.join(kernels)}; tools and congestion controls present")
+        shown = ", ".join(f"{n} {o.offset_s * 1e3:+.2f} ± {o.uncertainty_s * 1e3:.2f} ms" for n, o in self.offsets.items())
+        self.say(f"pre-flight: clock offsets against this controller: {shown}")
+
+    def _check_tools(self) -> None:
+        """Every host has what it runs; xfer is deployed (from this machine) where it lacks."""
+        problems = []
+        router = self.inv.router.host if self.inv.router else None
+        runs: dict[str, set[str]] = {n: set() for n in self.bed.names}
+        for f in self.flows:
+            runs[f.src].add(f.tool)
+            runs[f.dst].add(f.tool)
+        for name, f in self.facts.items():
+            need = set(facts.TOOLS) | ({"tc"} if name == router else set()) | ({"iperf3"} if name != router else set())
+            missing = sorted(t for t in need if t not in f.tools)
+            if missing:
+                problems.append(
+                    f"{name}: {', '.join(missing)} not installed (Debian: apt-get install iproute2 iperf3 util-linux)"
+                )
+            if "xfer" in runs[name]:
+                if "xfer" in f.tools:
+                    self.xfer[name] = f.tools["xfer"]
+                elif f.arch != platform.machine():
+                    problems.append(
+                        f"{name}: xfer is not installed and this machine's build is {platform.machine()}, not {f.arch}"
+                    )
+                else:
+                    self.xfer[name] = f"{self.bed.workdir(name)}/xfer"  # deployed at configure
+        if problems:
+            raise _Refused("; ".join(problems))
+
+    # ------------------------------------------------------------------ configure, calibrate
+
+    async def configure(self) -> None:
+        xfer_hosts = {f.src for f in self.flows if f.tool == "xfer"} | {f.dst for f in self.flows if f.tool == "xfer"}
+
+        async def one(name: str) -> None:
+            await self.bed.configure(name, self.changes[name], ["xfer-root"] if name in xfer_hosts else [])
+            if name in xfer_hosts:
+                h, w = self.bed.hosts[name], self.bed.workdir(name)
+                if self.xfer[name] == f"{w}/xfer":
+                    await h.write(f"{w}/xfer", Path(netns.xfer_binary()).read_bytes(), mode="755")
+                await h.write(f"{w}/xfer.key", key)
+
+        key = uuid.uuid4().hex + uuid.uuid4().hex
+        await hosts.together(*(one(n) for n in self.bed.names))
+        for name in self.bed.names:
+            done = [c.what for c in self.changes[name]]
+            deployed = ["xfer deployed"] if self.xfer.get(name, "").startswith(self.bed.workdir(name)) else []
+            self.say(f"configure: {name}: " + ("; ".join(done + deployed) or "nothing to change"))
+
+    async def calibrate(self) -> None:
+        """A short iperf3 transfer per path, alone: its best receiver interval against the
+        ideal goodput of the path (r_TP of its access link or the bottleneck, the slower),
+        its smallest RTT against the scenario's; a path that cannot carry the scenario is refused."""
+        seconds = self.inv.options.calibration
+        if seconds <= 0:
+            self.warnings.append("no calibration transfer (options.calibration: 0): the paths' rates and RTTs were not checked")
+            return
+        problems = []
+        for k in range(self.r["pairs"]):
+            got = await self._calibrate_pair(k, max(1, math.ceil(seconds)))
+            self.calibration[k] = got
+            rtt = f"{got['rtt_ms']:.2f} ms" if got["rtt_ms"] is not None else "not measured (no ping)"
+            self.say(
+                f"calibration: pair {k}: {got['goodput_mbps']:.1f} Mbit/s (scenario: {got['expected_mbps']:.1f}), "
+                f"RTT {rtt} (scenario: {got['expected_rtt_ms']:.2f} ms)"
+            )
+            problems += self._judge(k, got)
+        if problems:
+            raise _Refused("the paths cannot carry the scenario: " + "; ".join(problems))
+
+    async def _calibrate_pair(self, k: int, seconds: int) -> dict:
+        a, b = self.inv.senders[k], self.inv.receivers[k]
+        sa, sb = self.inv.hosts[a].data, self.inv.hosts[b].data
+        port = self.inv.options.base_port + len(self.flows) + k
+        server = ["iperf3", "-s", "-1", "-J", "-p", str(port), "-B", sb]
+        await self.bed.hosts[b].run(launch.timed(self.bed.workdir(b), f"calibration{k}-server", None, server))
+        await self._wait_listening({b: {port}})
+        cc = variants.canonical(next(f.spec["variant"] for f in self.flows if f.spec["pair"] == k))
+        client = f"iperf3 -c {sb} -p {port} -B {sa} -t {seconds} -i 0.25 -J --get-server-output -C {cc}"
+        text = await self.bed.hosts[a].run(client, check=False, timeout=seconds + 30)
+        try:
+            doc = json.loads(text)
+        except ValueError:
+            raise _Refused(f"pair {k}: the calibration transfer {a} → {b} gave no result: {text.strip()[:200]}") from None
+        if doc.get("error"):
+            raise _Refused(f"pair {k}: the calibration transfer {a} → {b} failed: {doc['error']}")
+        sender, receiver = ip3.sides(doc)
+        measured = receiver or sender
+        best = max((iv["sum"]["bits_per_second"] for iv in measured.get("intervals", []) if iv.get("sum")), default=0.0)
+        path = (self.r.get("pair_paths") or [{}])[k] if self.r.get("pair_paths") else {}
+        access = path.get("access_rate_bps") or self.r["access_rate_bps"]
+        bottleneck = (self.r.get("shaper") or {}).get("rate_bps") or self.r["bottleneck_rate_bps"]
+        expected = ideal_rates(min(access, bottleneck), self.r["mtu"], self.r["header_bytes"]).r_tp_mbps
+        rtt = await self._ping(a, sa, sb)
+        return {
+            "goodput_mbps": best / 1e6,
+            "expected_mbps": expected,
+            "rtt_ms": rtt * 1e3 if rtt is not None else None,
+            "expected_rtt_ms": self._pair_rtt(k) * 1e3,
+            "seconds": seconds,
+            "retransmissions": int(((sender or {}).get("end", {}).get("sum_sent") or {}).get("retransmits") or 0),
+        }
+
+    async def _ping(self, host: str, src: str, dst: str) -> float | None:
+        """The path's RTT, idle: the smallest of a few pings (None: no ping on the host)."""
+        if "ping" not in self.facts[host].tools:
+            return None
+        text = await self.bed.hosts[host].run(f"ping -n -q -c {PINGS} -i 0.2 -W 2 -I {src} {dst}", check=False, timeout=30)
+        m = re.search(r"= ([\d.]+)/", text)
+        return float(m.group(1)) / 1e3 if m else None
+
+    def _pair_rtt(self, k: int) -> float:
+        return self.r["pair_paths"][k]["rtt_s"] if self.r.get("pair_paths") else self.r["rtt_s"]
+
+    def _judge(self, k: int, got: dict) -> list[str]:
+        o = self.inv.options
+        problems = []
+        if got["goodput_mbps"] < (1 - o.rate_tolerance) * got["expected_mbps"]:
+            problems.append(
+                f"pair {k} carried at most {got['goodput_mbps']:.1f} Mbit/s alone, the scenario needs "
+                f"{got['expected_mbps']:.1f} (tolerance {o.rate_tolerance:.0%})"
+            )
+        elif got["goodput_mbps"] > (1 + o.rate_tolerance) * got["expected_mbps"]:
+            self.warnings.append(
+                f"pair {k} carried {got['goodput_mbps']:.1f} Mbit/s alone, more than the scenario's {got['expected_mbps']:.1f}: "
+                "nothing on the path holds it to the scenario's rate (a router in the inventory would)"
+            )
+        slack = o.rtt_tolerance * got["expected_rtt_ms"] + 1.0
+        if got["rtt_ms"] is None:
+            self.warnings.append(f"pair {k}: no ping on the sender, the path's RTT was not checked")
+        elif abs(got["rtt_ms"] - got["expected_rtt_ms"]) > slack:
+            problems.append(
+                f"pair {k}'s RTT is {got['rtt_ms']:.2f} ms, the scenario's {got['expected_rtt_ms']:.2f} ms "
+                f"(tolerance ±{slack:.2f} ms; set topology.rtt to the path's, or options.rtt_tolerance)"
+            )
+        return problems
+
+    # ------------------------------------------------------------------ run
+
+    async def _wait_listening(self, want: dict[str, set[int]], timeout: float = 15.0) -> None:
+        """Until something listens on each host's ports (``ss``), or a server gave up."""
+        want = {h: set(p) for h, p in want.items()}
+        deadline = time.monotonic() + timeout
+        while want:
+            for name in list(want):
+                want[name] -= launch.parse_ports(await self.bed.hosts[name].run(launch.LISTENING))
+                if not want[name]:
+                    del want[name]
+            if want and time.monotonic() > deadline:
+                raise RemoteError(
+                    f"servers not listening after {timeout:.0f} s: "
+                    + ", ".join(f"{h} port(s) {sorted(p)}" for h, p in want.items())
+                )
+            if want:
+                await asyncio.sleep(0.05)
+
+    def _server(self, f: _Flow, interval: float) -> list[str]:
+        if f.tool == "xfer":
+            w = self.bed.workdir(f.dst)
+            return [
+                self.xfer[f.dst],
+                "serve",
+                "--listen",
+                f"{_host(f.dst_addr)}:{f.port}",
+                "--root",
+                f"{w}/xfer-root",
+                "--key-file",
+                f"{w}/xfer.key",
+            ]
+        # -J and -i on the server: --get-server-output then carries the receiver's intervals.
+        return ["iperf3", "-s", "-1", "-J", "-i", f"{interval:g}", "-p", str(f.port), "-B", f.dst_addr]
+
+    def _client(self, f: _Flow, interval: float, end_s: float) -> list[str]:
+        s, w = f.spec, self.bed.workdir(f.src)
+        cc = variants.canonical(s["variant"])
+        lim = s.get("limiter")
+        # The simulator's pacer counts IP + 14 bytes per packet; TCP pacing counts payload.
+        ratio = self.r["mss"] / constants.qdisc_frame(self.r["mtu"])
+        pace = int(lim["rate_bps"] * ratio) if lim and lim["kind"] == "pacer" else None
+        if f.tool == "xfer":
+            args = [self.xfer[f.src], "send", "-P", "1", "--cc", cc, "--no-hash", "--retries", "0", "--no-progress", "-q"]
+            args += ["--json", f"{w}/{f.name}.json", "--interval", f"{interval:g}s", "--key-file", f"{w}/xfer.key"]
+            args += ["--rate", str(pace)] if pace else []
+            return args + [f"mem:{int(s['volume_bytes'])}", f"{_host(f.dst_addr)}:{f.port}", "--discard"]
+        duration = s["duration_s"] if s.get("duration_s") is not None else end_s - s["start_s"]
+        whole = max(1, math.ceil(duration - 1e-9))
+        if abs(whole - duration) > 1e-6:
+            self.warnings.append(f"flow {s['flow_id']}: iperf3 runs whole seconds, {duration:g} s rounded up to {whole} s")
+        args = ["iperf3", "-c", f.dst_addr, "-p", str(f.port), "-B", f.src_addr, "-C", cc, "-J", "--get-server-output"]
+        args += ["-i", f"{interval:g}", "--connect-timeout", "10000", "-t", str(whole)]
+        return args + (["--fq-rate", str(pace)] if pace else [])
+
+    def _end_s(self) -> float:
+        if self.r["end_s"] is not None:
+            return self.r["end_s"]
+        return max(f.spec["start_s"] + math.ceil(f.spec["duration_s"] - 1e-9) for f in self.flows if f.transfer)
+
+    async def run_flows(self) -> _Measured:
+        m = _Measured()
+        interval = max(IPERF3_MIN_INTERVAL, min(self.r["goodput_interval_s"], self.r["tcp_interval_s"]))
+        by_dst: dict[str, list[_Flow]] = {}
+        for f in self.flows:
+            by_dst.setdefault(f.dst, []).append(f)
+        t = time.monotonic()
+        await hosts.together(*(self.bed.hosts[h].run("\n".join(self._servers(h, fs, interval))) for h, fs in by_dst.items()))
+        await self._wait_listening({h: {f.port for f in fs} for h, fs in by_dst.items()})
+        # Launching takes a command per host: the first start leaves room for a few of them
+        # (a loaded controller or a slow link makes them slower).
+        lead = max(LEAD_S, 3 * (time.monotonic() - t))
+        m.t0_ns = time.time_ns() + int(lead * 1e9)
+        by_src: dict[str, list[str]] = {}
+        end_s = self._end_s()
+        for f in self.flows:
+            at = clock.host_time_ns(m.t0_ns, f.spec["start_s"], self.offsets[f.src])
+            by_src.setdefault(f.src, []).append(
+                launch.timed(self.bed.workdir(f.src), f.name, at, self._client(f, interval, end_s))
+            )
+        await hosts.together(
+            self._start_sampler(m.t0_ns), *(self.bed.hosts[h].run("\n".join(cmds)) for h, cmds in by_src.items())
+        )
+        late = (time.time_ns() - m.t0_ns) / 1e9
+        if late > 0:
+            m.warnings.append(
+                f"the flows' commands reached their hosts {late:.2f} s after the first start time: the first flows started late"
+            )
+        self.step_s["lead"] = lead
+        self.say(f"run: {len(self.flows)} flow(s) launched on {', '.join(by_src)}, the first in {lead:.1f} s")
+        await self._wait(m, end_s)
+        await self._stop(m)
+        return m
+
+    def _servers(self, h: str, flows: list[_Flow], interval: float) -> list[str]:
+        return [launch.timed(self.bed.workdir(h), f"{f.name}-server", None, self._server(f, interval)) for f in flows]
+
+    async def _start_sampler(self, t0_ns: int) -> None:
+        """The router's queue counters every link interval, on its clock's grid from t0."""
+        router = self.inv.router
+        if router is None:
+            return
+        devices = [router.bottleneck] + ([router.reverse] if router.reverse else [])
+        at = clock.host_time_ns(t0_ns, 0.0, self.offsets[router.host])
+        interval_ns = int(round(self.r["link_interval_s"] * 1e9))
+        await self.bed.hosts[router.host].run(launch.link_sampler(self.bed.workdir(router.host), devices, at, interval_ns))
+
+    async def _poll(self, m: _Measured, names_by_host: dict[str, list[str]]) -> None:
+        lost = self.bed.lost()
+        if lost:
+            raise RemoteError(lost)
+        texts = await hosts.together(
+            *(self.bed.hosts[h].run(launch.status(self.bed.workdir(h), names)) for h, names in names_by_host.items())
+        )
+        for text in texts:
+            m.done.update(launch.parse_status(text))
+
+    async def _wait(self, m: _Measured, end_s: float) -> None:
+        """Until every transfer has ended (or the deadline); a failed transfer or a lost host
+        fails the run."""
+        by_src: dict[str, list[str]] = {}
+        for f in self.flows:
+            by_src.setdefault(f.src, []).append(f.name)
+        deadline = end_s + max(5.0, 20 * max(f.rtt_s for f in self.flows))
+        transfers = [f for f in self.flows if f.transfer]
+        while True:
+            await self._poll(m, by_src)
+            failed = [f for f in transfers if f.name in m.done and m.done[f.name][0] != 0]
+            if failed:
+                await asyncio.sleep(1.0)  # a host that died takes its flows with it: say the cause, not the symptom
+                lost = self.bed.lost()
+                raise RemoteError(lost or await self._failure(failed[0], m.done[failed[0].name][0]))
+            now = (time.time_ns() - m.t0_ns) / 1e9
+            if self.progress is not None:
+                self.progress(min(max(now, 0.0), end_s), end_s)
+            if all(f.name in m.done for f in transfers):
+                return
+            if now > deadline:
+                m.warnings.append(f"transfers still running at {deadline:.1f} s were stopped")
+                return
+            await asyncio.sleep(POLL_S)
+
+    async def _failure(self, f: _Flow, status: int) -> str:
+        w = self.bed.workdir(f.src)
+        err = await self.bed.hosts[f.src].run(
+            f"tail -c 400 {w}/{f.name}.err; grep -h '\"error\"' {w}/{f.name}.out | tail -n 1", check=False
+        )
+        tail = " ".join(err.split()) or "no message"
+        return f"flow {f.spec['flow_id']} ({f.tool} {f.src} → {f.dst}) failed with exit status {status}: {tail}"
+
+    async def _stop(self, m: _Measured) -> None:
+        """Interrupts what still runs (reverse traffic: iperf3 prints its JSON on SIGTERM),
+        then the servers and the sampler; waits for their groups to be gone."""
+        groups: dict[str, list[str]] = {}
+        for f in self.flows:
+            if f.name not in m.done:
+                groups.setdefault(f.src, []).append(f.name)
+            groups.setdefault(f.dst, []).append(f"{f.name}-server")
+        if self.inv.router is not None:
+            groups.setdefault(self.inv.router.host, []).append("link")
+
+        async def stop(h: str, names: list[str]) -> None:
+            w = self.bed.workdir(h)
+            await self.bed.hosts[h].run("; ".join(launch.signal_group(w, n) for n in names))
+            deadline = time.monotonic() + 5 + 4 * max(f.rtt_s for f in self.flows)
+            while (await self.bed.hosts[h].run(launch.alive(w, names))).split():
+                if time.monotonic() > deadline:
+                    await self.bed.hosts[h].run("; ".join(launch.signal_group(w, n, "KILL") for n in names))
+                    break
+                await asyncio.sleep(0.1)
+
+        await hosts.together(*(stop(h, names) for h, names in groups.items()))
+
+    # ------------------------------------------------------------------ collect
+
+    async def collect(self, m: _Measured) -> None:
+        """Brings each host's folder back into ``logs/<host>/`` (the run folder keeps it)."""
+        self.logs = Path(tempfile.mkdtemp(prefix="xferlab-ssh-logs-"))
+        skip = "--exclude=./xfer --exclude=./xfer.key --exclude=./xfer-root"
+
+        async def one(name: str) -> None:
+            data = await self.bed.hosts[name].read_bytes(f"tar cf - -C {self.bed.workdir(name)} {skip} .")
+            dest = self.logs / name
+            dest.mkdir()
+            with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+                tar.extractall(dest, filter="data")
+
+        await hosts.together(*(one(n) for n in self.bed.names))
+        for f in self.flows:
+            src = self.logs / f.src
+            out = src / (f"{f.name}.json" if f.tool == "xfer" else f"{f.name}.out")
+            m.outputs[f.name] = _read_json(out)
+            start = _read_text(src / f"{f.name}.start")
+            if start.isdigit():
+                m.started[f.name] = int(start)
+        if self.inv.router is not None:
+            self._link_samples(m)
+        self.say(f"collect: logs of {len(self.bed.names)} host(s) kept in the run folder (logs/)")
+
+    def _link_samples(self, m: _Measured) -> None:
+        router = self.inv.router
+        text = _read_text(self.logs / router.host / "link.log")
+        off = self.offsets[router.host]
+        for t_ns, q in launch.parse_link_log(text):
+            t = (t_ns - round(off.offset_s * 1e9) - m.t0_ns) / 1e9
+            m.link.append((t, {("bottleneck" if d == router.bottleneck else "reverse"): v for d, v in q.items()}))
+
+    # ------------------------------------------------------------------ the Trace
+
+    def trace(self, m: _Measured) -> Trace:
+        """The run's Trace, converted by the importers, with what only this backend knows
+        (hosts, clocks, start errors, calibration, changes and their restoration) as provenance."""
+        try:
+            tables, errors = self._tables(m), self._start_errors(m)
+            stats = {
+                "run_id": self.run_id,
+                "hosts": {n: {**self.facts[n].dump(), "clock": self.offsets[n].dump()} for n in self.bed.names},
+                "start_error_ms": errors,
+                "calibration": self.calibration,
+                "configured": {n: [c.what for c in cs] for n, cs in self.changes.items()},
+                "restored": dict(self.restored.undone) if self.restored else {},
+                "steps_s": self.step_s,
+            }
+            provenance = Provenance(
+                producer=NAME,
+                setup=self._setup_rows(errors),
+                warnings=self.warnings + m.warnings,
+                unknown=self._unknown(),
+                stats=stats,
+            )
+            end_s = max([float(x) for x in tables["flows"].column("end").to_pylist()] + [0.0])
+            iperf = sorted({f.iperf3 for f in self.facts.values() if f.iperf3})
+            versions = {
+                "iperf3": "; ".join(iperf) or "none",
+                "kernel": "; ".join(sorted({f.kernel for f in self.facts.values()})),
+            }
+            t = Trace.build(tables, self.r, provenance, end_s=end_s, versions=versions)
+        except BaseException:
+            shutil.rmtree(self.logs, ignore_errors=True)
+            raise
+        t.files["logs"] = self.logs
+        return t
+
+    def _tables(self, m: _Measured) -> dict:
+        perf, moved = [], []
+        for f in self.flows:
+            s, doc = f.spec, m.outputs.get(f.name)
+            if not doc:
+                raise BackendError(f"flow {s['flow_id']} produced no {f.tool} output (see logs/{f.src}/{f.name}.err)")
+            off = round(self.offsets[f.src].offset_s * 1e9)
+            meta = dict(doc=doc, flow_id=s["flow_id"], pair=s["pair"], stream=s["stream"], variant=s["variant"])
+            meta.update(
+                role=s.get("role", "transfer"), volume_bytes=s.get("volume_bytes"), source=f.src, sink=f.dst, mss=self.r["mss"]
+            )
+            if f.tool == "xfer":
+                # Data started completion_time before the sender's exit (noted on its host).
+                ended = (m.done[f.name][1] - off - m.t0_ns) / 1e9 if f.name in m.done else 0.0
+                done = float((doc.get("run") or {}).get("completion_time") or 0.0)
+                moved.append(xf.XferFlow(data_start_s=ended - done, forward_delay_s=f.rtt_s / 2, **meta))
+            else:
+                launched = (m.started.get(f.name, m.t0_ns + off) - off - m.t0_ns) / 1e9
+                perf.append(ip3.Iperf3Flow(start_s=max(0.0, launched) + netns.SETUP_RTTS * f.rtt_s, **meta))
+        parts = []
+        if perf:
+            parts.append(ip3.tables_from_runs(perf, goodput_interval_s=self.r["goodput_interval_s"], end_s=None))
+        if moved:
+            parts.append(xf.tables_from_xfer(moved, goodput_interval_s=self.r["goodput_interval_s"]))
+        tables = {}
+        for name, keys in (("flows", ["flow_id"]), ("goodput", ["flow_id", "t"]), ("tcp", ["flow_id", "t"])):
+            tables[name] = pa.concat_tables([p[name] for p in parts]).sort_by([(k, "ascending") for k in keys])
+        tables["link"] = self._link_table(m)
+        return tables
+
+    def _link_table(self, m: _Measured) -> pa.Table:
+        """Counters between consecutive samples of the router's queues, at t = the earlier one
+        (on the link interval's grid); bytes are IP bytes (a qdisc counts 14 more per packet)."""
+        interval, rows = self.r["link_interval_s"], []
+        for name in ("bottleneck", "reverse"):
+            series = [(t, q[name]) for t, q in m.link if name in q]
+            for (t0, a), (t1, b) in zip(series, series[1:], strict=False):
+                k = round(t0 / interval)
+                if k < 0 or t1 <= t0:
+                    continue
+                packets = max(0, b["packets"] - a["packets"])
+                ip_bytes = max(0, b["bytes"] - a["bytes"] - constants.ETH_HEADER * packets)
+                rows.append(
+                    {
+                        "t": k * interval,
+                        "link": name,
+                        "bytes": ip_bytes,
+                        "packets": packets,
+                        "throughput_mbps": ip_bytes * 8 / (t1 - t0) / 1e6,
+                        "drops": max(0, b["drops"] - a["drops"]),
+                        "losses": NO_RANDOM_LOSS,
+                        "queue_pkts": a["qlen"],
+                        "queue_max_pkts": None,
+                    }
+                )
+        return table("link", rows)
+
+    def _start_errors(self, m: _Measured) -> dict:
+        per_flow = {}
+        for f in self.flows:
+            if f.name in m.started:
+                err = clock.start_error_s(m.started[f.name], m.t0_ns, f.spec["start_s"], self.offsets[f.src])
+                per_flow[str(f.spec["flow_id"])] = err * 1e3
+        errs = list(per_flow.values()) or [0.0]
+        return {
+            "mean": sum(errs) / len(errs),
+            "max_abs": max(abs(e) for e in errs),
+            "clock_uncertainty_max": max(o.uncertainty_s for o in self.offsets.values()) * 1e3,
+            "per_flow": per_flow,
+        }
+
+    def _setup_rows(self, errors: dict) -> list[tuple[str, str]]:
+        inv, rows = self.inv, []
+        pairs = ", ".join(f"{inv.senders[k]} → {inv.receivers[k]}" for k in range(self.r["pairs"]))
+        rows.append(("hosts", f"{pairs}" + (f"; router {inv.router.host}" if inv.router else "")))
+        rows.append(("kernels", ", ".join(sorted({f.kernel for f in self.facts.values()}))))
+        if inv.router is not None:
+            s = self._shaping()[0]
+            rows.append(
+                ("bottleneck", f"router {inv.router.host}, {s.dev}: HTB {s.rate_bps / 1e6:g} Mbit/s over pfifo {s.buffer_pkts}")
+            )
+        else:
+            rows.append(("bottleneck", "the path's own (no router in the inventory: not shaped, not observed)"))
+        worst = max(self.offsets.values(), key=lambda o: abs(o.offset_s))
+        rows.append(
+            (
+                "clock offsets",
+                f"largest {worst.offset_s * 1e3:+.2f} ms, known to ± {errors['clock_uncertainty_max']:.2f} ms "
+                f"({inv.options.clock_probes} probes per host)",
+            )
+        )
+        rows.append(("start error", f"mean {errors['mean']:+.2f} ms, largest {errors['max_abs']:.2f} ms (host clocks corrected)"))
+        for k, c in sorted(self.calibration.items()):
+            rtt = f"RTT {c['rtt_ms']:.2f} ms idle" if c["rtt_ms"] is not None else "RTT not measured"
+            rows.append((f"calibration pair {k}", f"{c['goodput_mbps']:.1f} Mbit/s alone, {rtt}"))
+        n = sum(len(cs) for cs in self.changes.values())
+        rows.append(("host changes", f"{n} change(s) on {len(self.changes)} host(s), restored after the run"))
+        return rows
+
+    def _unknown(self) -> dict[str, str]:
+        unknown = {
+            "tcp.ssthresh": "iperf3 does not report it",
+            "tcp.rto_ms": "iperf3 does not report it",
+            "tcp.in_flight": "iperf3 does not report it",
+            "tcp.ca_state": "iperf3 does not report it",
+            "flows.fast_recoveries": "iperf3 and xfer do not report them",
+            "flows.timeouts": "iperf3 and xfer do not report them",
+            "timeouts": "iperf3 and xfer do not report them",
+        }
+        if self.inv.router is None:
+            why = "no router in the inventory: the bottleneck is not observed"
+            for key in ("link.throughput_mbps", "link.drops", "link.queue_pkts", "bottleneck_drops", "queueing_delay_max_ms"):
+                unknown[key] = why
+        else:
+            unknown["link.queue_max_pkts"] = (
+                "the router's queue is sampled at the link interval, not its largest value in between"
+            )
+            unknown["bottleneck_max_queue_pkts"] = "the router's queue is sampled, not its largest value"
+            unknown["queueing_delay_max_ms"] = "the router's queue is sampled, not its largest value"
+        return unknown
+
+
+def _host(addr: str) -> str:
+    """An address as it goes before ``:port`` (IPv6 in brackets)."""
+    return f"[{addr}]" if ":" in addr else addr
+
+
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_text().strip()
+    except (OSError, UnicodeDecodeError):
+        return ""
+
+
+def _read_json(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None

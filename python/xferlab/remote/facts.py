@@ -1,0 +1,135 @@
+"""What a host is, read in one command: kernel, tools, congestion controls, TCP sysctls, the
+routes to its peers, the root qdiscs and offloads of its devices, and whether it still holds
+the journal of an unfinished run.
+
+The host needs a POSIX shell and the usual Linux tools (``ip``, ``ss``, ``tc`` on a router,
+``setsid``, GNU ``date``); ``ethtool`` and ``modprobe`` are optional. No Python.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass, field
+
+#: Tools the backend uses on every host, on the router, and optionally.
+TOOLS = ("sh", "date", "sleep", "setsid", "ss", "ip", "tar", "cat", "kill")
+ROUTER_TOOLS = ("tc",)
+OPTIONAL_TOOLS = ("iperf3", "xfer", "ethtool", "modprobe", "modinfo", "ping")
+#: TCP sysctls read (and maybe set) on the end hosts.
+SYSCTLS = (
+    "net.ipv4.tcp_rmem",
+    "net.ipv4.tcp_wmem",
+    "net.ipv4.tcp_no_metrics_save",
+    "net.ipv4.tcp_congestion_control",
+    "net.ipv4.tcp_available_congestion_control",
+)
+#: ethtool's long feature names → the short ones ``ethtool -K`` takes.
+OFFLOADS = {"tcp-segmentation-offload": "tso", "generic-segmentation-offload": "gso", "generic-receive-offload": "gro"}
+
+
+@dataclass
+class Facts:
+    host: str
+    kernel: str = ""
+    arch: str = ""
+    tools: dict[str, str] = field(default_factory=dict)  # name → path
+    iperf3: str = ""  # its version line
+    sysctls: dict[str, str] = field(default_factory=dict)
+    loadable: set[str] = field(default_factory=set)  # congestion controls a module would add
+    routes: dict[str, dict] = field(default_factory=dict)  # peer → {"get": parsed route get, "exact": line or None}
+    qdiscs: dict[str, str] = field(default_factory=dict)  # device → its root qdisc line ("" if no device)
+    offloads: dict[str, dict[str, bool]] = field(default_factory=dict)  # device → {tso: on?, …}
+    journal: bool = False  # an unfinished run's journal is on the host
+
+    @property
+    def available_cc(self) -> list[str]:
+        return self.sysctls.get("net.ipv4.tcp_available_congestion_control", "").split()
+
+    def dump(self) -> dict:
+        return {
+            "kernel": self.kernel,
+            "arch": self.arch,
+            "iperf3": self.iperf3 or None,
+            "xfer": "xfer" in self.tools,
+            "congestion_controls": self.available_cc,
+            "sysctls": {k: v for k, v in self.sysctls.items() if "available" not in k},
+            "offloads": self.offloads,
+        }
+
+
+#: A shell function printing a device's offloads as ``offload.DEV.FEATURE=on|off`` lines.
+_OFFLOADS_FN = 'offl() { ethtool -k "$1" 2>/dev/null | sed -n "s/^\\([a-z-]*offload\\): \\(on\\|off\\).*/offload.$1.\\1=\\2/p"; }'
+
+
+def script(peers: list[str], devices: list[str], modules: list[str], journal_path: str) -> str:
+    """The shell script that prints a host's facts, one ``key=value`` per line: for each peer
+    the route to it and the offloads of its device, for each device its root qdisc and offloads."""
+    lines = [_OFFLOADS_FN, 'echo "kernel=$(uname -r)"', 'echo "arch=$(uname -m)"']
+    for t in TOOLS + ROUTER_TOOLS + OPTIONAL_TOOLS:
+        lines.append(f'p=$(command -v {t} 2>/dev/null) && echo "tool.{t}=$p"')
+    lines.append('command -v iperf3 >/dev/null 2>&1 && echo "iperf3=$(iperf3 --version 2>/dev/null | head -n 1)"')
+    for k in SYSCTLS:
+        lines.append(f"echo \"sysctl.{k}=$(cat /proc/sys/{k.replace('.', '/')} 2>/dev/null | tr '\\t' ' ')\"")
+    for m in modules:
+        lines.append(f'modinfo -n tcp_{m} >/dev/null 2>&1 && echo "loadable={m}"')
+    for p in peers:
+        q = shlex.quote(p)
+        lines.append(f'r=$(ip -o route get {q} 2>/dev/null | head -n 1); echo "route.{p}=$r"')
+        lines.append(f'echo "exact.{p}=$(ip -o route show exact {q}/32 2>/dev/null | head -n 1)"')
+        lines.append('d=$(echo "$r" | sed -n \'s/.* dev \\([^ ]*\\).*/\\1/p\'); [ -n "$d" ] && offl "$d"')
+    for d in devices:
+        q = shlex.quote(d)
+        lines.append(f'echo "qdisc.{d}=$(tc qdisc show dev {q} root 2>/dev/null | head -n 1)"')
+        lines.append(f"offl {q}")
+    lines.append(f'[ -e {shlex.quote(journal_path)} ] && echo "journal=present"')
+    return "\n".join(lines) + "\ntrue\n"
+
+
+def parse(host: str, text: str) -> Facts:
+    f = Facts(host)
+    for line in text.splitlines():
+        key, _, value = line.partition("=")
+        value = value.strip()
+        if key == "kernel":
+            f.kernel = value
+        elif key == "arch":
+            f.arch = value
+        elif key.startswith("tool."):
+            f.tools[key[5:]] = value
+        elif key == "iperf3":
+            f.iperf3 = value
+        elif key.startswith("sysctl."):
+            f.sysctls[key[7:]] = " ".join(value.split())
+        elif key == "loadable":
+            f.loadable.add(value)
+        elif key.startswith("route."):
+            f.routes.setdefault(key[6:], {})["get"] = route_get(value)
+        elif key.startswith("exact."):
+            f.routes.setdefault(key[6:], {})["exact"] = value or None
+        elif key.startswith("qdisc."):
+            f.qdiscs[key[6:]] = value
+        elif key.startswith("offload."):
+            dev, _, feature = key[8:].rpartition(".")
+            if feature in OFFLOADS:
+                f.offloads.setdefault(dev, {})[OFFLOADS[feature]] = value == "on"
+        elif key == "journal":
+            f.journal = True
+    return f
+
+
+def route_get(line: str) -> dict:
+    """``ip -o route get`` → {via, dev, src} (what the route to a peer goes through)."""
+    words = line.split()
+    out = {}
+    for k in ("via", "dev", "src"):
+        if k in words and words.index(k) + 1 < len(words):
+            out[k] = words[words.index(k) + 1]
+    return out
+
+
+def default_qdisc(line: str) -> bool:
+    """Whether a root qdisc line is the kernel's default (handle 0:, put there at device up):
+    deleting what we install brings it back. Anything else was configured by someone."""
+    m = re.match(r"qdisc (\S+) (\S+) root", line)
+    return m is None or m.group(2) == "0:"

@@ -1,0 +1,157 @@
+"""What a scenario asks of each host, and the changes that give it — each with its undo entry.
+
+End hosts: the TCP socket buffer limits (``tcp_rmem``/``tcp_wmem`` maximum, raised only when
+below what the path needs), ``tcp_no_metrics_save`` = 1 (no ssthresh carried from one run to
+the next), a module for a congestion control the kernel lacks (``modprobe``; the tools
+choose it per socket, ``TCP_CONGESTION``: the host's default is left alone — in a container
+or a network namespace only the "allowed" ones can be made the default), and a /32 route to
+each peer carrying the scenario's TCP options (``initcwnd``, ``rto_min``, ``quickack`` when
+delayed ACKs are off). The router: HTB at the bottleneck's rate
+over a ``pfifo`` of B packets on its egress devices, offloads off there.
+
+Planning is pure: facts and needs in, changes out (:func:`changes`); the backend writes the
+undo entries into the journal, then runs the commands.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass, field
+
+from . import journal
+from .facts import Facts, default_qdisc
+
+
+class PlanError(Exception):
+    """A host that cannot be given what the scenario asks (said before anything changes)."""
+
+
+@dataclass(frozen=True)
+class Shaping:
+    """A bottleneck on a router device: HTB class at ``rate_bps`` over ``pfifo limit buffer_pkts``."""
+
+    dev: str
+    rate_bps: float
+    burst_bytes: int
+    buffer_pkts: int
+    frame_bytes: int  # a full-size frame as a qdisc counts it (MTU + 14)
+    overhead: int  # bytes per frame a link spends beyond what a qdisc counts (24 on Ethernet)
+
+
+@dataclass
+class Needs:
+    """What the scenario asks of one host."""
+
+    sock_buf_bytes: int | None = None
+    congestion_controls: list[str] = field(default_factory=list)  # the ones this host sends with
+    peers: list[str] = field(default_factory=list)  # data addresses this host exchanges data or ACKs with
+    initial_cwnd: int = 10
+    rto_min_ms: int = 200
+    quickack: bool = False
+    shaping: list[Shaping] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Change:
+    what: str  # for the progress output and run.json
+    command: str
+    undo: dict  # the journal entry that undoes it
+
+
+def changes(facts: Facts, needs: Needs, modprobe: bool) -> list[Change]:
+    """The changes that give a host what it needs, or :class:`PlanError` naming what it lacks."""
+    out = _modules(facts, needs, modprobe)
+    out += _sysctls(facts, needs)
+    out += _routes(facts, needs)
+    for s in needs.shaping:
+        out += _shaping(facts, s)
+    return out
+
+
+def _modules(facts: Facts, needs: Needs, modprobe: bool) -> list[Change]:
+    out = []
+    for cc in needs.congestion_controls:
+        if cc in facts.available_cc:
+            continue
+        if modprobe and cc in facts.loadable and "modprobe" in facts.tools:
+            out.append(Change(f"load tcp_{cc}", f"modprobe tcp_{cc}", journal.module(f"tcp_{cc}")))
+            continue
+        how = "modprobe is not allowed (options.modprobe)" if not modprobe else f"no module tcp_{cc} to load"
+        raise PlanError(
+            f"{facts.host}: congestion control {cc} is not available (available: {' '.join(facts.available_cc) or 'none'}; {how})"
+        )
+    return out
+
+
+def _set(facts: Facts, key: str, value: str) -> Change:
+    proc = "/proc/sys/" + key.replace(".", "/")
+    return Change(f"{key} = {value}", f"printf '%s\\n' {shlex.quote(value)} > {proc}", journal.sysctl(key, facts.sysctls[key]))
+
+
+def _sysctls(facts: Facts, needs: Needs) -> list[Change]:
+    out = []
+    if needs.sock_buf_bytes:
+        for key in ("net.ipv4.tcp_rmem", "net.ipv4.tcp_wmem"):
+            now = facts.sysctls.get(key, "").split()
+            if len(now) != 3:
+                raise PlanError(f"{facts.host}: cannot read {key} ({' '.join(now) or 'empty'})")
+            if int(now[2]) < needs.sock_buf_bytes:
+                out.append(_set(facts, key, f"{now[0]} {now[1]} {needs.sock_buf_bytes}"))
+    if needs.congestion_controls and facts.sysctls.get("net.ipv4.tcp_no_metrics_save") != "1":
+        out.append(_set(facts, "net.ipv4.tcp_no_metrics_save", "1"))
+    return out
+
+
+def _routes(facts: Facts, needs: Needs) -> list[Change]:
+    out = []
+    for peer in needs.peers:
+        r = facts.routes.get(peer) or {}
+        via = r.get("get") or {}
+        if "dev" not in via:
+            raise PlanError(f"{facts.host}: no route to {peer} (its peer's data address)")
+        args = [f"{peer}/32"] + [x for k in ("via", "dev", "src") if k in via for x in (k, via[k])]
+        args += ["initcwnd", str(needs.initial_cwnd), "rto_min", f"{needs.rto_min_ms}ms"]
+        if needs.quickack:
+            args += ["quickack", "1"]
+        opts = f"initcwnd {needs.initial_cwnd}, rto_min {needs.rto_min_ms} ms" + (", quickack" if needs.quickack else "")
+        out.append(
+            Change(
+                f"route to {peer}: {opts}",
+                "ip route replace " + " ".join(map(shlex.quote, args)),
+                journal.route(peer, r.get("exact")),
+            )
+        )
+    return out
+
+
+def _shaping(facts: Facts, s: Shaping) -> list[Change]:
+    line = facts.qdiscs.get(s.dev, "")
+    if not line:
+        raise PlanError(f"{facts.host}: no device {s.dev} (the inventory's router device)")
+    if not default_qdisc(line):
+        raise PlanError(
+            f"{facts.host}: {s.dev} has a qdisc configured ({line}); xferlab installs the bottleneck only over the "
+            "kernel's default, which it can restore: remove it first"
+        )
+    out = []
+    on = [f for f, v in (facts.offloads.get(s.dev) or {}).items() if v]
+    if on:
+        # A queue of B packets must hold B wire packets, not 64 KB super-packets.
+        off = " ".join(f"{f} off" for f in on)
+        out.append(
+            Change(
+                f"{s.dev}: offloads {', '.join(on)} off", f"ethtool -K {shlex.quote(s.dev)} {off}", journal.offloads(s.dev, on)
+            )
+        )
+    dev = shlex.quote(s.dev)
+    rate = f"{int(round(s.rate_bps))}bit"
+    cls = f"rate {rate} ceil {rate} burst {s.burst_bytes} cburst {s.burst_bytes} quantum {s.frame_bytes}"
+    cls += f" overhead {s.overhead} mtu {max(1600, s.frame_bytes + s.overhead + 64)}"
+    cmd = (
+        f"tc qdisc replace dev {dev} root handle 1: htb default 1 && "
+        f"tc class add dev {dev} parent 1: classid 1:1 htb {cls} && "
+        f"tc qdisc add dev {dev} parent 1:1 handle 10: pfifo limit {s.buffer_pkts}"
+    )
+    what = f"{s.dev}: bottleneck {s.rate_bps / 1e6:g} Mbit/s, pfifo {s.buffer_pkts} packets"
+    out.append(Change(what, cmd, journal.qdisc(s.dev)))
+    return out

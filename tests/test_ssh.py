@@ -1,0 +1,293 @@
+"""The ssh backend on a testbed of real hosts: network namespaces, each with its own sshd,
+joined as a dumbbell whose router the backend shapes (tests/sshbed.py). The backend reaches
+them through SSH only; the tests look at them from outside (``ip netns exec``).
+
+Host s1's processes see a clock 3 s ahead (libfaketime): the backend must measure it and
+start s1's flows on time anyway. Runs are a few seconds at 100 Mbit/s; the faults hit runs of
+30 s once their flows are seen running, so no fault races the end of a run.
+"""
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pyarrow.parquet as pq
+import pytest
+import sshbed
+import yaml
+from xferlab.remote import hosts
+from xferlab.remote.inventory import load as load_inventory
+from xferlab.remote.shell import Refused
+
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(sshbed.missing() is not None, reason=sshbed.missing() or "")]
+
+SKEW_S = 3
+
+
+@pytest.fixture(scope="module")
+def bed(tmp_path_factory):
+    sshbed.remove_leftovers()
+    with sshbed.Bed(pairs=2, access_bps=100e6, rtt_s=0.02, clock_skew={"s1": f"+{SKEW_S}"}) as b:
+        b.controller = b.dir / "controller"
+        old = os.environ.get("XFERLAB_SSH_STATE")
+        os.environ["XFERLAB_SSH_STATE"] = str(b.controller)  # the CLI's copies of the journals, for this bed only
+        b.inv = b.write_inventory(b.dir / "hosts.yaml", b.inventory(state_dir=str(b.dir / "state")))
+        # The faults' runs skip calibration (tested by the others): a few seconds fewer each.
+        b.fast = b.write_inventory(b.dir / "fast.yaml", b.inventory(state_dir=str(b.dir / "state"), calibration="0"))
+        b.pristine = b.state()
+        yield b
+        if old is None:
+            os.environ.pop("XFERLAB_SSH_STATE")
+        else:
+            os.environ["XFERLAB_SSH_STATE"] = old
+
+
+@pytest.fixture
+def clean(bed):
+    """After each test: every host as it was (a failed test restores through `cleanup`)."""
+    yield bed
+    for h in bed.hosts:
+        if h not in bed.sshd:
+            bed.start_sshd(h)
+    if bed.state() != bed.pristine or journals(bed):
+        subprocess.run([sys.executable, "-m", "xferlab.cli", "cleanup", "--inventory", str(bed.inv)], capture_output=True)
+
+
+def journals(bed) -> list[str]:
+    found = [p.name for p in (bed.dir / "state").glob("*.json")] if (bed.dir / "state").exists() else []
+    return found + ([p.name for p in bed.controller.glob("*.json")] if bed.controller.exists() else [])
+
+
+def scenario(tmp_path, name="ssh", **sections) -> str:
+    data = {
+        "name": name,
+        "topology": {"pairs": 2, "access_rate": "100Mbps", "bottleneck_rate": "100Mbps", "rtt": "20ms", "buffer": "1.0bdp"},
+        "workload": {"streams": 1, "duration": "4s"},
+        "protocol": {"variant": "reno"},
+        "measure": {"goodput_interval": "0.5s", "link_interval": "100ms"},
+        "seed": 1,
+    }
+    for k, v in sections.items():
+        data[k] = {kk: vv for kk, vv in {**data.get(k, {}), **v}.items() if vv is not None}
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return str(path)
+
+
+def assert_restored(bed, but=()):
+    now = bed.state()
+    for h in bed.hosts:
+        if h not in but:
+            assert now[h] == bed.pristine[h], h
+    assert not [t for t in bed.tools() if t.split(":")[0] not in but]
+
+
+def start(bed, tmp_path, name, **sections) -> subprocess.Popen:
+    args = ["run", scenario(tmp_path, name, **sections), "--backend", "ssh", "--inventory", str(bed.fast)]
+    return subprocess.Popen(
+        [sys.executable, "-m", "xferlab.cli", *args, "--out", str(tmp_path / name), "-q"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def wait_running(bed, p: subprocess.Popen, senders: set[str], timeout: float = 240.0) -> None:
+    """Until the run's flows (iperf3 clients of 30 s, not the calibration's) run on ``senders``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and p.poll() is None:
+        running = {t.split(":")[0] for t in bed.tools(with_args=True) if " -c " in t and " -t 30" in t}
+        if senders <= running:
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"the flows did not start (exit status {p.poll()}): {p.stderr.read() if p.poll() is not None else ''}")
+
+
+# ----------------------------------------------------------------------------- runs
+
+
+def test_one_scenario_on_sim_netns_and_ssh(cli, bed, clean, tmp_path):
+    """The same scenario on the three backends: the same run folder, metrics that agree, and
+    `xferlab compare` side by side; the hosts as they were afterwards."""
+    path = scenario(tmp_path, "three")
+    cli("run", path, "--backend", "ssh", "--inventory", bed.inv, "--out", tmp_path / "ssh", check=True)
+    m = json.loads((tmp_path / "ssh" / "metrics.json").read_text())
+    meta = json.loads((tmp_path / "ssh" / "run.json").read_text())
+    assert meta["backend"] == "ssh"
+    # 2 × 100 Mbit/s into 100 Mbit/s, RTT 20 ms, B = 1 BDP: the bottleneck is full and fair.
+    assert 0.85 < m["efficiency"] <= 1.01 and m["jain_index"] > 0.9
+    assert m["bottleneck_drops"] > 0 and m["retransmissions"] >= 0.5 * m["bottleneck_drops"]
+    stats = meta["provenance"]["stats"]
+    assert stats["hosts"]["s1"]["clock"]["offset_ms"] == pytest.approx(SKEW_S * 1e3, abs=50)
+    assert abs(stats["hosts"]["s0"]["clock"]["offset_ms"]) <= stats["hosts"]["s0"]["clock"]["uncertainty_ms"] + 0.01
+    # Both flows started at their times, s1's despite its clock: no error near 3 s.
+    assert stats["start_error_ms"]["max_abs"] < 500
+    assert set(stats["calibration"]) == {"0", "1"} and all(abs(c["rtt_ms"] - 20) < 2 for c in stats["calibration"].values())
+    assert {"clock offsets", "start error", "bottleneck"} <= {row[0] for row in meta["provenance"]["setup"]}
+    assert (tmp_path / "ssh" / "logs" / "s1" / "flow1.out").exists() and (tmp_path / "ssh" / "logs" / "rt" / "link.log").exists()
+    link = pq.read_table(tmp_path / "ssh" / "trace" / "link.parquet").to_pandas()
+    busy = link[(link["link"] == "bottleneck") & (link["t"] >= 1.0) & (link["t"] < 3.5)]
+    assert 0.85 * 100 * 1500 / 1538 < busy["throughput_mbps"].mean() < 100
+    assert_restored(bed)
+    assert journals(bed) == []
+    cli("run", path, "--backend", "netns", "--out", tmp_path / "netns", "-q", check=True)
+    cli("run", path, "--out", tmp_path / "sim", "-q", check=True)
+    for other in ("sim", "netns"):
+        cli("compare", tmp_path / other, tmp_path / "ssh", check=True)
+        html = (tmp_path / other / "compare-ssh.html").read_text()
+        assert "aggregate goodput" in html and "three (ssh, seed 1)" in html
+
+
+def test_volume_transfers_move_with_xfer_deployed_over_ssh(cli, bed, clean, tmp_path):
+    out = tmp_path / "vol"
+    path = scenario(tmp_path, "vol", workload={"volume": "6MB", "duration": None, "stagger": "0.5s"})
+    cli("run", path, "--backend", "ssh", "--inventory", bed.fast, "--out", out, "-q", check=True)
+    flows = pq.read_table(out / "trace" / "flows.parquet").to_pandas()
+    assert (flows["bytes"] == 6_000_000).all() and flows["completion_time"].notna().all()
+    # 6 MB at up to 94 Mbit/s of goodput takes at least 0.5 s, and far less than 10 s here.
+    assert (flows["completion_time"] > 0.5).all() and (flows["completion_time"] < 10).all()
+    configured = json.loads((out / "run.json").read_text())["provenance"]["stats"]["hosts"]
+    assert configured["s0"]["xfer"] is False  # not installed: deployed for the run, removed after
+    assert (out / "logs" / "s0" / "flow0.json").exists()
+    assert_restored(bed)
+
+
+# ----------------------------------------------------------------------------- refusals
+
+
+def test_an_unreachable_host_stops_the_run_before_anything_changes(cli, bed, clean, tmp_path):
+    data = bed.inventory(state_dir=str(bed.dir / "state"))
+    data["hosts"]["r1"]["port"] = 2222  # nothing listens there
+    inv = bed.write_inventory(tmp_path / "hosts.yaml", data)
+    r = cli("run", scenario(tmp_path), "--backend", "ssh", "--inventory", inv, "-q")
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert "r1 (root@10.250.3.1:2222): unreachable" in r.stderr and "nothing was changed on any host" in r.stderr
+    assert_restored(bed)
+    assert journals(bed) == []
+
+
+def connect(inv_data: dict, tmp_path, host: str):
+    inv = load_inventory(yaml_file(tmp_path, inv_data))
+
+    async def go():
+        tb = hosts.Testbed(inv, [host], "t")
+        try:
+            await tb.connect()
+        finally:
+            await tb.close()
+
+    asyncio.run(go())
+
+
+def yaml_file(tmp_path, data) -> str:
+    p = tmp_path / "inv.yaml"
+    p.write_text(yaml.safe_dump(data))
+    return str(p)
+
+
+def test_a_wrong_key_or_a_host_key_that_does_not_match_is_refused(bed, clean, tmp_path):
+    # A key the hosts do not authorise.
+    other = tmp_path / "other"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other)], check=True)
+    data = bed.inventory()
+    data["hosts"]["s0"]["key"] = str(other)
+    with pytest.raises(
+        Refused, match=r"s0 \(root@10.250.0.1:22\): login refused for root with key .*other \(permission denied\)"
+    ):
+        connect(data, tmp_path, "s0")
+    # known_hosts that lists r0's key for s0's address: a host-key mismatch.
+    lines = (bed.dir / "known_hosts").read_text().splitlines()
+    swapped = tmp_path / "known_hosts"
+    swapped.write_text(f"{bed.ctl('s0')} {lines[2].split(' ', 1)[1]}\n")
+    data = bed.inventory()
+    data["hosts"]["s0"]["known_hosts"] = str(swapped)
+    with pytest.raises(Refused, match=r"its host key SHA256:\S+ is not one .* lists for 10.250.0.1"):
+        connect(data, tmp_path, "s0")
+    # A pinned fingerprint: the right one logs in, another is refused.
+    data = bed.inventory(pin="s0")
+    connect(data, tmp_path, "s0")
+    data["hosts"]["s0"]["fingerprint"] = bed.fingerprint("r0")
+    with pytest.raises(Refused, match="not the fingerprint the inventory pins"):
+        connect(data, tmp_path, "s0")
+
+
+# ----------------------------------------------------------------------------- faults
+
+
+def test_a_host_that_dies_fails_the_run_and_the_others_are_restored(cli, bed, clean, tmp_path):
+    p = start(bed, tmp_path, "dies", workload={"duration": "30s"})
+    wait_running(bed, p, {"s0", "s1"})
+    bed.kill_host("r1")  # its sshd, its sessions, its iperf3 server
+    _, err = p.communicate(timeout=120)
+    assert p.returncode == 2 and "Traceback" not in err, err
+    assert "error: run: r1 (root@10.250.3.1:22): the connection was lost" in err
+    assert "restored r0, rt, s0, s1" in err and "not restored: r1" in err and "xferlab cleanup --inventory" in err
+    assert not (tmp_path / "dies").exists()
+    assert_restored(bed, but=("r1",))
+    assert bed.state()["r1"] != bed.pristine["r1"]  # r1 still carries the run's route
+    bed.start_sshd("r1")  # back: cleanup restores it from its journal
+    r = cli("cleanup", "--inventory", bed.inv, check=True)
+    assert "restored r1: 2 change(s) undone" in r.stdout
+    assert_restored(bed)
+    assert journals(bed) == []
+
+
+def test_sigint_restores_every_host(bed, clean, tmp_path):
+    p = start(bed, tmp_path, "int", workload={"duration": "30s"})
+    wait_running(bed, p, {"s0", "s1"})
+    assert bed.state() != bed.pristine  # configured: routes, buffers, the router's bottleneck
+    p.send_signal(signal.SIGINT)
+    _, err = p.communicate(timeout=120)
+    assert p.returncode == 130 and "interrupted" in err and "Traceback" not in err, err
+    assert "restore: restored r0, r1, rt, s0, s1" not in err  # -q: no step lines
+    assert_restored(bed)
+    assert journals(bed) == [] and not (tmp_path / "int").exists()
+
+
+def test_kill_9_then_cleanup_restores_every_host(cli, bed, clean, tmp_path):
+    p = start(bed, tmp_path, "k9", workload={"duration": "30s"})
+    wait_running(bed, p, {"s0", "s1"})
+    p.kill()
+    p.wait()
+    assert "htb" in bed.state()["rt"]["qdisc"] and bed.tools()  # left as they were
+    assert len(journals(bed)) == 10  # on each of the 5 hosts and the controller's copies
+    r = cli("run", scenario(tmp_path, "next"), "--backend", "ssh", "--inventory", bed.inv, "-q")
+    assert r.returncode == 2 and "the journal of an unfinished run is still there" in r.stderr
+    r = cli("cleanup", "--inventory", bed.inv, check=True)
+    assert sorted(line.split(":")[0] for line in r.stdout.splitlines()) == [f"restored {h}" for h in sorted(bed.hosts)]
+    assert_restored(bed)
+    assert journals(bed) == []
+    r = cli("cleanup", "--inventory", bed.inv, check=True)
+    assert "nothing to restore" in r.stdout
+
+
+def test_in_a_campaign_a_failed_run_is_recorded_and_the_others_go_on(cli, bed, clean, tmp_path):
+    """Run 0 (2 pairs, 30 s) loses r1; run 1 (1 pair, 2 s) does not need r1 and completes."""
+    camp = {
+        "name": "ssh-fault",
+        "scenario": yaml.safe_load(open(scenario(tmp_path, "base"))),
+        "set": {"measure.link_interval": "100ms"},
+        "zip": {"topology.pairs": [2, 1], "workload.duration": ["30s", "2s"]},
+        "backend": "ssh",
+        "inventory": str(bed.fast),
+    }
+    path = tmp_path / "campaign.yaml"
+    path.write_text(yaml.safe_dump(camp))
+    p = subprocess.Popen(
+        [sys.executable, "-m", "xferlab.cli", "campaign", "run", str(path), "--out", str(tmp_path / "c")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    wait_running(bed, p, {"s0", "s1"})
+    bed.kill_host("r1")
+    out, err = p.communicate(timeout=240)
+    assert "failed: BackendError: run: r1" in out + err, out + err
+    assert "1 run(s) done" in out and "1 failed" in out, out + err
+    runs = sorted((tmp_path / "c" / "runs").glob("*/metrics.json"))
+    assert len(runs) == 1  # the run that completed is kept
+    assert_restored(bed, but=("r1",))

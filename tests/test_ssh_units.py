@@ -1,0 +1,150 @@
+"""The ssh backend's pieces that need no host: the inventory's errors, clock arithmetic, the
+journal's undo script, facts and link-log parsing, the plan's refusals."""
+
+import asyncio
+
+import pytest
+import yaml
+from xferlab.remote import clock, facts, journal, launch, plan
+from xferlab.remote.inventory import InventoryError, load
+
+
+def write(tmp_path, data, name="hosts.yaml"):
+    p = tmp_path / name
+    p.write_text(yaml.safe_dump(data))
+    return p
+
+
+def good(tmp_path):
+    (tmp_path / "id").write_text("key")
+    (tmp_path / "known").write_text("")
+    return {
+        "defaults": {"key": "id", "known_hosts": "known"},
+        "hosts": {"s0": {"ssh": "h1", "data": "10.0.0.1"}, "r0": {"ssh": "h2", "data": "10.0.0.2"}},
+        "senders": ["s0"],
+        "receivers": ["r0"],
+    }
+
+
+def test_a_good_inventory_takes_defaults_and_paths_relative_to_it(tmp_path):
+    inv = load(write(tmp_path, good(tmp_path)))
+    assert inv.hosts["s0"].key == tmp_path / "id" and inv.hosts["r0"].user == "root" and inv.hosts["r0"].port == 22
+    assert inv.used(1) == ["s0", "r0"] and inv.options.calibration == 2.0
+
+
+@pytest.mark.parametrize(
+    "change, said",
+    [
+        (lambda d: d["hosts"]["s0"].update(data="not-an-ip"), "hosts.s0.data: not an IP address"),
+        (lambda d: d.update(senders=["s9"]), "senders.0: 's9' is not in hosts"),
+        (lambda d: d["defaults"].update(key="missing"), "hosts.s0.key: no such file"),
+        (lambda d: d["hosts"]["s0"].update(fingerprint="MD5:xx"), "hosts.s0.fingerprint: not a valid value"),
+        (lambda d: d.update(router={"host": "s0", "bottleneck": "eth1"}), "router.host: 's0' is also a sender"),
+        (lambda d: d.update(options={"calibration": "soon"}), "options.calibration: expected a time"),
+        (lambda d: d.update(colour="blue"), "colour: unknown field"),
+        (lambda d: d.update(receivers=["r0", "s0"]), "1 sender(s) for 2 receiver(s)"),
+    ],
+)
+def test_a_bad_inventory_is_refused_naming_the_field(tmp_path, change, said):
+    data = good(tmp_path)
+    change(data)
+    with pytest.raises(InventoryError, match=said.replace("(", r"\(").replace(")", r"\)")):
+        load(write(tmp_path, data))
+
+
+def test_the_cli_refuses_a_bad_inventory_in_one_line(cli, tmp_path, small_scenario):
+    data = good(tmp_path)
+    data["hosts"]["r0"]["data"] = "10.0.0.300"
+    r = cli("run", small_scenario(), "--backend", "ssh", "--inventory", write(tmp_path, data), "-q")
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert "error:" in r.stderr and "hosts.r0.data: not an IP address: '10.0.0.300'" in r.stderr
+    r = cli("run", small_scenario(), "--backend", "ssh", "-q")
+    assert r.returncode == 2 and "--backend ssh needs --inventory" in r.stderr
+    r = cli("cleanup", "--inventory", tmp_path / "nothing.yaml")
+    assert r.returncode == 2 and "no such file" in r.stderr
+
+
+def test_clock_offset_is_the_fastest_probe_and_start_times_follow_it():
+    now = iter([100, 300, 1000, 1100, 5000, 5600])  # round trips of 200, 100, 600 ns
+
+    answers = iter(["3000000200", "3000001040", "3000005000"])  # the host's clock: 3 s ahead
+
+    async def ask():
+        return next(answers)
+
+    off = asyncio.run(clock.measure(ask, 3, now_ns=lambda: next(now)))
+    # the second probe (1000 → 1100 ns, read 3 000 001 040): offset = 3e9 + 1040 − 1050
+    assert off.offset_s == pytest.approx((3_000_001_040 - 1050) / 1e9) and off.uncertainty_s == pytest.approx(50e-9)
+    at = clock.host_time_ns(10**18, 2.5, off)
+    assert at - 10**18 == 2_500_000_000 + 2_999_999_990
+    assert clock.start_error_s(at + 1_000_000, 10**18, 2.5, off) == pytest.approx(1e-3)
+
+
+def test_the_journal_undoes_newest_first_and_names_what_failed():
+    j = journal.new("s0", "run1")
+    j["entries"] = [
+        journal.workdir("/tmp/xferlab-ssh-run1-s0"),
+        journal.sysctl("net.ipv4.tcp_rmem", "4096 131072 6291456"),
+        journal.route("10.0.0.2", None),
+        journal.qdisc("eth1"),
+    ]
+    script = journal.undo_script(j).splitlines()
+    assert script[0].startswith("{ [ ! -e /sys/class/net/eth1 ] || tc qdisc del dev eth1 root")
+    assert "printf '%s\\n' '4096 131072 6291456' > /proc/sys/net/ipv4/tcp_rmem" in script[2]
+    assert script[3].startswith("{ for f in /tmp/xferlab-ssh-run1-s0/*.pid") and "rm -rf /tmp/xferlab-ssh-run1-s0" in script[3]
+    out = f'{journal.FAILED} {{"kind": "qdisc"}}\nother\n'
+    assert journal.failures(out) == ['{"kind": "qdisc"}']
+    assert journal.loads(journal.dumps(j)) == j and journal.loads("") is None
+
+
+def test_facts_and_the_plan_of_a_router_with_a_configured_qdisc():
+    text = "\n".join(
+        [
+            "kernel=6.1.0",
+            "tool.tc=/usr/sbin/tc",
+            "sysctl.net.ipv4.tcp_rmem=4096 131072 6291456",
+            "sysctl.net.ipv4.tcp_wmem=4096 16384 4194304",
+            "sysctl.net.ipv4.tcp_no_metrics_save=0",
+            "sysctl.net.ipv4.tcp_available_congestion_control=reno cubic",
+            "route.10.0.0.2=10.0.0.2 via 10.0.1.254 dev eth0 src 10.0.1.1 uid 0",
+            "exact.10.0.0.2=",
+            "qdisc.eth1=qdisc fq_codel 0: root refcnt 2 limit 10240p",
+            "qdisc.eth2=qdisc htb 1: root refcnt 2 r2q 10 default 0x1",
+            "offload.eth1.generic-segmentation-offload=on",
+        ]
+    )
+    f = facts.parse("h", text)
+    assert f.routes["10.0.0.2"] == {"get": {"via": "10.0.1.254", "dev": "eth0", "src": "10.0.1.1"}, "exact": None}
+    needs = plan.Needs(sock_buf_bytes=8 << 20, congestion_controls=["cubic"], peers=["10.0.0.2"], quickack=True)
+    whats = [c.what for c in plan.changes(f, needs, modprobe=False)]
+    assert whats == [
+        "net.ipv4.tcp_rmem = 4096 131072 8388608",
+        "net.ipv4.tcp_wmem = 4096 16384 8388608",
+        "net.ipv4.tcp_no_metrics_save = 1",
+        "route to 10.0.0.2: initcwnd 10, rto_min 200 ms, quickack",
+    ]
+    shaping = plan.Shaping("eth1", 1e8, 30280, 100, 1514, 24)
+    changes = plan.changes(f, plan.Needs(shaping=[shaping]), modprobe=False)
+    assert [c.undo for c in changes] == [journal.offloads("eth1", ["gso"]), journal.qdisc("eth1")]
+    with pytest.raises(plan.PlanError, match="eth2 has a qdisc configured"):
+        plan.changes(f, plan.Needs(shaping=[plan.Shaping("eth2", 1e8, 30280, 100, 1514, 24)]), modprobe=False)
+    with pytest.raises(plan.PlanError, match="congestion control bbr is not available"):
+        plan.changes(f, plan.Needs(congestion_controls=["bbr"]), modprobe=True)
+
+
+def test_link_log_and_status_parsing():
+    log = "\n".join(
+        [
+            "T 1000",
+            "D right",
+            "qdisc htb 1: root refcnt 2 r2q 10 default 0x1",
+            " Sent 999 bytes 9 pkt (dropped 0, overlimits 0 requeues 0)",
+            "qdisc pfifo 10: parent 1:1 limit 167p",
+            " Sent 3028 bytes 2 pkt (dropped 1, overlimits 0 requeues 0)",
+            " backlog 1514b 1p requeues 0",
+            "T 2000",
+            "D right",
+        ]
+    )
+    assert launch.parse_link_log(log) == [(1000, {"right": {"bytes": 3028, "packets": 2, "drops": 1, "qlen": 1}})]
+    assert launch.parse_status("flow0 0 123\nflow1 -15 456\nnoise") == {"flow0": (0, 123), "flow1": (-15, 456)}

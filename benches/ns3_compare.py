@@ -152,17 +152,22 @@ def run_sim(s: scenario.Scenario, resolved: dict, folder: Path) -> tuple[dict | 
     return metrics.compute(trace, resolved), wall, None
 
 
-def run_ns3(resolved: dict, folder: Path, reuse: bool) -> dict:
-    """ns-3's dumbbell on the same resolved scenario (its result JSON)."""
+def run_ns3(resolved: dict, folder: Path, reuse: bool, extra: tuple[str, ...] = ()) -> dict:
+    """ns-3's dumbbell on the same resolved scenario (its result JSON); ``extra`` are more
+    arguments for the program (diagnostics, e.g. ``--ns3::TcpSocketState::EnablePacing=true``)."""
     folder.mkdir(parents=True, exist_ok=True)
-    config, result = folder / "resolved.json", folder / "ns3.json"
+    config, result, args_file = folder / "resolved.json", folder / "ns3.json", folder / "ns3-args.json"
     text = json.dumps(resolved, sort_keys=True, indent=1)
-    if reuse and result.exists() and config.exists() and config.read_text() == text:
+    args_text = json.dumps(list(extra))
+    unchanged = config.exists() and config.read_text() == text
+    unchanged = unchanged and (args_file.read_text() if args_file.exists() else "[]") == args_text
+    if reuse and result.exists() and unchanged:
         return json.loads(result.read_text())
     config.write_text(text)
+    args_file.write_text(args_text)
     result.unlink(missing_ok=True)
     proc = subprocess.run(
-        [str(BUILD), "run", f"--config={config}", f"--out={result}"], capture_output=True, text=True, check=False
+        [str(BUILD), "run", f"--config={config}", f"--out={result}", *extra], capture_output=True, text=True, check=False
     )
     if proc.returncode != 0:
         raise RuntimeError(f"ns-3 dumbbell failed on {resolved['name']}: {proc.stderr.strip()}")
@@ -260,11 +265,11 @@ class Row:
         return None if u is None else (self.util_ns3 - u) / u
 
 
-def run_case(case: Case, reuse: bool) -> Row:
+def run_case(case: Case, reuse: bool, extra: tuple[str, ...] = ()) -> Row:
     s = scenario.from_dict(case.data, case.name)
     resolved = scenario.resolve(s)
-    folder = RESULTS / case.name
-    res = run_ns3(resolved, folder, reuse)
+    folder = RESULTS / (case.name + ("+diag" if extra else ""))
+    res = run_ns3(resolved, folder, reuse, extra)
     m_ns3 = metrics.compute(ns3_trace(res, resolved), resolved)
     m_sim, wall, refusal = run_sim(s, resolved, folder)
     return Row(case, m_sim, refusal, wall, m_ns3, res, resolved["ideal_goodput_mbps"], ns3_ceiling_mbps(resolved))
@@ -356,32 +361,33 @@ def trace_case(name: str) -> None:
     series = {"ns-3": ns3}
     if (folder / "sim" / "flows.parquet").exists():
         series = {"xferlab": Trace.read(folder / "sim"), **series}
-    fig, axes = plt.subplots(3, 1, figsize=(10, 9), sharex=True)
+    fig, axes = plt.subplots(len(series) + 2, 1, figsize=(10, 3 * (len(series) + 2)), sharex=True)
     summary = {}
-    for label, tr in series.items():
+    for i, (label, tr) in enumerate(series.items()):
         tcp, link, gp = tr.df("tcp"), tr.df("link"), tr.df("goodput")
         for fid, g in tcp.groupby("flow_id"):
-            axes[0].plot(g["t"], g["cwnd"], lw=0.8, ls="-" if label == "ns-3" else "--", label=f"{label} flow {fid}")
+            axes[i].plot(g["t"], g["cwnd"], lw=0.8, label=f"flow {fid}")
+        axes[i].set_ylabel(f"{label}: cwnd (segments)")
+        if tcp["flow_id"].nunique() <= 4:
+            axes[i].legend(fontsize=7)
         drops = link[link["drops"] > 0]
-        axes[1].scatter(drops["t"], drops["drops"], s=6, label=label)
+        axes[-2].scatter(drops["t"], drops["drops"], s=6, label=label)
         agg = gp.groupby("t")["goodput_mbps"].sum()
-        axes[2].plot(agg.index, agg.values, label=label)
+        axes[-1].plot(agg.index, agg.values, label=label)
         sec = lambda df: df["t"].astype(float).floordiv(1.0)  # noqa: E731
         summary[label] = pd.DataFrame(
             {
                 "cwnd": tcp.groupby(sec(tcp))["cwnd"].mean(),
+                "srtt": tcp.groupby(sec(tcp))["srtt_ms"].mean(),
                 "drops": link.groupby(sec(link))["drops"].sum(),
                 "goodput": gp.groupby(sec(gp))["goodput_mbps"].sum() * resolved["goodput_interval_s"],
             }
         )
-    axes[0].set_ylabel("cwnd (segments)")
-    axes[1].set_ylabel("drops per link interval")
-    axes[2].set_ylabel("aggregate goodput (Mbit/s)")
-    axes[2].set_xlabel("time (s)")
-    for ax in axes[1:]:
+    axes[-2].set_ylabel("drops per link interval")
+    axes[-1].set_ylabel("aggregate goodput (Mbit/s)")
+    axes[-1].set_xlabel("time (s)")
+    for ax in axes[-2:]:
         ax.legend()
-    if len(tcp["flow_id"].unique()) <= 4:
-        axes[0].legend(fontsize=7)
     fig.suptitle(name)
     fig.tight_layout()
     fig.savefig(folder / "compare.png", dpi=110)
@@ -405,6 +411,14 @@ def main() -> int:
     ap.add_argument("--reuse", action="store_true", help="reuse stored ns-3 results of unchanged scenarios")
     ap.add_argument("--no-write", action="store_true", help="print the table, leave VALIDATION.md alone")
     ap.add_argument("--trace", metavar="CASE", help="compare cwnd, drops and goodput of one stored case")
+    ap.add_argument(
+        "--ns3-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="diagnostics: one more argument for the ns-3 program (repeatable), e.g. "
+        "--ns3-arg=--ns3::TcpSocketState::EnablePacing=true; runs go to results/ns3/<case>+diag, nothing is written",
+    )
     args = ap.parse_args()
 
     if args.trace:
@@ -417,7 +431,7 @@ def main() -> int:
     t0 = time.perf_counter()
     with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         rows = []
-        for row in pool.map(lambda c: run_case(c, args.reuse), cases):
+        for row in pool.map(lambda c: run_case(c, args.reuse, tuple(args.ns3_arg)), cases):
             rows.append(row)
             d = "not simulated" if row.diff is None else f"{100 * row.diff:+.1f} %"
             print(
@@ -431,7 +445,7 @@ def main() -> int:
     print(table_)
     ns3_wall = sum(r.ns3_res["wall_s"] for r in rows)
     print(f"\n{len(rows)} cases in {total:.0f} s (ns-3 runs: {ns3_wall:.0f} s of CPU)")
-    if args.quick or args.no_write or args.only:
+    if args.quick or args.no_write or args.only or args.ns3_arg:
         return 0
     version = rows[0].ns3_res["ns3_version"] if rows else "?"
     body = (

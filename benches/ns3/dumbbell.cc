@@ -6,8 +6,9 @@
 // in s, the buffer in packets, one entry per flow), written to a file by
 // benches/ns3_compare.py. The result is one JSON document: per-flow bytes and counters,
 // receiver-side bytes per goodput interval, the bottleneck's bytes, drops and queue per
-// link interval, every bottleneck drop (time, flow), and sender samples (cwnd, ssthresh,
-// srtt, RTO, in flight) per TCP interval. benches/ns3/build.sh builds and runs it.
+// link interval, every bottleneck drop (time, flow, sequence number), sender samples (cwnd,
+// ssthresh, srtt, RTO, in flight) per TCP interval, and each flow's changes of congestion
+// state and ssthresh. benches/ns3/build.sh builds and runs it.
 //
 // The network, and where it differs from xferlab's simulator on purpose:
 //
@@ -45,6 +46,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <variant>
 #include <vector>
 
@@ -355,6 +357,9 @@ struct Flow
     uint64_t fastRecoveries{0};
     uint64_t timeouts{0};
     std::vector<TcpSample> samples;
+    /// Every change of congestion state (kind 0, Linux's CA state numbers) and of
+    /// ssthresh (kind 1, bytes), as (time, kind, value): the timeline of each loss episode.
+    std::vector<std::tuple<double, int, uint32_t>> events;
 };
 
 /// Counters of the bottleneck queue (xferlab's `link` table), one row per link interval.
@@ -377,12 +382,13 @@ struct Bottleneck
     uint64_t drops{0};
     uint32_t queueMax{0};
     std::vector<LinkRow> rows;
-    std::vector<std::pair<double, int>> dropLog; // (time, flow id or -1)
+    std::vector<std::tuple<double, int, uint32_t>> dropLog; // (time, flow id or -1, TCP seq)
     std::map<uint16_t, uint32_t> flowOfPort;     // receiver port → flow id
 };
 
-/// The flow a dropped IP packet belongs to (by its receiver port), or -1.
-static int
+/// The flow a dropped IP packet belongs to (by its receiver port, or -1) and its TCP
+/// sequence number (0 if none).
+static std::pair<int, uint32_t>
 FlowOfPacket(const Bottleneck* b, Ptr<const Packet> p)
 {
     Ptr<Packet> copy = p->Copy();
@@ -391,10 +397,11 @@ FlowOfPacket(const Bottleneck* b, Ptr<const Packet> p)
     TcpHeader tcp;
     if (ip.GetProtocol() != TcpL4Protocol::PROT_NUMBER || copy->PeekHeader(tcp) == 0)
     {
-        return -1;
+        return {-1, 0};
     }
     auto it = b->flowOfPort.find(tcp.GetDestinationPort());
-    return it == b->flowOfPort.end() ? -1 : static_cast<int>(it->second);
+    int flow = it == b->flowOfPort.end() ? -1 : static_cast<int>(it->second);
+    return {flow, tcp.GetSequenceNumber().GetValue()};
 }
 
 /// A packet the bottleneck could not queue. With no queue disc, ns-3's traffic-control layer
@@ -404,7 +411,8 @@ static void
 OnBottleneckDrop(Bottleneck* b, Ptr<const Packet> p)
 {
     ++b->drops;
-    b->dropLog.emplace_back(Simulator::Now().GetSeconds(), FlowOfPacket(b, p));
+    auto [flow, seq] = FlowOfPacket(b, p);
+    b->dropLog.emplace_back(Simulator::Now().GetSeconds(), flow, seq);
 }
 
 /// A packet the queue itself dropped (it carries its PPP header).
@@ -482,6 +490,7 @@ static void
 OnSsthresh(Flow* f, uint32_t, uint32_t v)
 {
     f->ssthresh = v;
+    f->events.emplace_back(Simulator::Now().GetSeconds(), 1, v);
 }
 
 static void
@@ -506,6 +515,7 @@ static void
 OnCongState(Flow* f, TcpSocketState::TcpCongState_t, TcpSocketState::TcpCongState_t v)
 {
     f->caState = static_cast<int>(v);
+    f->events.emplace_back(Simulator::Now().GetSeconds(), 0, static_cast<uint32_t>(v));
     if (v == TcpSocketState::CA_RECOVERY)
     {
         ++f->fastRecoveries;
@@ -572,6 +582,15 @@ HookSocket(Flow* f, double tcpInterval)
     SampleTcp(f, tcpInterval);
 }
 
+/// Choices of the model that the scenario does not make.
+struct Options
+{
+    /// Packets a sender's interface queues (Linux's default txqueuelen).
+    uint32_t hostQueue{1000};
+    /// The propagation delay on the access links rather than after the bottleneck.
+    bool delayAtSender{false};
+};
+
 /// What the program does not model: refuse rather than run something else.
 static void
 CheckSupported(const Json& c)
@@ -623,14 +642,15 @@ WriteResult(std::ostream& o,
             const Bottleneck& b,
             double simEnd,
             double wall,
-            uint32_t hostQueue,
+            const Options& opt,
             uint64_t hostDrops)
 {
     o << "{\"ns3_version\": \"" << NS3_VERSION << "\", \"name\": \"" << c["name"].Str()
       << "\", \"end_s\": " << Fmt(simEnd) << ", \"wall_s\": " << Fmt(wall)
       << ", \"goodput_interval_s\": " << Fmt(c["goodput_interval_s"].Num())
       << ", \"link_interval_s\": " << Fmt(c["link_interval_s"].Num())
-      << ", \"host_queue_packets\": " << hostQueue << ", \"host_drops\": " << hostDrops
+      << ", \"host_queue_packets\": " << opt.hostQueue << ", \"delay_at\": \""
+      << (opt.delayAtSender ? "sender" : "receiver") << "\", \"host_drops\": " << hostDrops
       << ",\n \"flows\": [";
     for (size_t i = 0; i < flows.size(); ++i)
     {
@@ -657,6 +677,12 @@ WriteResult(std::ostream& o,
               << s.ssthreshBytes << "," << Fmt(s.srttMs) << "," << Fmt(s.rtoMs) << ","
               << s.inFlightBytes << "," << s.retransmissions << "," << s.caState << "]";
         }
+        o << "],\n   \"events\": [";
+        for (size_t k = 0; k < f.events.size(); ++k)
+        {
+            const auto& [t, kind, value] = f.events[k];
+            o << (k ? "," : "") << "[" << Fmt(t) << "," << kind << "," << value << "]";
+        }
         o << "]}";
     }
     o << "],\n \"link\": [";
@@ -669,14 +695,14 @@ WriteResult(std::ostream& o,
     o << "],\n \"drops\": [";
     for (size_t k = 0; k < b.dropLog.size(); ++k)
     {
-        o << (k ? "," : "") << "[" << Fmt(b.dropLog[k].first) << "," << b.dropLog[k].second
-          << "]";
+        const auto& [t, flow, seq] = b.dropLog[k];
+        o << (k ? "," : "") << "[" << Fmt(t) << "," << flow << "," << seq << "]";
     }
     o << "]}\n";
 }
 
 static int
-Run(const std::string& configPath, const std::string& outPath, uint32_t hostQueue)
+Run(const std::string& configPath, const std::string& outPath, const Options& opt)
 {
     std::ifstream in(configPath);
     if (!in)
@@ -758,18 +784,19 @@ Run(const std::string& configPath, const std::string& outPath, uint32_t hostQueu
         p2p.SetDeviceAttribute(
             "DataRate",
             DataRateValue(DataRate(static_cast<uint64_t>(paths[k]["access_rate_bps"].Num()))));
-        p2p.SetChannelAttribute("Delay", TimeValue(Seconds(paths[k]["rtt_s"].Num() / 2)));
+        const Time oneWay = Seconds(paths[k]["rtt_s"].Num() / 2);
+        p2p.SetChannelAttribute("Delay", TimeValue(opt.delayAtSender ? oneWay : Seconds(0)));
         NetDeviceContainer access = p2p.Install(senders.Get(k), routers.Get(0));
         DynamicCast<PointToPointNetDevice>(access.Get(0))
             ->GetQueue()
-            ->SetMaxSize(QueueSize(QueueSizeUnit::PACKETS, hostQueue));
+            ->SetMaxSize(QueueSize(QueueSizeUnit::PACKETS, opt.hostQueue));
         addresses.Assign(access);
         addresses.NewNetwork();
         all.Add(access);
 
         p2p.SetDeviceAttribute("DataRate",
                                DataRateValue(DataRate(static_cast<uint64_t>(100 * capacity))));
-        p2p.SetChannelAttribute("Delay", TimeValue(Seconds(0)));
+        p2p.SetChannelAttribute("Delay", TimeValue(opt.delayAtSender ? Seconds(0) : oneWay));
         NetDeviceContainer exit = p2p.Install(routers.Get(1), receivers.Get(k));
         Ipv4InterfaceContainer ifs = addresses.Assign(exit);
         addresses.NewNetwork();
@@ -893,7 +920,7 @@ Run(const std::string& configPath, const std::string& outPath, uint32_t hostQueu
     {
         throw std::runtime_error(outPath + ": cannot write");
     }
-    WriteResult(out, c, flows, bottleneck, simEnd, wall, hostQueue, hostDrops);
+    WriteResult(out, c, flows, bottleneck, simEnd, wall, opt, hostDrops);
     Simulator::Destroy();
     return 0;
 }
@@ -903,13 +930,18 @@ main(int argc, char* argv[])
 {
     std::string config;
     std::string out = "result.json";
-    uint32_t hostQueue = 1000;
+    Options opt;
+    std::string delayAt = "receiver";
     CommandLine cmd(__FILE__);
     cmd.AddValue("config", "resolved scenario (JSON, from xferlab.scenario.resolve)", config);
     cmd.AddValue("out", "result file (JSON)", out);
     cmd.AddValue("host-queue",
                  "packets a sender's interface queues (Linux's default txqueuelen: 1000)",
-                 hostQueue);
+                 opt.hostQueue);
+    cmd.AddValue("delay-at",
+                 "where each pair's propagation delay is: 'receiver' (after the bottleneck, as "
+                 "xferlab's simulator and netns backend place it) or 'sender' (its access link)",
+                 delayAt);
     cmd.Parse(argc, argv);
     if (config.empty())
     {
@@ -918,7 +950,12 @@ main(int argc, char* argv[])
     }
     try
     {
-        return Run(config, out, hostQueue);
+        if (delayAt != "receiver" && delayAt != "sender")
+        {
+            throw std::runtime_error("--delay-at must be 'receiver' or 'sender'");
+        }
+        opt.delayAtSender = delayAt == "sender";
+        return Run(config, out, opt);
     }
     catch (const std::exception& e)
     {

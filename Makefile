@@ -24,15 +24,18 @@ install: build
 demo: build
 	$(PY) -m xferlab.demo scenarios results/demo
 
-test: build
+test: build lint
+	bash .ci/deps
 	cargo test --release --workspace --exclude xferlab-py
 	$(PY) -m pytest -q tests
 
-lint: $(STAMP)
+# rustfmt, clippy, ruff, and the import contract of docs/architecture.md (import-linter).
+lint: build
 	cargo fmt --all --check
 	cargo clippy --release --workspace --all-targets -- -D warnings
 	$(VENV)/bin/ruff check python tests benches
 	$(VENV)/bin/ruff format --check python tests benches
+	$(VENV)/bin/lint-imports
 
 bench: build
 	$(PY) benches/sim_speed.py

@@ -25,7 +25,6 @@ sys.path.insert(0, str(ROOT / "benches"))
 
 from sim_speed import machine  # noqa: E402
 from xferlab import backends, metrics, scenario  # noqa: E402
-from xferlab.trace import Trace  # noqa: E402
 
 SECTION = "## netns backend: capacity at 100 ms"
 
@@ -51,9 +50,8 @@ def one(rate_mbps: int, duration: int, variant: str) -> dict:
     t0 = time.perf_counter()
     out = backends.get("netns").run(s, r, scale=1)
     wall = time.perf_counter() - t0
-    trace = Trace.from_batches(out.tables, {"end_s": out.stats["end_s"]})
-    m = metrics.compute(trace, r, [float(min(10, duration // 2)), float(duration)])
-    dl = out.stats["delay_line"]
+    m = metrics.compute(out, [float(min(10, duration // 2)), float(duration)])
+    dl = out.provenance.stats["delay_line"]
     qs = list(dl["queues"].values())
     packets = sum(q["packets"] for q in qs)
     return {
@@ -64,7 +62,7 @@ def one(rate_mbps: int, duration: int, variant: str) -> dict:
         "bottleneck_drops": m["bottleneck_drops"],
         "delay_drops": sum(q.get("queue_dropped", 0) + q.get("user_dropped", 0) for q in qs) + dl.get("enobufs", 0),
         "backlog_drops": dl.get("backlog_dropped", 0),
-        "flagged": bool(out.stats.get("delay_line_late")),
+        "flagged": bool(out.provenance.stats.get("delay_line_late")),
         "late_mean_ms": sum(q["late_mean_ms"] * q["packets"] for q in qs) / max(1, packets),
         "late_p99_ms": max(q["late_p99_ms"] for q in qs),
         "late_max_ms": max(q["late_max_ms"] for q in qs),

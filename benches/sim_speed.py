@@ -63,13 +63,13 @@ def measure(path: Path, overrides: list[str], runs: int) -> dict:
         t0 = time.perf_counter()
         out = sim.run(s, r)
         walls.append(time.perf_counter() - t0)
-    st = out.stats
+    st = out.provenance.stats
     wall = statistics.median(walls)
     return {
         "wall_s": wall,
         "wall_min_s": min(walls),
         "wall_max_s": max(walls),
-        "simulated_s": st["end_s"],
+        "simulated_s": out.end_s,
         "packets": st["packets"],
         "events": st["events"],
         "packets_per_s": st["packets"] / wall,

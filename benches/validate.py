@@ -21,7 +21,6 @@ sys.path.insert(0, str(ROOT / "python"))
 import yaml  # noqa: E402
 from xferlab import backends, metrics, models, scenario  # noqa: E402
 from xferlab.demo import TABLE2_VARIANTS  # noqa: E402
-from xferlab.trace import Trace  # noqa: E402
 
 PAPER = yaml.safe_load((ROOT / "python/xferlab/data/seed_results.yaml").read_text())
 
@@ -32,8 +31,7 @@ def run(data: dict, window=None, backend: str = "sim") -> tuple[dict, dict, floa
     t0 = time.perf_counter()
     out = backends.get(backend).run(s, r)
     wall = time.perf_counter() - t0
-    trace = Trace.from_batches(out.tables, {"end_s": out.stats["end_s"]})
-    return metrics.compute(trace, r, window), r, wall
+    return metrics.compute(out, window), r, wall
 
 
 def mathis(quick: bool) -> str:
@@ -57,7 +55,7 @@ def mathis(quick: bool) -> str:
                 },
                 "workload": {"duration": f"{secs}s"},
                 "protocol": {"variant": "reno"},
-                "measure": {"window": [20, secs]},
+                "measure": {"window": ["20s", f"{secs}s"]},
             }
         )
         model = models.mathis_throughput(r["mss"], r["rtt_s"], p) / 1e6
@@ -75,7 +73,7 @@ def altman(quick: bool) -> str:
                 "topology": {"pairs": 1, "access_rate": "10Gbps", "bottleneck_rate": "1Gbps", "rtt": "11.5ms", "buffer": 10},
                 "workload": {"streams": n, "duration": "120s", "start_jitter": "20ms"},
                 "protocol": {"variant": "reno"},
-                "measure": {"window": [20, 120]},
+                "measure": {"window": ["20s", "120s"]},
             }
         )
         model = models.altman_goodput(n, r["ideal_goodput_mbps"], 0.5)

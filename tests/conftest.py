@@ -1,4 +1,6 @@
+import collections
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -56,9 +58,12 @@ def synthetic_trace(
     link_mbps=None,
     completion=None,
     volumes=None,
+    resolved=None,
+    tcp=None,
 ):
-    """A hand-made Trace: flow i has goodput samples goodput[i] (Mbit/s) from t = 0."""
-    from xferlab.trace import Trace
+    """A hand-made Trace: flow i has goodput samples goodput[i] (Mbit/s) from t = 0; ``tcp``
+    (optional): rows of the tcp table."""
+    from xferlab.trace import Provenance, Trace
 
     ids = sorted(goodput)
     n = len(ids)
@@ -73,6 +78,7 @@ def synthetic_trace(
             "source": [f"s{p}" for p in pairs],
             "sink": [f"r{p}" for p in pairs],
             "variant": ["reno"] * n,
+            "role": ["transfer"] * n,
             "start": starts,
             "end": ends,
             "bytes": pa.array([int(sum(goodput[i]) * 1e6 / 8 * interval) for i in ids], pa.uint64()),
@@ -93,30 +99,47 @@ def synthetic_trace(
             b.append(int(v * 1e6 / 8 * interval))
     gp = pa.table({"t": t, "flow_id": pa.array(fid, pa.uint32()), "bytes": pa.array(b, pa.uint64()), "goodput_mbps": g})
     link_mbps = link_mbps or []
+    k = len(link_mbps)
     link = pa.table(
         {
-            "t": [k * 0.5 for k in range(len(link_mbps))],
-            "link": ["bottleneck"] * len(link_mbps),
-            "bytes": pa.array([0] * len(link_mbps), pa.uint64()),
-            "packets": pa.array([0] * len(link_mbps), pa.uint64()),
+            "t": [j * 0.5 for j in range(k)],
+            "link": ["bottleneck"] * k,
+            "bytes": pa.array([0] * k, pa.uint64()),
+            "packets": pa.array([100] * k, pa.uint64()),
             "throughput_mbps": pa.array(link_mbps, pa.float64()),
-            "drops": pa.array([2] * len(link_mbps), pa.uint64()),
-            "losses": pa.array([0] * len(link_mbps), pa.uint64()),
-            "queue_pkts": pa.array([0] * len(link_mbps), pa.uint32()),
-            "queue_max_pkts": pa.array([5] * len(link_mbps), pa.uint32()),
+            "drops": pa.array([2] * k, pa.uint64()),
+            "losses": pa.array([0] * k, pa.uint64()),
+            "queue_pkts": pa.array([10] * k, pa.uint32()),
+            "queue_max_pkts": pa.array([5] * k, pa.uint32()),
         }
     )
-    tcp = pa.table({"t": pa.array([], pa.float64()), "flow_id": pa.array([], pa.uint32()), "cwnd": pa.array([], pa.uint32())})
-    return Trace(flows=flows, goodput=gp, link=link, tcp=tcp, run={"end_s": max(ends)})
+    info = resolved if resolved is not None else resolved_for()
+    info = {**info, "pairs": max(info.get("pairs", 0), len(set(pairs))), "streams": info.get("streams", 1)}
+    tables = {"flows": flows, "goodput": gp, "link": link}
+    if tcp:
+        from xferlab.trace import table
+
+        tables["tcp"] = table("tcp", tcp)
+    return Trace.build(tables, info, Provenance(producer="test"), end_s=max(ends))
 
 
 def resolved_for(**kw):
+    """A resolved scenario (RunInfo) for a synthetic trace: 1 Gbit/s links, 10 ms."""
     base = {
         "name": "synthetic",
+        "pairs": 2,
+        "streams": 1,
+        "variant": "reno",
+        "mtu": 1500,
+        "mss": 1448,
+        "header_bytes": 52,
+        "frame_overhead": 38,
         "goodput_interval_s": 0.5,
         "link_interval_s": 0.5,
         "access_rate_bps": 1e9,
         "bottleneck_rate_bps": 1e9,
+        "rtt_s": 0.01,
+        "bdp_packets": 833.3,
         "ideal_goodput_mbps": 941.48,
         "ideal_rates_mbps": {"r_eth": 0, "r_ip": 0, "r_tp": 0},
         "transfers": [],
@@ -125,3 +148,34 @@ def resolved_for(**kw):
     }
     base.update(kw)
     return base
+
+
+# ----------------------------------------------------------------------------- skips are loud
+
+#: Set by CI (.ci/run): every test must run, so a skip fails the session.
+REQUIRE_ALL = bool(os.environ.get("XFERLAB_REQUIRE_ALL"))
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """Skipped tests are listed at the very end, with their reasons and how to run them."""
+    skipped = terminalreporter.stats.get("skipped", [])
+    if not skipped:
+        return
+    reasons = collections.Counter()
+    for rep in skipped:
+        reason = rep.longrepr[2] if isinstance(rep.longrepr, tuple) else str(rep.longrepr)
+        reasons[reason.removeprefix("Skipped: ")] += 1
+    tw = terminalreporter
+    tw.write_sep("!", f"{len(skipped)} TEST(S) SKIPPED", red=True, bold=True)
+    for reason, n in reasons.most_common():
+        tw.write_line(f"  {n} × {reason}", red=True)
+    tw.write_line("  to run them: `sudo make test` installs what they need (Debian/Ubuntu) and runs them as root", red=True)
+    if REQUIRE_ALL:
+        tw.write_line("  XFERLAB_REQUIRE_ALL is set: a skipped test fails the run", red=True, bold=True)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if REQUIRE_ALL and exitstatus == 0:
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None and reporter.stats.get("skipped"):
+            session.exitstatus = 1

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 from xferlab import compare
+from xferlab.trace import differences
 
 DATA = Path(__file__).parent / "data"
 
@@ -46,7 +47,7 @@ def test_two_seeds_compare_without_warning(cli, runs):
     out = runs / "a" / "compare-b.html"
     assert out.is_file() and "warning" not in p.stderr
     page = out.read_text()
-    assert "aggregate goodput G (Mbit/s)" in page and "(B − A)/A" in page
+    assert "aggregate goodput G (Mbit/s)" in page and "(B − A)/A" in page and "responsiveness R (RTT)" in page
     assert page.count("<img ") == 5  # aggregate, per flow, cwnd, scatter, distributions
     assert not list((runs / "a").glob(".compare-*tmp*"))
 
@@ -63,17 +64,32 @@ def test_simulator_against_an_import_warns_with_the_differing_fields(cli, runs, 
 def test_metric_rows_give_the_relative_difference():
     a = {"aggregate_goodput_mbps": 800.0, "retransmissions": 10, "bottleneck_drops": None, "completion": None}
     b = {"aggregate_goodput_mbps": 900.0, "retransmissions": 5, "bottleneck_drops": 3, "completion": None}
-    rows = {r["metric"]: r for r in compare.metric_rows(a, b)}
-    assert rows["aggregate goodput G (Mbit/s)"]["rel"] == pytest.approx(0.125)
-    assert rows["retransmitted segments"]["rel"] == pytest.approx(-0.5)
-    assert rows["bottleneck drops"]["rel"] is None  # unknown on one side: no difference
-    assert "completion time mean (s)" not in rows  # neither run is volume-bound
+    rows = {r["key"]: r for r in compare.metric_rows(a, b)}
+    assert rows["aggregate_goodput_mbps"]["rel"] == pytest.approx(0.125)
+    assert rows["retransmissions"]["rel"] == pytest.approx(-0.5)
+    assert rows["bottleneck_drops"]["rel"] is None  # unknown on one side: no difference
+    assert "completion.mean_s" not in rows  # neither run is volume-bound
 
 
-def test_differences_ignore_seeds_and_unknown_fields():
-    a = {"name": "x", "seed": 1, "pairs": 2, "rtt_s": 0.01, "buffer_packets": 10, "flows": [1]}
-    b = {"name": "x", "seed": 2, "pairs": 3, "rtt_s": 0.01, "buffer_packets": None, "flows": [2]}
-    assert compare.scenario_differences(a, b) == [("pairs", 2, 3)]
+def _info(*overrides):
+    from xferlab import scenario as sc
+    from xferlab.trace import RunInfo
+
+    base = ["workload.duration=null", "workload.volume=1GB"]
+    s, _ = sc.load(Path(__file__).parent.parent / "scenarios" / "quick.yaml", [*base, *overrides])
+    return RunInfo.model_validate(sc.resolve(s))
+
+
+def test_differences_ignore_seeds_but_not_per_pair_settings():
+    # Two seeds of one scenario: start jitter and ideal completion times differ, nothing else.
+    assert differences(_info("seed=1"), _info("seed=2")) == []
+    # Runs that differ only in a per-pair rate limit are not "the same scenario" (they were).
+    d = differences(_info("workload.per_pair=[{rate_limit: 100Mbps}]"), _info("workload.per_pair=[{rate_limit: 200Mbps}]"))
+    fields = {k for k, _, _ in d}
+    assert "transfers[0].rate_limit_bps" in fields and "flows[0].limiter.rate_bps" in fields
+    # What one run does not know (None, as in imports) is not a difference.
+    a, b = _info(), _info()
+    assert differences(a, b.model_copy(update={"buffer_packets": None})) == []
 
 
 @pytest.mark.parametrize("which", ["missing", "not a run", "empty"])

@@ -7,7 +7,7 @@ import pyarrow.parquet as pq
 import pytest
 from xferlab.importers import ImportLogError, ss
 from xferlab.importers import iperf3 as ip
-from xferlab.importers.common import SCHEMAS
+from xferlab.trace import SCHEMAS
 
 DATA = Path(__file__).parent / "data"
 P2 = DATA / "iperf3_p2_server.json"  # -P 2 -t 2 -i 0.2 --get-server-output (server -J -i 0.2), reno
@@ -46,6 +46,8 @@ def test_tables_have_the_trace_schemas_and_keep_every_byte():
     assert full["goodput_mbps"].between(90, 110).all()  # -b 100M per stream
     tcp = t["tcp"].to_pandas()
     assert len(tcp) == 20 and (tcp["cwnd"] > 0).all() and tcp["ssthresh"].isna().all()
+    # What iperf3 does not report is null, not a made-up 0 (the Trace's contract).
+    assert tcp["in_flight"].isna().all() and tcp["ca_state"].isna().all() and tcp["rto_ms"].isna().all()
     assert tcp["t"].iloc[0] == pytest.approx(0.2, abs=0.01)
     assert ip.goodput_side(entries) == {0: "receiver", 1: "receiver"}
 
@@ -108,8 +110,9 @@ SS_BOTH = DATA / "ss_tin_both_ends.log"  # plain `ss -tin` (with header) of both
 
 def test_ss_snapshots_become_flows_tcp_samples_and_goodput():
     tables, learnt = ss.tables_from_log(SS_H, goodput_interval_s=0.2)
-    for name, schema in SCHEMAS.items():
-        assert tables[name].schema.equals(schema), name
+    assert "link" not in tables  # ss has no bottleneck counters
+    for name in ("flows", "goodput", "tcp"):
+        assert tables[name].schema.equals(SCHEMAS[name]), name
     flows = tables["flows"].to_pandas()
     # The iperf3 control connection (186 bytes) is left out; the two data streams are one transfer.
     assert flows["source"].tolist() == ["127.0.0.1:34242", "127.0.0.1:34256"]
@@ -146,11 +149,14 @@ def test_import_iperf3_writes_a_run_folder_like_a_simulator_run(cli, tmp_path):
     assert m["jain_index"] == pytest.approx(1.0, abs=1e-3)
     assert m["timeouts"] is None and m["bottleneck_drops"] is None and m["retransmissions"] == 0
     run = json.loads((out / "run.json").read_text())
-    assert run["backend"] == "import" and run["imported"]["goodput_side"] == "receiver intervals"
-    assert run["imported"]["files"] == [str(P2.resolve())]
+    prov = run["provenance"]
+    assert run["backend"] == "import" and prov["source"] == "iperf3"
+    assert ["goodput measured by", "receiver intervals"] in prov["setup"]
+    assert prov["files"] == [str(P2.resolve())]
+    assert m["null_reasons"]["timeouts"] == "iperf3 does not report timeouts"
     assert run["resolved"]["pairs"] == 1 and run["resolved"]["streams"] == 2 and run["resolved"]["variant"] == "reno"
     html = (out / "report.html").read_text()
-    assert "Imported from iperf3 logs" in html and P2.name in html
+    assert "Imported from iperf3 logs" in html and P2.name in html and "iperf3 does not report timeouts" in html
     # The report can be recomputed from the stored trace, unknowns stay unknown.
     cli("report", out, check=True)
     assert json.loads((out / "metrics.json").read_text())["timeouts"] is None

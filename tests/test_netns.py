@@ -68,7 +68,7 @@ def run(cli, tmp_path, *extra, **sections):
 @needs_host
 def test_four_pairs_end_to_end(cli, tmp_path):
     out, m, meta = run(cli, tmp_path)
-    assert meta["backend"] == "netns" and meta["stats"]["scale"] == 1
+    assert meta["backend"] == "netns" and meta["provenance"]["stats"]["scale"] == 1
     flows = pq.read_table(out / "trace" / "flows.parquet").to_pandas()
     assert len(flows) == 4 and set(flows["pair"]) == {0, 1, 2, 3}
     # 4 × 100 Mbit/s into 200 Mbit/s: the bottleneck is full (r_TP of 200 Mbit/s is 189.9).
@@ -99,7 +99,7 @@ def test_rtt_accuracy(cli, tmp_path, rtt_ms):
     srtt = tcp["srtt_ms"][tcp["t"] > 1.0]
     assert len(srtt) >= 5
     assert abs(float(srtt.median()) - rtt_ms) <= 1.0, srtt.describe()
-    q = meta["stats"]["delay_line"]["queues"]["0"]
+    q = meta["provenance"]["stats"]["delay_line"]["queues"]["0"]
     assert q["delay_ms"] == pytest.approx(rtt_ms)
     # the pacer holds the flow at its rate (payload counted as on the simulator: IP + 14 bytes)
     assert 0.9 * 20 * 1448 / 1514 < m["aggregate_goodput_mbps"] < 1.05 * 20
@@ -127,6 +127,31 @@ def test_bottleneck_rate_and_drop_counting(cli, tmp_path):
     assert m["retransmissions"] >= 0.5 * m["bottleneck_drops"]
 
 
+def _catches_sigterm(pid: int) -> bool:
+    """Whether the process has a SIGTERM handler installed (SigCgt in /proc/PID/status)."""
+    try:
+        for line in open(f"/proc/{pid}/status"):
+            if line.startswith("SigCgt:"):
+                return bool(int(line.split()[1], 16) & (1 << (signal.SIGTERM - 1)))
+    except OSError:
+        pass
+    return False
+
+
+def wait_for_run(p: subprocess.Popen, before: set, min_pids: int, timeout: float = 180.0) -> list[int]:
+    """Waits until the run of process ``p`` has built its own namespaces (ones not there
+    before) with ``min_pids`` processes in them and catches SIGTERM: then a signal tests the
+    cleanup, whatever the machine's load (an import, a wait for the host lock)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and p.poll() is None:
+        new = [ns for ns in host.own_namespaces() if ns not in before]
+        pids = [pid for ns in new for pid in host.pids_in_namespace(ns)]
+        if new and len(pids) >= min_pids and _catches_sigterm(p.pid):
+            return pids
+        time.sleep(0.2)
+    raise AssertionError(f"the run did not start within {timeout:.0f} s (exit status {p.poll()})")
+
+
 @needs_host
 def test_cleanup_after_sigkill(cli, tmp_path):
     """SIGKILL leaves namespaces and processes behind; the next start removes them."""
@@ -136,14 +161,8 @@ def test_cleanup_after_sigkill(cli, tmp_path):
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    deadline = time.monotonic() + 20
-    pids = []
-    while time.monotonic() < deadline:
-        own = host.own_namespaces()
-        pids = [pid for ns in own for pid in host.pids_in_namespace(ns)]
-        if len(pids) >= 5:  # the delay line, 2 servers, 2 clients
-            break
-        time.sleep(0.2)
+    before = set(host.own_namespaces())
+    pids = wait_for_run(p, before, min_pids=5)  # the delay line, 2 servers, 2 clients
     p.send_signal(signal.SIGKILL)
     p.wait()
     assert host.own_namespaces(), "the run never started"
@@ -166,10 +185,8 @@ def test_sigterm_cleans_up_and_writes_nothing(tmp_path):
         stderr=subprocess.PIPE,
         text=True,
     )
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline and not host.own_namespaces():
-        time.sleep(0.1)
-    time.sleep(1.0)
+    before = set(host.own_namespaces())
+    wait_for_run(p, before, min_pids=1)
     p.send_signal(signal.SIGTERM)
     _, err = p.communicate(timeout=30)
     assert p.returncode == 130, err
@@ -194,9 +211,11 @@ def test_scaled_run_reads_in_scenario_units(cli, tmp_path):
         workload={"duration": "1s"},
         measure={"goodput_interval": "0.1s", "link_interval": "20ms"},
     )
-    assert meta["stats"]["scale"] == 2
-    assert meta["environment"]["emulated"]["bottleneck_rate_bps"] == pytest.approx(500e6)
-    assert 800 < m["aggregate_goodput_mbps"] <= 1000
+    assert meta["provenance"]["stats"]["scale"] == 2
+    assert meta["provenance"]["stats"]["emulated"]["bottleneck_rate_bps"] == pytest.approx(500e6)
+    # Emulated at 500 Mbit/s, read back doubled: above 500 only if converted (a busy machine
+    # may carry less than the emulated rate, so no tighter bound), never above the scenario's C.
+    assert 500 < m["aggregate_goodput_mbps"] <= 1000, m["aggregate_goodput_mbps"]
     flows = pq.read_table(out / "trace" / "flows.parquet").to_pandas()
     assert flows["end"].max() < 2.0  # 1 s of scenario time (2 s of real time)
     assert "scaled run" in (out / "report.html").read_text()
@@ -237,7 +256,7 @@ def test_background_on_off_sources_take_their_share(cli, tmp_path):
         topology={"pairs": 2, "access_rate": "100Mbps", "bottleneck_rate": "100Mbps", "rtt": "10ms"},
         workload={"duration": "5s", "background": {"level": 0.5, "mean_on": "0.2s", "mean_off": "0.2s"}},
     )
-    sent = sum(meta["stats"]["background_bytes"])
+    sent = sum(meta["provenance"]["stats"]["background_bytes"])
     expected = 0.5 * 100e6 / 8 * 5.0
     assert 0.5 * expected < sent < 1.5 * expected, (sent, expected)
     link = pq.read_table(out / "trace" / "link.parquet").to_pandas()

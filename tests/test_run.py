@@ -12,9 +12,9 @@ def test_run_folder_contents(cli, small_scenario, tmp_path):
     p = cli("run", small_scenario(), "--out", out, check=True)
     assert "aggregate goodput" in p.stdout and str(out / "report.html") in p.stdout.replace("\n", "")
     run = json.loads((out / "run.json").read_text())
-    for key in ("scenario", "resolved", "backend", "seed", "versions", "wall_seconds", "sim_events"):
+    for key in ("trace_version", "scenario", "resolved", "provenance", "backend", "seed", "versions", "wall_seconds"):
         assert key in run, key
-    assert run["backend"] == "sim" and run["seed"] == 7 and run["sim_events"] > 0
+    assert run["backend"] == "sim" and run["seed"] == 7 and run["provenance"]["stats"]["events"] > 0
     assert run["scenario"]["topology"]["rtt"] == "10ms"
     m = json.loads((out / "metrics.json").read_text())
     for key in (
@@ -161,4 +161,4 @@ def test_workload_model_runs_end_to_end(cli, small_scenario, tmp_path):
     limit = 200 * 1448 / 1514
     assert 0.8 * limit < paced["mean_goodput_mbps"] <= 1.005 * limit
     run = json.loads((out / "run.json").read_text())
-    assert run["stats"]["background_packets"] > 0
+    assert run["provenance"]["stats"]["background_packets"] > 0

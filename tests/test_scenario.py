@@ -81,7 +81,7 @@ def test_stagger_align_end_and_volumes(tmp_path):
         ("protocol.variant=vegas", "protocol.variant", "unknown variant"),
         ("workload.volume=1GB", "workload", "exactly one"),
         ("topology.rtt=0ms", "topology.rtt", "positive"),
-        ("measure.window=[5, 1]", "measure.window", "start < end"),
+        ("measure.window=[5s, 1s]", "measure.window", "start < end"),
         ("seed=-1", "seed", "greater than or equal"),
     ],
 )
@@ -122,7 +122,8 @@ def test_per_pair_overrides_cycle_over_pairs(tmp_path):
     assert [f["variant"] for f in r["flows"]] == ["cubic", "htcp", "cubic", "htcp"]
     assert [f["volume_bytes"] for f in r["flows"]] == [2 * 10**9, 10**9, 2 * 10**9, 10**9]
     assert r["pair_paths"][1]["rtt_s"] == pytest.approx(0.05)
-    assert r["flows"][1]["limiter"] == {"kind": "pacer", "rate_bps": 300e6}
+    assert r["flows"][1]["limiter"]["kind"] == "pacer" and r["flows"][1]["limiter"]["rate_bps"] == 300e6
+    assert r["transfers"][1]["rate_limit_bps"] == 300e6 and r["transfers"][1]["rtt_s"] == pytest.approx(0.05)
     assert r["flows"][0]["limiter"] is None
 
 

@@ -2,61 +2,39 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Optional
 
 import typer
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from . import __version__
-from .backends import BackendError
-from .cli_common import console
+from . import __version__, engine, limits
+from . import scenario as sc
+from .backends import BackendError, sim
+from .cli_campaign import bench_app, campaign_app
+from .cli_common import console, print_summary, run_app
 from .cli_common import fail as _fail
+from .cli_import import compare_command, import_app
+from .cli_schedule import schedule_app
 from .metrics import MetricsError
+from .models import ideal_rates
+from .netns import host
 from .runfolder import RunFolderError
 from .scenario import ScenarioError
+from .units import format_elapsed, parse_rate
 
 app = typer.Typer(
     add_completion=False,
+    pretty_exceptions_enable=False,
     no_args_is_help=True,
     help="xferlab: experiments on bulk data transfers over high bandwidth-delay-product networks.",
 )
-
-
-def _summary(m: dict, out: Path) -> None:
-    t = Table(title=None, show_header=True, header_style="bold")
-    t.add_column("metric")
-    t.add_column("value", justify="right")
-
-    def f(v, fmt="{:.1f}"):
-        return "—" if v is None else fmt.format(v)
-
-    rows = [
-        ("aggregate goodput", f(m["aggregate_goodput_mbps"]) + " Mbit/s"),
-        ("ideal goodput r_TP", f(m["ideal_goodput_mbps"]) + " Mbit/s"),
-        ("efficiency G/C", f(m["efficiency"], "{:.3f}")),
-        ("mean flow goodput", f(m["mean_flow_goodput_mbps"]) + " Mbit/s"),
-        ("Jain index (stream / transfer)", f"{f(m['jain_index'], '{:.4f}')} / {f(m['jain_index_per_transfer'], '{:.4f}')}"),
-        ("mean flow CoV", f(m["mean_flow_cov"], "{:.3f}")),
-        ("retransmissions", str(m["retransmissions"])),
-        ("bottleneck drops", str(m["bottleneck_drops"])),
-    ]
-    c = m.get("completion")
-    if c and c.get("count"):
-        rows.append(("completion mean ± std", f"{c['mean_s']:.2f} ± {c['std_s']:.2f} s"))
-        if c.get("makespan_deficiency") is not None:
-            rows.append(("makespan deficiency", f"{100 * c['makespan_deficiency']:.1f} %"))
-    if c and c.get("incomplete"):
-        rows.append(("[yellow]incomplete transfers[/]", str(c["incomplete"])))
-    w = m["window"]
-    rows.append(("window", f"{w['kind']} {w['start_s']:.2f}–{w['end_s']:.2f} s"))
-    for k, v in rows:
-        t.add_row(k, v)
-    console.print(t)
-    console.print(f"report: [bold]{out / 'report.html'}[/]")
 
 
 @app.command()
@@ -72,58 +50,69 @@ def run(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar"),
 ):
     """Run one scenario and write its run folder (trace, metrics, report)."""
-    from . import engine
-    from . import scenario as sc
-
     options = {"scale": scale} if scale is not None else {}
     if scale is not None and backend != "netns":
         _fail("--scale applies to the netns backend only")
     try:
         s, given = sc.load(scenario, set_)
+        cost = sc.resolve(s)["cost"]
         target = out if out is not None else engine.default_out(s)
-        if quiet or not console.is_terminal:
-            m = engine.run(s, given, target, backend=backend, force=force, options=options)
-        else:
-            with Progress(
-                TextColumn("[bold]{task.description}"),
-                BarColumn(),
-                TextColumn("{task.fields[label]}"),
-                TimeElapsedColumn(),
-                console=console,
-                transient=True,
-            ) as bar:
-                task = bar.add_task(f"{s.name} ({backend})", total=None, label="")
-
-                def progress(now_s: float, total_s: float | None):
-                    unit = "simulated" if backend == "sim" else "of scenario time"
-                    label = f"{now_s:.1f} / {total_s:.1f} s {unit}" if total_s else f"{now_s:.1f} s {unit}"
-                    bar.update(task, completed=now_s, total=total_s, label=label)
-
-                m = engine.run(s, given, target, backend=backend, progress=progress, force=force, options=options)
+        with _progress(s.name, backend, cost, quiet) as progress:
+            m = engine.run(s, given, target, backend=backend, progress=progress, force=force, options=options)
     except (ScenarioError, BackendError, RunFolderError, MetricsError) as e:
         _fail(str(e))
     except KeyboardInterrupt:
         _fail("interrupted; no run folder was written", 130)
-    _summary(m, target)
+    print_summary(m, target)
+
+
+@contextlib.contextmanager
+def _progress(name: str, backend: str, cost: dict, quiet: bool):
+    """A progress callback: a bar on a terminal, a line every half minute elsewhere (a log,
+    CI), nothing with --quiet. A long run says its estimated cost before it starts."""
+    unit = "simulated" if backend == "sim" else "of scenario time"
+    if quiet:
+        yield None
+        return
+    estimate = cost["sim_wall_s"] if backend == "sim" else cost["span_s"]
+    if estimate > limits.ANNOUNCE_AFTER_S:
+        what = f"{cost['packets']:.3g} packets to simulate" if backend == "sim" else "an emulation in real time"
+        console.print(f"{name}: {what}, an estimated {format_elapsed(estimate)}", highlight=False, markup=False)
+    if not console.is_terminal:
+        last = [time.monotonic()]
+
+        def plain(now_s: float, total_s: float | None):
+            if time.monotonic() - last[0] >= limits.ANNOUNCE_AFTER_S:
+                last[0] = time.monotonic()
+                of = f" / {total_s:.1f}" if total_s else ""
+                console.print(f"{name}: {now_s:.1f}{of} s {unit}", highlight=False, markup=False)
+
+        yield plain
+        return
+    columns = (TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.fields[label]}"), TimeElapsedColumn())
+    with Progress(*columns, console=console, transient=True) as bar:
+        task = bar.add_task(escape(f"{name} ({backend})"), total=None, label="")
+
+        def progress(now_s: float, total_s: float | None):
+            label = f"{now_s:.1f} / {total_s:.1f} s {unit}" if total_s else f"{now_s:.1f} s {unit}"
+            bar.update(task, completed=now_s, total=total_s, label=label)
+
+        yield progress
 
 
 @app.command()
 def report(folder: Path = typer.Argument(..., help="a run folder")):
     """Re-render the metrics and the report of a run folder from its stored trace."""
-    from . import engine
-
     try:
         m = engine.rerender(folder)
     except (RunFolderError, MetricsError, KeyError) as e:
         _fail(str(e) if not isinstance(e, KeyError) else f"{folder}: run.json lacks {e}")
-    _summary(m, folder)
+    print_summary(m, folder)
 
 
 @app.command()
 def cleanup():
     """Remove what crashed netns runs left behind (namespaces xl-*, BPF congestion controls xl_*)."""
-    from .netns import host
-
     try:
         host.require_root()
         with host.host_lock(wait=False):
@@ -131,16 +120,18 @@ def cleanup():
     except host.HostError as e:
         _fail(str(e))
     for thing in removed:
-        console.print(f"removed {thing}")
+        console.print(f"removed {thing}", markup=False)
     console.print("nothing to clean up" if not removed else f"{len(removed)} leftover(s) removed")
 
 
 @app.command()
 def schema():
     """Print the JSON Schema of scenario files."""
-    from .scenario import json_schema
+    sys.stdout.write(json.dumps(sc.json_schema(), indent=2) + "\n")
 
-    sys.stdout.write(json.dumps(json_schema(), indent=2) + "\n")
+
+#: Pairs whose settings `xferlab check` lists one by one.
+CHECK_PAIRS_SHOWN = 50
 
 
 @app.command()
@@ -149,15 +140,19 @@ def check(
     set_: Optional[list[str]] = typer.Option(None, "--set", "-s", help="override a field: section.field=value"),
 ):
     """Validate a scenario and print it resolved (rates in bit/s, times in s, packets)."""
-    from . import scenario as sc
-
     try:
         s, _ = sc.load(scenario, set_)
         r = sc.resolve(s)
     except ScenarioError as e:
         _fail(str(e))
-    short = {k: v for k, v in r.items() if k not in ("flows", "transfers")}
+    short = {k: v for k, v in r.items() if k not in ("flows", "transfers", "pair_paths")}
     short["flows"] = len(r["flows"])
+    # Per-pair settings (variant, volume, RTT, access rate, rate limit, limiter): each pair's,
+    # or the first ones and a count when there are many.
+    shown = CHECK_PAIRS_SHOWN
+    short["transfers"] = r["transfers"][:shown]
+    if len(r["transfers"]) > shown:
+        short["transfers_not_shown"] = len(r["transfers"]) - shown
     sys.stdout.write(json.dumps(short, indent=2) + "\n")
 
 
@@ -168,9 +163,6 @@ def ideal(
     headers: int = typer.Option(40, help="IP + TCP header bytes (52 with timestamps)"),
 ):
     """Ideal rates r_Eth, r_IP, r_TP of a link (seed 001 §3.3)."""
-    from .models import ideal_rates
-    from .units import parse_rate
-
     try:
         bps = parse_rate(rate)
     except ValueError as e:
@@ -179,27 +171,34 @@ def ideal(
     console.print(f"r_Eth = {r.r_eth_mbps:.2f} Mbit/s   r_IP = {r.r_ip_mbps:.2f} Mbit/s   r_TP = {r.r_tp_mbps:.2f} Mbit/s")
 
 
+@app.command("limits")
+def limits_command():
+    """Print the bounds a scenario, a campaign or an import is checked against, and why."""
+    t = Table(show_header=True, header_style="bold")
+    for col in ("limit", "value", "why"):
+        t.add_column(col)
+    for name, value in vars(limits).items():
+        if isinstance(value, limits.Limit):
+            t.add_row(name.lower(), f"{value.value:,.6g}".replace(",", " "), value.reason)
+    console.print(t)
+
+
 @app.command()
 def version():
     """Print the versions of xferlab and its simulator."""
-    from .backends import sim
+    console.print(f"xferlab {__version__}, simulator {sim.version()} (variants: {', '.join(sim.variants())})")
 
-    console.print(f"xferlab {__version__}, simulator {sim._module().__version__} (variants: {', '.join(sim.variants())})")
-
-
-from .cli_import import compare_command, import_app  # noqa: E402  (imports and comparisons: cli_import.py)
 
 app.add_typer(import_app, name="import")
 app.command("compare")(compare_command)
 
-from .cli_campaign import bench_app, campaign_app  # noqa: E402  (campaigns and benchmark suites: cli_campaign.py)
-
 app.add_typer(campaign_app, name="campaign")
+app.add_typer(schedule_app, name="schedule")
 app.add_typer(bench_app, name="bench")
 
 
 def main():  # pragma: no cover
-    app()
+    run_app(app)
 
 
 if __name__ == "__main__":  # pragma: no cover

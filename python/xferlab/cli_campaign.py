@@ -2,19 +2,24 @@
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import Optional
 
 import typer
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
+from . import limits
 from .backends import BackendError
+from .campaign import hstts, report, runner, spec
 from .campaign.spec import CampaignError
 from .cli_common import console
 from .cli_common import fail as _fail
 from .runfolder import RunFolderError
 from .scenario import ScenarioError
+from .units import format_elapsed
 
 campaign_app = typer.Typer(no_args_is_help=True, help="Sweeps and repetitions of a scenario, archived in a DuckDB catalog.")
 bench_app = typer.Typer(no_args_is_help=True, help="Benchmark suites (seed 004's user-oriented benchmark).")
@@ -60,7 +65,7 @@ class _Reporter:
         if self.bar is not None:
             self.task = self.bar.add_task(self.title, total=total, completed=done, failed="")
         elif not self.quiet:
-            console.print(f"{self.title}: {total} runs, {done} already done", highlight=False)
+            console.print(f"{self.title}: {total} runs, {done} already done", highlight=False, markup=False)
 
     def result(self, run, outcome) -> None:
         self.done += 1
@@ -72,13 +77,15 @@ class _Reporter:
             self.bar.update(self.task, advance=1, failed=f"[red]{self.failed} failed[/]" if self.failed else "")
         elif not self.quiet:
             wall = f"{outcome.wall:.1f} s" if outcome.wall is not None else ""
-            console.print(f"[{self.done}/{self.total}] {outcome.status} {run.key} {run.label()} {wall}", highlight=False)
+            console.print(
+                f"[{self.done}/{self.total}] {outcome.status} {run.key} {run.label()} {wall}", highlight=False, markup=False
+            )
 
 
 def run_campaign(campaign, out: Path, workers, dask, force, retry_failed, quiet, title=None):
-    from .campaign import runner
-
     with _Reporter(title or campaign.name, quiet) as rep:
+        if not quiet:
+            _announce(campaign, workers, dask, rep.log)
         summary = runner.run(
             campaign,
             out,
@@ -93,6 +100,16 @@ def run_campaign(campaign, out: Path, workers, dask, force, retry_failed, quiet,
     return summary
 
 
+def _announce(campaign, workers, dask, log) -> None:
+    """An estimate of the whole campaign's cost, before it starts, when it is not small."""
+    n = workers or (os.cpu_count() or 1)
+    if campaign.backend == "sim" and campaign.sim_wall_s > limits.ANNOUNCE_AFTER_S:
+        per = "" if dask else f", about {format_elapsed(campaign.sim_wall_s / n)} on {n} worker(s)"
+        log(f"{len(campaign.runs)} runs: an estimated {format_elapsed(campaign.sim_wall_s)} of simulation{per}")
+    elif campaign.backend != "sim" and campaign.span_s > limits.ANNOUNCE_AFTER_S:
+        log(f"{len(campaign.runs)} runs: at least {format_elapsed(campaign.span_s)} of experiment time, one run at a time")
+
+
 def _print_summary(s, out: Path) -> None:
     parts = [f"{s.ok} run(s) done", f"{s.failed} failed"]
     if s.skipped:
@@ -103,6 +120,7 @@ def _print_summary(s, out: Path) -> None:
         f"{', '.join(parts)} ({s.planned} planned) in {s.wall_seconds:.1f} s on {s.workers} worker(s); "
         f"catalog: {out / 'catalog.duckdb'}",
         highlight=False,
+        markup=False,
     )
 
 
@@ -119,8 +137,6 @@ def campaign_run(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress output"),
 ):
     """Run (or resume) every run of a campaign; each finished run is committed to DIR/catalog.duckdb."""
-    from .campaign import spec
-
     overrides = {}
     if repetitions is not None:
         overrides["repetitions"] = repetitions
@@ -145,13 +161,11 @@ def campaign_run(
 @campaign_app.command("report")
 def campaign_report(folder: Path = typer.Argument(..., help="a campaign folder")):
     """Tables and figures across the sweep (mean ± 95 % CI over repetitions) as one HTML report."""
-    from .campaign import report
-
     try:
         path = report.render(folder)
     except CampaignError as e:
         _fail(str(e))
-    console.print(f"report: [bold]{path}[/]")
+    console.print(f"report: [bold]{escape(str(path))}[/]")
 
 
 @bench_app.command("hstts")
@@ -167,8 +181,6 @@ def bench_hstts(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress output"),
 ):
     """Seed 004's user-oriented benchmark (HSTTS): completion times of a candidate beside Reno."""
-    from .campaign import hstts
-
     if repetitions < 1:
         _fail("--repetitions must be at least 1")
     out = out or Path("results") / f"hstts-{backend}{'-quick' if quick else ''}"
@@ -182,4 +194,4 @@ def bench_hstts(
         _fail(f"interrupted; run the same command to resume ({out})", 130)
     _print_summary(s, out)
     hstts.print_sheet(sheet, console)
-    console.print(f"sheet: [bold]{out / 'hstts.html'}[/] and {out / 'hstts.csv'}")
+    console.print(f"sheet: [bold]{escape(str(out / 'hstts.html'))}[/] and {escape(str(out / 'hstts.csv'))}")

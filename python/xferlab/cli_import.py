@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import datetime as _dt
+import math
 from pathlib import Path
 from typing import Optional
 
 import typer
+from rich.markup import escape
 
-from .cli_common import console, err
+from . import compare, engine, limits, runfolder
+from .cli_common import console, err, print_summary
 from .cli_common import fail as _fail
-from .importers import ImportLogError
+from .importers import ImportLogError, iperf3, ss
 from .metrics import MetricsError
 from .runfolder import RunFolderError
+from .units import format_duration, format_rate, parse_duration, parse_rate
 
 import_app = typer.Typer(
     add_completion=False,
@@ -32,37 +36,39 @@ def _default_out(name: str) -> Path:
 
 
 def _rate(text: Optional[str]) -> Optional[float]:
-    from .units import parse_rate
-
     if text is None:
         return None
     try:
         bps = parse_rate(text)
     except ValueError as e:
         _fail(f"--capacity {text}: {e}")
-    if not bps > 0:
-        _fail(f"--capacity {text}: must be positive")
+    if not limits.RATE_MIN_BPS.value <= bps <= limits.RATE_MAX_BPS.value:
+        lo, hi = format_rate(limits.RATE_MIN_BPS.value), format_rate(limits.RATE_MAX_BPS.value)
+        _fail(f"--capacity {text}: expected a rate from {lo} to {hi}")
     return bps
 
 
 def _interval(text: str) -> float:
-    from .units import parse_duration
-
     try:
         s = parse_duration(text)
     except ValueError as e:
         _fail(f"--interval {text}: {e}")
-    if not s > 0:
-        _fail(f"--interval {text}: must be positive")
+    if not limits.INTERVAL_MIN_S.value <= s <= limits.TIME_MAX_S.value:
+        lo = format_duration(limits.INTERVAL_MIN_S.value)
+        _fail(f"--interval {text}: expected a duration from {lo} to {format_duration(limits.TIME_MAX_S.value)}")
     return s
 
 
-def _done(m: dict, out: Path) -> None:
-    from .cli import _summary
+def _offsets(values: Optional[list[float]]) -> Optional[list[float]]:
+    for v in values or []:
+        if not (math.isfinite(v) and 0 <= v <= limits.TIME_MAX_S.value):
+            _fail(f"--offset {v}: expected seconds from 0 to {limits.TIME_MAX_S.value:g}")
+    return values or None
 
-    # What an import cannot know is None in metrics.json; the summary shows it as "—".
-    shown = {k: ("—" if v is None and k in ("retransmissions", "bottleneck_drops") else v) for k, v in m.items()}
-    _summary(shown, out)
+
+def _save(trace, given: dict, target: Path, force: bool) -> None:
+    engine.stamp(trace, scenario=given, seed=None)
+    print_summary(engine.save(trace, target, force), target)
 
 
 @import_app.command("iperf3")
@@ -78,17 +84,18 @@ def import_iperf3(
     force: bool = typer.Option(False, "--force", help="replace --out if it exists"),
 ):
     """Import iperf3 JSON: each test is a transfer, each of its -P streams a flow."""
-    from .importers import iperf3
-
-    cap, iv = _rate(capacity), _interval(interval)
+    cap, iv, offsets = _rate(capacity), _interval(interval), _offsets(offset)
     target = out if out is not None else _default_out(name or files[0].stem)
+    given = {
+        "name": name or files[0].stem,
+        "import": {"format": "iperf3", "files": [str(p) for p in files], "capacity_bps": cap, "goodput_interval_s": iv},
+    }
     try:
-        m = iperf3.import_run(
-            files, target, name=name, capacity_bps=cap, goodput_interval_s=iv, offsets=offset or None, force=force
-        )
+        runfolder.check_destination(target, force)
+        trace = iperf3.import_trace(files, name=name, capacity_bps=cap, goodput_interval_s=iv, offsets=offsets)
+        _save(trace, {**given, "import": {**given["import"], "offsets_s": offsets}}, target, force)
     except (ImportLogError, RunFolderError, MetricsError) as e:
         _fail(str(e))
-    _done(m, target)
 
 
 @import_app.command("ss")
@@ -101,15 +108,17 @@ def import_ss(
     force: bool = typer.Option(False, "--force", help="replace --out if it exists"),
 ):
     """Import `ss -tin` snapshots: each connection (4-tuple) is a flow."""
-    from .importers import ss
-
     cap, iv = _rate(capacity), _interval(interval)
     target = out if out is not None else _default_out(name or file.stem)
+    given = {
+        "name": name or file.stem,
+        "import": {"format": "ss", "files": [str(file)], "capacity_bps": cap, "goodput_interval_s": iv},
+    }
     try:
-        m = ss.import_run(file, target, name=name, capacity_bps=cap, goodput_interval_s=iv, force=force)
+        runfolder.check_destination(target, force)
+        _save(ss.import_trace(file, name=name, capacity_bps=cap, goodput_interval_s=iv), given, target, force)
     except (ImportLogError, RunFolderError, MetricsError) as e:
         _fail(str(e))
-    _done(m, target)
 
 
 def compare_command(
@@ -118,12 +127,10 @@ def compare_command(
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="HTML file to write (default: RUN_A/compare-<name of B>.html)"),
 ):
     """Put two runs side by side: metrics with their relative difference, goodput and cwnd over time."""
-    from . import compare
-
     try:
         path, warnings = compare.compare(run_a, run_b, out)
     except (RunFolderError, MetricsError) as e:
         _fail(str(e))
     for w in warnings:
-        err.print(f"[yellow]warning:[/] {w}", highlight=False, soft_wrap=True)
-    console.print(f"comparison: [bold]{path}[/]")
+        err.print(f"[yellow]warning:[/] {escape(w)}", highlight=False, soft_wrap=True)
+    console.print(f"comparison: [bold]{escape(str(path))}[/]")

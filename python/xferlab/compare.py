@@ -10,8 +10,8 @@ side by side, per-flow mean goodput of A against B, and the goodput distribution
 
 from __future__ import annotations
 
+import base64
 import html
-import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,111 +19,52 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
-import pyarrow as pa
 
-from . import runfolder
-from .report import CSS, MAX_LINES, _fmt, _png
-from .trace import Trace
+from . import registry, runfolder
+from .report import CSS, MAX_LINES, fmt, png
+from .trace import Trace, differences
 
-#: Resolved fields that differ between runs of one scenario without making it another one.
-_SAME_SCENARIO_IGNORES = {"name", "seed", "flows", "transfers", "end_s", "pair_paths", "background"}
-#: The fields that make a scenario, listed first when they differ.
-_FIRST = ["pairs", "streams", "variant", "bottleneck_rate_bps", "access_rate_bps", "rtt_s", "buffer_packets", "mtu", "mss"]
+#: The metrics set side by side (every run metric of the registry, in its order).
+COMPARED = [m.key for m in registry.RUN_METRICS if m.key not in ("ideal_goodput_mbps",)]
 
 
 @dataclass
 class Run:
     folder: Path
     label: str
-    meta: dict
-    metrics: dict
     trace: Trace
+    metrics: dict
 
     @property
     def resolved(self) -> dict:
-        return self.meta.get("resolved") or {}
+        return self.trace.run.get("resolved") or {}
 
 
 def load(folder: Path, label: str) -> Run:
-    folder = Path(folder)
-    if not folder.is_dir():
-        raise runfolder.RunFolderError(f"{folder}: no such folder")
-    if not runfolder.is_run_folder(folder):
-        raise runfolder.RunFolderError(f"{folder}: not a run folder (no run.json and trace/)")
-    meta = runfolder.read_json(folder / runfolder.RUN_FILE)
-    m = runfolder.read_json(folder / runfolder.METRICS_FILE)
-    try:
-        trace = Trace.read(folder / "trace")
-    except (FileNotFoundError, OSError, pa.ArrowInvalid) as e:
-        raise runfolder.RunFolderError(f"{folder}: unreadable trace: {e}") from None
-    if not isinstance(meta, dict) or not isinstance(m, dict) or "aggregate_goodput_mbps" not in m:
-        raise runfolder.RunFolderError(f"{folder}: run.json or metrics.json is not from xferlab")
-    return Run(folder, label, meta, m, trace)
+    trace = runfolder.load_trace(folder)
+    m = runfolder.read_json(Path(folder) / runfolder.METRICS_FILE)
+    if not isinstance(m, dict) or "aggregate_goodput_mbps" not in m:
+        raise runfolder.RunFolderError(f"{folder}: metrics.json is not from xferlab")
+    return Run(Path(folder), label, trace, m)
 
 
 def _describe(run: Run) -> str:
-    imp = run.meta.get("imported")
-    kind = f"imported {imp.get('format')}" if imp else f"{run.meta.get('backend', '?')} backend"
-    seed = run.meta.get("seed")
+    prov = run.trace.provenance
+    kind = prov.producer + (f" {prov.source}" if prov.source else "")
+    seed = run.trace.run.get("seed")
     return f"{run.resolved.get('name', run.folder.name)} ({kind}{'' if seed is None else f', seed {seed}'})"
 
 
 # ----------------------------------------------------------------------------- scenarios
 
 
-def _flatten(d, prefix=""):
-    out = {}
-    if isinstance(d, dict):
-        for k, v in d.items():
-            out.update(_flatten(v, f"{prefix}{k}."))
-    else:
-        out[prefix[:-1]] = d
-    return out
-
-
-def scenario_differences(a: dict, b: dict) -> list[tuple[str, object, object]]:
-    """Resolved fields whose values differ (ignoring seeds and per-flow start times, and
-    fields one run does not know, None, as in imported runs)."""
-    fa = _flatten({k: v for k, v in a.items() if k not in _SAME_SCENARIO_IGNORES})
-    fb = _flatten({k: v for k, v in b.items() if k not in _SAME_SCENARIO_IGNORES})
-    diffs = []
-    for k in sorted(set(fa) | set(fb), key=lambda k: (_FIRST.index(k) if k in _FIRST else len(_FIRST), k)):
-        va, vb = fa.get(k), fb.get(k)
-        if va is None or vb is None:
-            continue
-        if isinstance(va, float) and isinstance(vb, float) and math.isclose(va, vb, rel_tol=1e-9):
-            continue
-        if va != vb:
-            diffs.append((k, va, vb))
-    return diffs
+def scenario_differences(a: Run, b: Run) -> list[tuple[str, object, object]]:
+    """Resolved fields that differ, per-pair and per-flow settings included (seed-drawn start
+    times and what one run does not know — None, as in imports — are left out)."""
+    return differences(a.trace.info, b.trace.info)
 
 
 # ----------------------------------------------------------------------------- metrics
-
-
-def _completion(m: dict, key: str):
-    return (m.get("completion") or {}).get(key)
-
-
-#: (label, how to get it from metrics.json, format digits)
-METRICS = [
-    ("aggregate goodput G (Mbit/s)", lambda m: m.get("aggregate_goodput_mbps")),
-    ("efficiency G/C", lambda m: m.get("efficiency")),
-    ("mean flow goodput (Mbit/s)", lambda m: m.get("mean_flow_goodput_mbps")),
-    ("Jain index (per stream)", lambda m: m.get("jain_index")),
-    ("Jain index (per transfer)", lambda m: m.get("jain_index_per_transfer")),
-    ("mean flow CoV", lambda m: m.get("mean_flow_cov")),
-    ("aggregate goodput CoV", lambda m: m.get("aggregate_goodput_cov")),
-    ("retransmitted segments", lambda m: m.get("retransmissions")),
-    ("retransmission timeouts", lambda m: m.get("timeouts")),
-    ("bottleneck drops", lambda m: m.get("bottleneck_drops")),
-    ("completion time mean (s)", lambda m: _completion(m, "mean_s")),
-    ("completion time std (s)", lambda m: _completion(m, "std_s")),
-    ("completion time p50 (s)", lambda m: _completion(m, "p50_s")),
-    ("completion time p99 (s)", lambda m: _completion(m, "p99_s")),
-    ("makespan (s)", lambda m: _completion(m, "makespan_s")),
-    ("Jain over completion times", lambda m: _completion(m, "jain_index")),
-]
 
 
 def relative_difference(a, b):
@@ -134,12 +75,13 @@ def relative_difference(a, b):
 
 
 def metric_rows(a: dict, b: dict) -> list[dict]:
+    """Each metric known to at least one run: label, unit, both values and their difference."""
     rows = []
-    for label, get in METRICS:
-        va, vb = get(a), get(b)
-        if va is None and vb is None and label.startswith(("completion", "makespan", "Jain over")):
-            continue  # duration-bound runs: no completion times on either side
-        rows.append({"metric": label, "a": va, "b": vb, "rel": relative_difference(va, vb)})
+    for key in COMPARED:
+        va, vb = registry.get(a, key), registry.get(b, key)
+        if va is None and vb is None:
+            continue
+        rows.append({"key": key, "a": va, "b": vb, "rel": relative_difference(va, vb)})
     return rows
 
 
@@ -167,7 +109,7 @@ def fig_aggregate(a: Run, b: Run) -> bytes:
     ax.set_ylim(bottom=0)
     ax.set_title("aggregate goodput over time")
     ax.legend(loc="lower right")
-    return _png(fig)
+    return png(fig)
 
 
 def _shown(ids: list) -> list:
@@ -188,7 +130,7 @@ def fig_flows_side_by_side(a: Run, b: Run) -> bytes:
         if len(ids) <= 8:
             ax.legend(ncol=2, loc="lower right")
     axes[0].set_ylabel("goodput per flow, Mbit/s")
-    return _png(fig)
+    return png(fig)
 
 
 def fig_cwnd_side_by_side(a: Run, b: Run) -> bytes | None:
@@ -212,7 +154,7 @@ def fig_cwnd_side_by_side(a: Run, b: Run) -> bytes | None:
         ax.set_xlabel("time (s)")
         ax.set_ylim(bottom=0)
     axes[0].set_ylabel("cwnd (segments)")
-    return _png(fig)
+    return png(fig)
 
 
 def flow_pairs(a: dict, b: dict) -> pd.DataFrame:
@@ -241,7 +183,7 @@ def fig_scatter(a: Run, b: Run) -> bytes | None:
     ax.set_ylabel("B: mean goodput per flow, Mbit/s")
     ax.set_title("per-flow mean goodput, matched by (pair, stream)", fontsize=8)
     ax.legend(loc="upper left")
-    return _png(fig)
+    return png(fig)
 
 
 def fig_distributions(a: Run, b: Run) -> bytes:
@@ -273,18 +215,20 @@ def fig_distributions(a: Run, b: Run) -> bytes:
     ax.set_ylabel("share of samples (%)")
     ax.set_title("goodput distributions (all flows pooled)")
     ax.legend()
-    return _png(fig)
+    return png(fig)
 
 
 # ----------------------------------------------------------------------------- HTML
 
 
 def _img(data: bytes | None, alt: str) -> str:
-    import base64
-
     if data is None:
         return ""
     return f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{base64.b64encode(data).decode()}">'
+
+
+#: Differing fields listed (a per-flow setting can differ on hundreds of flows).
+MAX_DIFFS = 12
 
 
 def _rel(v) -> str:
@@ -296,7 +240,8 @@ def render(a: Run, b: Run, diffs: list) -> str:
     table = (
         "<table><thead><tr><th>metric</th><th>A</th><th>B</th><th>(B − A)/A</th></tr></thead><tbody>"
         + "".join(
-            f"<tr><td>{html.escape(r['metric'])}</td><td>{_fmt(r['a'])}</td><td>{_fmt(r['b'])}</td><td>{_rel(r['rel'])}</td></tr>"
+            f"<tr><td>{html.escape(registry.METRICS[r['key']].heading())}</td><td>{registry.fmt(r['key'], r['a'])}</td>"
+            f"<td>{registry.fmt(r['key'], r['b'])}</td><td>{_rel(r['rel'])}</td></tr>"
             for r in rows
         )
         + "</tbody></table>"
@@ -312,13 +257,17 @@ def render(a: Run, b: Run, diffs: list) -> str:
         "</table>",
     ]
     if diffs:
-        items = "".join(f"<li><code>{html.escape(k)}</code>: A = {_fmt(va, 6)}, B = {_fmt(vb, 6)}</li>" for k, va, vb in diffs)
-        parts.append(f"<div class=warn><b>The scenarios differ</b> in {len(diffs)} field(s):<ul>{items}</ul></div>")
+        shown = diffs[:MAX_DIFFS]
+        items = "".join(f"<li><code>{html.escape(k)}</code>: A = {fmt(va, 6)}, B = {fmt(vb, 6)}</li>" for k, va, vb in shown)
+        more = f"<li>… and {len(diffs) - len(shown)} more</li>" if len(diffs) > len(shown) else ""
+        parts.append(f"<div class=warn><b>The scenarios differ</b> in {len(diffs)} field(s):<ul>{items}{more}</ul></div>")
     for run in (a, b):
-        imp = run.meta.get("imported")
-        if imp:
-            files = ", ".join(f"<code>{html.escape(str(f))}</code>" for f in imp.get("files", []))
-            parts.append(f"<p class=muted>{run.label} was imported from {html.escape(str(imp.get('format')))} logs: {files}.</p>")
+        prov = run.trace.provenance
+        if prov.files:
+            files = ", ".join(f"<code>{html.escape(str(f))}</code>" for f in prov.files)
+            parts.append(f"<p class=muted>{run.label} was imported from {html.escape(str(prov.source))} logs: {files}.</p>")
+        for w in prov.warnings:
+            parts.append(f"<p class=warn>{run.label}: {html.escape(w)}</p>")
     parts += [
         "<h2>Metrics</h2>",
         table,
@@ -345,10 +294,11 @@ def default_out(a: Path, b: Path) -> Path:
 def compare(run_a: Path, run_b: Path, out: Path | None = None) -> tuple[Path, list[str]]:
     """Writes the comparison page (atomically); returns its path and the warnings."""
     a, b = load(run_a, "A"), load(run_b, "B")
-    diffs = scenario_differences(a.resolved, b.resolved)
+    diffs = scenario_differences(a, b)
     warnings = []
     if diffs:
-        warnings.append(f"the scenarios differ ({len(diffs)} fields): " + ", ".join(k for k, _, _ in diffs))
+        names = ", ".join(k for k, _, _ in diffs[:MAX_DIFFS]) + (" …" if len(diffs) > MAX_DIFFS else "")
+        warnings.append(f"the scenarios differ ({len(diffs)} fields): {names}")
     page = render(a, b, diffs)
     out = Path(out) if out is not None else default_out(run_a, run_b)
     if out.is_dir():

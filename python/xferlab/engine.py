@@ -1,4 +1,9 @@
-"""One run, end to end: scenario → backend → Trace → metrics → run folder → report."""
+"""One run, end to end: scenario → backend → Trace → metrics → run folder → report.
+
+Only this module writes run folders: backends and importers return a :class:`Trace`;
+:func:`save` checks it against the contract, computes its metrics and writes the folder
+atomically (trace, ``run.json``, ``metrics.json``, report).
+"""
 
 from __future__ import annotations
 
@@ -8,18 +13,17 @@ import platform
 import time
 from pathlib import Path
 
+import matplotlib
+import pandas
 import pyarrow as pa
+import pydantic
 
 from . import __version__, backends, metrics, report, runfolder
 from .scenario import Scenario, resolve
-from .trace import Trace
+from .trace import Trace, TraceError
 
 
 def versions(extra: dict | None = None) -> dict:
-    import matplotlib
-    import pandas
-    import pydantic
-
     v = {
         "xferlab": __version__,
         "python": platform.python_version(),
@@ -56,56 +60,47 @@ def run(
     runfolder.check_destination(out, force)
     be = backends.get(backend)
     t0 = time.perf_counter()
-    result = be.run(scenario, resolved, progress, **(options or {}))
-    wall = time.perf_counter() - t0
-    stats = result.stats
-    vers = versions(result.versions)
-    trace_meta = {
-        "backend": backend,
-        "seed": scenario.seed,
-        "end_s": stats.get("end_s"),
-        "scenario": given,
-        "resolved": resolved,
-    }
-    trace = Trace.from_batches(result.tables, trace_meta)
-    m = metrics.compute(trace, resolved)
-    run_meta = {
-        "scenario": given,
-        "resolved": resolved,
-        "backend": backend,
-        "seed": scenario.seed,
-        "versions": vers,
-        "wall_seconds": wall,
-        "sim_events": stats.get("events"),
-        "sim_packets": stats.get("packets"),
-        "end_s": stats.get("end_s"),
-        "stats": stats,
-        "environment": result.environment,
-        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "host": {"node": platform.node(), "machine": platform.machine(), "cpus": os.cpu_count()},
-    }
+    trace = be.run(scenario, resolved, progress, **(options or {}))
+    stamp(trace, scenario=given, seed=scenario.seed, wall_seconds=time.perf_counter() - t0)
+    return save(trace, out, force)
+
+
+def stamp(trace: Trace, *, scenario: dict, seed: int | None, wall_seconds: float | None = None) -> Trace:
+    """Adds what the engine knows of a run to its metadata: the scenario as given, the seed,
+    versions, the wall time, when and where it ran."""
+    trace.run.update(
+        scenario=scenario,
+        seed=seed,
+        versions=versions(trace.run.get("versions")),
+        wall_seconds=wall_seconds,
+        created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        host={"node": platform.node(), "machine": platform.machine(), "cpus": os.cpu_count()},
+    )
+    return trace
+
+
+def save(trace: Trace, out: Path, force: bool = False) -> dict:
+    """Checks ``trace`` against the contract, computes its metrics and writes the whole run
+    folder at ``out`` atomically; returns the metrics."""
+    try:
+        trace.validate()
+    except TraceError as e:  # a producer's bug, said plainly rather than written to disk
+        raise TraceError(f"the {trace.run.get('backend', '?')} backend produced a trace that breaks the contract: {e}") from None
+    m = metrics.compute(trace)
     with runfolder.staged(out, force) as tmp:
         trace.write(tmp / "trace")
-        runfolder.write_json(tmp / runfolder.RUN_FILE, run_meta)
+        runfolder.write_json(tmp / runfolder.RUN_FILE, trace.run)
         runfolder.write_json(tmp / runfolder.METRICS_FILE, m)
-        report.render(tmp, trace=trace, run_meta=run_meta, metrics=m)
+        report.render(tmp, trace, m)
     return m
 
 
 def rerender(folder: Path) -> dict:
-    """Recomputes the metrics and the report of an existing run folder from its trace."""
+    """Recomputes the metrics and the report of an existing run folder from its trace (an
+    older folder is read through the upgrade; its files stay as they were written)."""
     folder = Path(folder)
-    if not folder.is_dir():
-        raise runfolder.RunFolderError(f"{folder}: no such folder")
-    if not runfolder.is_run_folder(folder):
-        raise runfolder.RunFolderError(f"{folder}: not a run folder (no run.json and trace/)")
-    run_meta = runfolder.read_json(folder / runfolder.RUN_FILE)
-    try:
-        trace = Trace.read(folder / "trace")
-    except (FileNotFoundError, OSError, pa.ArrowInvalid) as e:
-        raise runfolder.RunFolderError(f"{folder}: unreadable trace: {e}") from None
-    trace.run.setdefault("end_s", run_meta.get("end_s"))
-    m = metrics.compute(trace, run_meta["resolved"])
+    trace = runfolder.load_trace(folder)
+    m = metrics.compute(trace)
     runfolder.write_json(folder / runfolder.METRICS_FILE, m)
-    report.render(folder, trace=trace, run_meta=run_meta, metrics=m)
+    report.render(folder, trace, m)
     return m

@@ -22,7 +22,9 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import yaml  # noqa: E402
 
-from .trace import Trace  # noqa: E402
+from . import registry, schedule  # noqa: E402
+from .trace import RunInfo, Trace  # noqa: E402
+from .units import format_duration, format_rate, format_size  # noqa: E402
 
 #: Above this many lines a plot shows a sample of them plus the envelope.
 MAX_LINES = 12
@@ -40,7 +42,7 @@ plt.rcParams.update(
 )
 
 
-def _png(fig) -> bytes:
+def png(fig) -> bytes:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", bbox_inches="tight")
     plt.close(fig)
@@ -67,14 +69,11 @@ def fig_goodput(trace: Trace, resolved: dict, m: dict) -> bytes:
     ax1.plot(agg.index + iv / 2, agg.values, color="C0", lw=1.2, label="aggregate goodput G(t)")
     bott = link[link["link"] == "bottleneck"]
     if len(bott):
-        ax1.plot(
-            bott["t"] + resolved["link_interval_s"] / 2,
-            bott["throughput_mbps"],
-            color="C1",
-            lw=0.4,
-            alpha=0.35,
-            label="bottleneck throughput X(t)",
-        )
+        # X(t) on G(t)'s grid (its samples averaged over each goodput interval): the two are
+        # then comparable, where 20 ms samples would draw a band of line-rate bursts.
+        cell = (bott["t"] // iv) * iv
+        x = bott.groupby(cell)["throughput_mbps"].mean()
+        ax1.plot(x.index + iv / 2, x.values, color="C1", lw=1.0, label=f"bottleneck throughput X(t), mean per {iv:g} s")
     if resolved.get("ideal_goodput_mbps") is not None:  # unknown for an import without --capacity
         ax1.axhline(resolved["ideal_goodput_mbps"], color="k", ls="--", lw=0.8, label="ideal goodput r_TP")
     w = m["window"]
@@ -100,8 +99,9 @@ def fig_goodput(trace: Trace, resolved: dict, m: dict) -> bytes:
     ax2.set_ylabel(f"goodput per {kind}, Mbit/s")
     ax2.set_xlabel("time (s)")
     ax2.set_ylim(bottom=0)
-    ax2.legend(loc="lower right", ncol=4)
-    return _png(fig)
+    if ax2.get_legend_handles_labels()[0]:
+        ax2.legend(loc="lower right", ncol=4)
+    return png(fig)
 
 
 def fig_distribution(m: dict) -> bytes:
@@ -121,7 +121,7 @@ def fig_distribution(m: dict) -> bytes:
     ax.set_title("goodput distribution per flow (seed 002 fig. 11)")
     ax.set_xlim(0, 100)
     ax.legend(ncol=4)
-    return _png(fig)
+    return png(fig)
 
 
 def fig_cwnd(trace: Trace, resolved: dict) -> bytes:
@@ -141,7 +141,7 @@ def fig_cwnd(trace: Trace, resolved: dict) -> bytes:
     ax.set_title("congestion window per flow" + ("" if len(ids) <= MAX_LINES else f" ({len(shown)} of {len(ids)})"))
     ax.set_ylim(bottom=0)
     ax.legend(ncol=4)
-    return _png(fig)
+    return png(fig)
 
 
 def fig_queue(trace: Trace, resolved: dict) -> bytes:
@@ -161,7 +161,7 @@ def fig_queue(trace: Trace, resolved: dict) -> bytes:
     h1, l1 = ax.get_legend_handles_labels()
     h2, l2 = ax2.get_legend_handles_labels()
     ax.legend(h1 + h2, l1 + l2, loc="upper right")
-    return _png(fig)
+    return png(fig)
 
 
 def fig_completion(m: dict) -> bytes | None:
@@ -179,7 +179,58 @@ def fig_completion(m: dict) -> bytes | None:
     ax.set_ylim(0, 1.02)
     ax.set_title("completion time distribution (seed 001 fig. 9)")
     ax.legend()
-    return _png(fig)
+    return png(fig)
+
+
+def _draw_plan(ax, info: RunInfo, end_s: float = 0.0) -> None:
+    """Each request's planned rate over time as stacked rectangles (seed 001 fig. 6)."""
+    plan = info.plan
+    rows = [r.model_dump() for r in plan.requests]
+    steps = schedule.fluid_rates(rows, plan.capacity_bps)
+    for lo, hi, rates in steps:
+        base = 0.0
+        for k in sorted(rates):
+            ax.add_patch(plt.Rectangle((lo, base), hi - lo, rates[k] / 1e6, color=f"C{k % 10}", alpha=0.7, lw=0))
+            base += rates[k] / 1e6
+    for r in rows:
+        if r["deadline_s"] is not None:
+            ax.axvline(r["deadline_s"], color=f"C{r['request'] % 10}", ls=":", lw=1)
+    cap = ax.axhline(plan.capacity_bps / 1e6, color="k", ls="--", lw=0.8)
+    handles = [plt.Rectangle((0, 0), 1, 1, color=f"C{r['request'] % 10}", alpha=0.7) for r in rows if r["admitted"]]
+    names = [r["name"] or f"request {r['request']} (pair {r['pair']})" for r in rows if r["admitted"]]
+    ax.legend([*handles, cap], [*names, "r_TP"], loc="upper right", fontsize=7)
+    ax.set_ylim(0, plan.capacity_bps / 1e6 * 1.15)
+    ax.set_xlim(0, max([hi for _, hi, _ in steps] + [end_s]))
+    ax.set_ylabel("planned goodput, Mbit/s")
+    ax.set_title(f"plan: {plan.strategy}, enforced by {plan.mechanism} (seed 001 fig. 6); dotted: deadlines", fontsize=9)
+
+
+def plan_figure(info: RunInfo) -> bytes:
+    """The plan alone (``xferlab schedule plan --figure``)."""
+    fig, ax = plt.subplots(figsize=(8, 3))
+    _draw_plan(ax, info)
+    ax.set_xlabel("time (s)")
+    return png(fig)
+
+
+def fig_plan(trace: Trace) -> bytes | None:
+    """The plan (seed 001 fig. 6), and below, the goodput each transfer got."""
+    info = trace.info
+    if info.plan is None:
+        return None
+    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(8, 5.2), sharex=True)
+    _draw_plan(ax1, info, trace.end_s)
+    request_of = {r.pair: r.request for r in info.plan.requests}
+    gp = trace.df("goodput").merge(trace.df("flows")[["flow_id", "pair"]], on="flow_id")
+    by_pair = gp.groupby(["pair", "t"])["goodput_mbps"].sum().unstack(0).fillna(0.0)
+    cols = [p for p in by_pair.columns if p in request_of]
+    if cols:
+        colors = [f"C{request_of[p] % 10}" for p in cols]
+        ax2.stackplot(by_pair.index + info.goodput_interval_s / 2, [by_pair[p] for p in cols], colors=colors, alpha=0.7)
+    ax2.set_ylabel("goodput, Mbit/s")
+    ax2.set_xlabel("time (s)")
+    ax2.set_title("what each transfer got", fontsize=9)
+    return png(fig)
 
 
 # ----------------------------------------------------------------------------- HTML
@@ -192,31 +243,43 @@ td,th{padding:.25em .6em;border-bottom:1px solid #eee;text-align:right}
 th{background:#f6f6f6} td:first-child,th:first-child{text-align:left}
 .muted{color:#777} img{max-width:100%;display:block;margin:.8em 0}
 pre{background:#f6f6f6;padding:.8em;overflow:auto;font-size:.8em}
-.kv td:first-child{color:#555} .warn{background:#fff4e0;border-left:4px solid #f0a000;padding:.5em 1em}
+.kv td:first-child{color:#555} .sheet td{white-space:nowrap}
+.warn{background:#fff4e0;border-left:4px solid #f0a000;padding:.5em 1em}
 """
 
 
-def _fmt(v, digits=3):
-    if v is None:
-        return "—"
-    if isinstance(v, float):
-        if abs(v) >= 1000:
-            return f"{v:,.1f}"
-        return f"{v:.{digits}g}" if abs(v) < 1 else f"{v:.{max(digits, 4)}g}"
-    return html.escape(str(v))
+def fmt(v, digits=4) -> str:
+    """A value for a table cell (registry formatting), HTML-escaped; "—" when unknown."""
+    return html.escape(registry.format_value(v, digits))
 
 
 def _table(rows: list[dict], cols: list[tuple[str, str]]) -> str:
     head = "".join(f"<th>{html.escape(label)}</th>" for _, label in cols)
-    body = "".join("<tr>" + "".join(f"<td>{_fmt(r.get(k))}</td>" for k, _ in cols) + "</tr>" for r in rows)
+    body = "".join("<tr>" + "".join(f"<td>{_cell(k, r.get(k))}</td>" for k, _ in cols) + "</tr>" for r in rows)
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
+def _cell(key: str, v) -> str:
+    """A table cell, formatted as the registry says for a known metric key."""
+    for scope in ("", "flows.", "transfers."):
+        if scope + key in registry.METRICS:
+            return html.escape(registry.METRICS[scope + key].format(v))
+    return html.escape(str(v)) if isinstance(v, str) else fmt(v)
+
+
 def _kv(pairs: list[tuple[str, object]]) -> str:
-    return '<table class="kv">' + "".join(f"<tr><td>{html.escape(k)}</td><td>{_fmt(v)}</td></tr>" for k, v in pairs) + "</table>"
+    def value(v) -> str:
+        return v if isinstance(v, Markup) else html.escape(v) if isinstance(v, str) else fmt(v)
+
+    return '<table class="kv">' + "".join(f"<tr><td>{html.escape(k)}</td><td>{value(v)}</td></tr>" for k, v in pairs) + "</table>"
 
 
-def _img(folder: Path, name: str, data: bytes | None, alt: str) -> str:
+class Markup(str):
+    """Text already in HTML."""
+
+
+def img(folder: Path, name: str, data: bytes | None, alt: str) -> str:
+    """Writes ``figures/NAME.png`` and returns the ``<img>`` that embeds it (empty without data)."""
     if data is None:
         return ""
     (folder / "figures").mkdir(exist_ok=True)
@@ -225,185 +288,184 @@ def _img(folder: Path, name: str, data: bytes | None, alt: str) -> str:
     return f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{b64}">'
 
 
-def _imported_setup(run_meta: dict) -> list[tuple[str, object]]:
-    """The setup of an imported run: what the logs and the user's options told, "—" elsewhere."""
-    r, imp = run_meta["resolved"], run_meta["imported"]
-    cap = r.get("bottleneck_rate_bps")
-    return [
-        ("backend", f"import ({imp.get('format')})"),
-        ("pairs × streams", f"{r['pairs']} × {r['streams']}"),
-        ("variant", r["variant"]),
-        ("bottleneck capacity", f"{cap / 1e6:g} Mbit/s (given)" if cap else None),
-        ("RTT (smallest seen)", f"{r['rtt_s'] * 1e3:.3g} ms" if r.get("rtt_s") else None),
-        ("MSS", r.get("mss")),
-        ("goodput measured by", imp.get("goodput_side")),
-        ("workload", f"{r['volume_bytes']:,} bytes per transfer (mean)" if r.get("volume_bytes") else "duration-bound"),
-    ]
+#: The run report's summary, in seed 004's groups of metrics (keys of the registry).
+SUMMARY = {
+    "Throughput": [
+        "aggregate_goodput_mbps",
+        "ideal_goodput_mbps",
+        "deficiency",
+        "efficiency",
+        "aggregate_throughput_mbps",
+        "goodput_over_throughput",
+    ],
+    "Fairness": ["jain_index", "jain_index_per_transfer", "delta_fair_convergence_s"],
+    "Stability": ["mean_flow_goodput_mbps", "mean_flow_std_mbps", "mean_flow_cov", "aggregate_goodput_cov", "smoothness_mbps"],
+    "Reactivity and convergence": ["responsiveness_rtt", "average_responsiveness_s", "aggressiveness_mbps", "convergence_rtt"],
+    "Loss and delay": [
+        "retransmissions",
+        "timeouts",
+        "bottleneck_drops",
+        "bottleneck_losses",
+        "packet_loss_rate",
+        "bottleneck_max_queue_pkts",
+        "queueing_delay_ms",
+        "queueing_delay_max_ms",
+    ],
+    "Completion times": [
+        "completion.count",
+        "completion.incomplete",
+        "completion.rejected",
+        "completion.deadlines_missed",
+        "completion.mean_s",
+        "completion.std_s",
+        "completion.p50_s",
+        "completion.p75_s",
+        "completion.p99_s",
+        "completion.jain_index",
+        "completion.makespan_s",
+        "completion.ideal_makespan_s",
+        "completion.makespan_deficiency",
+    ],
+}
 
 
-def _emulation_rows(run_meta: dict) -> list[tuple[str, object]]:
-    """What a netns run adds to the setup table: time dilation and the delay line's punctuality."""
-    env, stats = run_meta.get("environment") or {}, run_meta.get("stats") or {}
+def _summary(m: dict) -> str:
+    """Every metric of the summary with its unit; an unknown one shows "—" and why."""
+    reasons = m.get("null_reasons") or {}
     rows = []
-    if "scale" in env:
-        e = env.get("emulated", {})
+    for group, keys in SUMMARY.items():
+        if group == "Completion times" and not m.get("completion"):
+            continue
+        rows.append(f"<tr><th colspan=3>{html.escape(group)}</th></tr>")
+        for key in keys:
+            d = registry.METRICS[key]
+            v = registry.get(m, key)
+            why = reasons.get(key, "")
+            cell = html.escape(d.format(v)) if v is not None else f'<span title="{html.escape(why)}">—</span>'
+            note = f"<span class=muted>{html.escape(why)}</span>" if v is None and why else ""
+            title = f"{d.definition} ({d.source})"
+            unit = html.escape(d.unit) if v is not None else ""
+            rows.append(
+                f'<tr><td title="{html.escape(title)}">{html.escape(d.label)}</td><td>{cell} {unit}</td><td>{note}</td></tr>'
+            )
+    w = m["window"]
+    rows.append(
+        f"<tr><td>metrics window</td><td>{html.escape(w['kind'])}: {w['start_s']:.3f}–{w['end_s']:.3f} s</td><td></td></tr>"
+    )
+    return '<table class="kv">' + "".join(rows) + "</table>"
+
+
+def _setup(trace: Trace) -> list[tuple[str, object]]:
+    """The setup, from the resolved scenario (what is unknown is left out) and the rows the
+    producer adds (provenance): rendered the same way whoever produced the run."""
+    r, prov = trace.info, trace.provenance
+    rows: list[tuple[str, object]] = [("produced by", prov.producer + (f" ({prov.source})" if prov.source else ""))]
+    rows.append(("pairs × streams", f"{r.pairs} × {r.streams}"))
+    rows.append(("variant", r.variant))
+    if r.access_rate_bps and r.bottleneck_rate_bps:
+        rows.append(("access / bottleneck", f"{format_rate(r.access_rate_bps)} / {format_rate(r.bottleneck_rate_bps)}"))
+    if r.rtt_s:
+        rows.append(("RTT", format_duration(r.rtt_s)))
+    if r.buffer_packets and r.bdp_packets:
         rows.append(
             (
-                "emulated as",
-                f"scale K = {env['scale']:g}: {e.get('bottleneck_rate_bps', 0) / 1e6:g} Mbit/s bottleneck, "
-                f"{e.get('rtt_s', 0) * 1e3:g} ms RTT, times × K",
+                "buffer",
+                f"{r.buffer_packets} packets ({r.buffer_packets / r.bdp_packets:.2f} BDP; BDP = {r.bdp_packets:.1f} packets)",
             )
         )
-    if env.get("congestion_controls"):
-        rows.append(("kernel congestion controls", ", ".join(f"{k} → {v}" for k, v in env["congestion_controls"].items())))
-    for q, d in sorted(((stats.get("delay_line") or {}).get("queues") or {}).items()):
+    rows.append(("MTU / MSS", f"{r.mtu} / {r.mss} bytes"))
+    if r.duration_s:
+        rows.append(("workload", f"{format_duration(r.duration_s)} per pair"))
+    elif r.volume_bytes:
+        volumes = {t.volume_bytes for t in r.transfers}
         rows.append(
-            (
-                f"delay line queue {q}",
-                f"{d.get('delay_ms', 0):g} ms, {d.get('packets', 0):,} packets, late mean {d.get('late_mean_ms', 0):.3f} / "
-                f"p99 {d.get('late_p99_ms', 0):.3f} / max {d.get('late_max_ms', 0):.3f} ms",
-            )
+            ("workload", f"{format_size(r.volume_bytes)} per transfer" if len(volumes) == 1 else "volumes per pair (below)")
         )
+    if r.seed is not None:
+        rows.append(("seed", str(r.seed)))
+    if trace.run.get("wall_seconds") is not None:
+        rows.append(("wall time", f"{trace.run['wall_seconds']:.2f} s"))
+    rows += [(label, text) for label, text in prov.setup]
     return rows
 
 
-def render(folder: Path, trace: Trace, run_meta: dict, metrics: dict) -> Path:
-    """Writes ``figures/*.png`` and a self-contained ``report.html`` into ``folder``."""
+def _per_pair(trace: Trace) -> str:
+    """The per-pair settings, when pairs differ (per_pair: mixed variants, volumes, RTTs, limits)."""
+    r = trace.info
+    cols = ("variant", "volume_bytes", "rtt_s", "access_rate_bps", "rate_limit_bps", "limiter")
+    if len({tuple(getattr(t, c) for c in cols) for t in r.transfers}) <= 1 and not any(t.rate_limit_bps for t in r.transfers):
+        return ""
+    head = "".join(
+        f"<th>{h}</th>" for h in ("pair", "streams", "variant", "start", "volume", "RTT", "access", "rate limit", "limiter")
+    )
+    body = "".join(
+        "<tr>"
+        + "".join(
+            f"<td>{html.escape(x)}</td>"
+            for x in (
+                str(t.pair),
+                str(t.streams),
+                t.variant,
+                format_duration(t.start_s) if t.start_s else "0",
+                format_size(t.volume_bytes) if t.volume_bytes else "—",
+                format_duration(t.rtt_s) if t.rtt_s else "—",
+                format_rate(t.access_rate_bps) if t.access_rate_bps else "—",
+                format_rate(t.rate_limit_bps) if t.rate_limit_bps else "—",
+                t.limiter or "—",
+            )
+        )
+        + "</tr>"
+        for t in r.transfers
+    )
+    return f"<h3>Per pair</h3><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def render(folder: Path, trace: Trace, metrics: dict) -> Path:
+    """Writes ``figures/*.png`` and a self-contained ``report.html`` into ``folder``, from the
+    Trace and its metrics alone."""
     folder = Path(folder)
-    r = run_meta["resolved"]
-    m = metrics
+    r, prov, m = trace.info.dump(), trace.provenance, metrics
     figs = [
         ("goodput", fig_goodput(trace, r, m), "goodput over time"),
         ("distribution", fig_distribution(m), "goodput distribution"),
         ("cwnd", fig_cwnd(trace, r), "congestion window"),
         ("queue", fig_queue(trace, r), "bottleneck queue"),
         ("completion", fig_completion(m), "completion times"),
+        ("plan", fig_plan(trace), "the plan and what each transfer got"),
     ]
-    w = m["window"]
-    summary = [
-        ("aggregate goodput G (Mbit/s)", m["aggregate_goodput_mbps"]),
-        ("ideal goodput r_TP (Mbit/s)", m["ideal_goodput_mbps"]),
-        ("deficiency 1 − G/r_TP", m["deficiency"]),
-        ("efficiency G/C", m["efficiency"]),
-        ("bottleneck throughput X (Mbit/s)", m["aggregate_throughput_mbps"]),
-        ("aggregate goodput CoV", m["aggregate_goodput_cov"]),
-        ("mean flow goodput (Mbit/s)", m["mean_flow_goodput_mbps"]),
-        ("mean flow CoV", m["mean_flow_cov"]),
-        ("Jain index (per stream)", m["jain_index"]),
-        ("Jain index (per transfer)", m["jain_index_per_transfer"]),
-        ("retransmitted segments", m["retransmissions"]),
-        ("retransmission timeouts", m["timeouts"]),
-        ("bottleneck drops", m["bottleneck_drops"]),
-        ("bottleneck random losses", m["bottleneck_losses"]),
-        ("largest bottleneck queue (packets)", m["bottleneck_max_queue_pkts"]),
-        ("metrics window", f"{w['kind']}: {w['start_s']:.3f}–{w['end_s']:.3f} s"),
-    ]
-    setup = (
-        _imported_setup(run_meta)
-        if run_meta.get("imported")
-        else [
-            ("backend", run_meta["backend"]),
-            ("pairs × streams", f"{r['pairs']} × {r['streams']}"),
-            ("variant", r["variant"]),
-            ("access / bottleneck", f"{r['access_rate_bps'] / 1e6:g} / {r['bottleneck_rate_bps'] / 1e6:g} Mbit/s"),
-            ("RTT", f"{r['rtt_s'] * 1e3:g} ms"),
-            (
-                "buffer",
-                f"{r['buffer_packets']} packets ({r['buffer_packets'] / r['bdp_packets']:.2f} BDP; "
-                f"BDP = {r['bdp_packets']:.1f} packets)",
-            ),
-            ("MTU / MSS", f"{r['mtu']} / {r['mss']} bytes"),
-            ("workload", f"{r['duration_s']:g} s per pair" if r["duration_s"] else f"{r['volume_bytes']:,} bytes per transfer"),
-            ("seed", run_meta["seed"]),
-            ("wall time", f"{run_meta.get('wall_seconds', 0):.2f} s"),
-        ]
-    )
-    if run_meta.get("sim_events") is not None:
-        setup.append(("simulated events", run_meta["sim_events"]))
-    setup += _emulation_rows(run_meta)
+    scenario = trace.run.get("scenario") or {}
     parts = [
         "<!doctype html><html lang=en><head><meta charset=utf-8>",
         f"<title>xferlab — {html.escape(r['name'])}</title><style>{CSS}</style></head><body>",
         f"<h1>{html.escape(r['name'])}</h1>",
-        f"<p class=muted>{html.escape(run_meta.get('scenario', {}).get('description', '') or '')} "
-        f"Run on the <b>{html.escape(run_meta['backend'])}</b> backend, {html.escape(run_meta.get('created', ''))}.</p>",
+        f"<p class=muted>{html.escape(scenario.get('description', '') or '')} "
+        f"Produced by <b>{html.escape(prov.producer)}</b>{' (' + html.escape(prov.source) + ')' if prov.source else ''}, "
+        f"{html.escape(trace.run.get('created', '') or '')}.</p>",
     ]
-    for warning in (run_meta.get("environment") or {}).get("warnings", []):
+    for warning in prov.warnings:
         parts.append(f"<p class=warn>{html.escape(warning)}</p>")
-    if run_meta.get("imported"):
-        imp = run_meta["imported"]
-        files = ", ".join(f"<code>{html.escape(str(f))}</code>" for f in imp.get("files", []))
-        note = html.escape(imp.get("note", ""))
-        parts.append(f"<p class=warn>Imported from {html.escape(imp.get('format', ''))} logs: {files}. {note}</p>")
+    if prov.files:
+        files = ", ".join(f"<code>{html.escape(str(f))}</code>" for f in prov.files)
+        source = f"{html.escape(prov.source)} logs" if prov.source else "logs"
+        parts.append(f"<p class=warn>Imported from {source}: {files}. What they do not tell is shown as —, with the reason.</p>")
     incomplete = (m.get("completion") or {}).get("incomplete")
     if incomplete:
         parts.append(f"<p class=warn>{incomplete} transfer(s) did not complete before the run ended.</p>")
-    parts += ["<h2>Summary</h2>", _kv(summary), "<h2>Setup</h2>", _kv(setup)]
-    if m.get("completion"):
-        c = m["completion"]
-        parts += [
-            "<h2>Completion times</h2>",
-            _kv(
-                [
-                    ("transfers completed", c.get("count")),
-                    ("mean (s)", c.get("mean_s")),
-                    ("std (s)", c.get("std_s")),
-                    ("p50 / p75 / p99 (s)", " / ".join(_fmt(c.get(k)) for k in ("p50_s", "p75_s", "p99_s"))),
-                    ("Jain over completion times", c.get("jain_index")),
-                    ("makespan (s)", c.get("makespan_s")),
-                    ("ideal makespan (s)", c.get("ideal_makespan_s")),
-                    ("makespan deficiency", c.get("makespan_deficiency")),
-                ]
-            ),
-        ]
+    parts += ["<h2>Summary</h2>", _summary(m), "<h2>Setup</h2>", _kv(_setup(trace)), _per_pair(trace)]
     parts.append("<h2>Figures</h2>")
     for name, data, alt in figs:
-        parts.append(_img(folder, name, data, alt))
-    parts += [
-        "<h2>Transfers</h2>",
-        _table(
-            m["transfers"],
-            [
-                ("pair", "pair"),
-                ("streams", "streams"),
-                ("mean_goodput_mbps", "mean goodput (Mbit/s)"),
-                ("std_goodput_mbps", "std"),
-                ("cov", "CoV"),
-                ("bytes", "bytes"),
-                ("retransmissions", "retransmissions"),
-                ("completion_time_s", "completion (s)"),
-                ("completion_deficiency", "deficiency"),
-            ],
-        ),
-    ]
-    flow_table = _table(
-        m["flows"],
-        [
-            ("flow_id", "flow"),
-            ("pair", "pair"),
-            ("stream", "stream"),
-            ("variant", "variant"),
-            ("start_s", "start (s)"),
-            ("mean_goodput_mbps", "mean goodput (Mbit/s)"),
-            ("std_goodput_mbps", "std"),
-            ("cov", "CoV"),
-            ("retransmissions", "retransmissions"),
-            ("timeouts", "timeouts"),
-        ],
-    )
-    if len(m["flows"]) > 24:
-        parts.append(f"<details><summary><b>Flows</b> ({len(m['flows'])})</summary>{flow_table}</details>")
-    else:
-        parts += ["<h2>Flows</h2>", flow_table]
-    given = yaml.safe_dump(run_meta.get("scenario", {}), sort_keys=False)
+        parts.append(img(folder, name, data, alt))
+    parts += _tables(m)
+    given = yaml.safe_dump(scenario, sort_keys=False)
+    meta = {k: v for k, v in trace.run.items() if k not in ("scenario", "resolved")}
     parts += [
         "<h2>Scenario (as given)</h2>",
         f"<pre>{html.escape(given)}</pre>",
         "<details><summary>Run metadata</summary><pre>",
-        html.escape(json.dumps({k: v for k, v in run_meta.items() if k not in ("scenario", "resolved")}, indent=2, default=str)),
+        html.escape(json.dumps(meta, indent=2, default=str)),
         "</pre></details>",
         "<p class=muted>Data: <code>trace/*.parquet</code>, <code>metrics.json</code>, "
-        "<code>run.json</code> beside this file.</p>",
+        "<code>run.json</code> beside this file. Hover a metric's name for its definition.</p>",
         "</body></html>",
     ]
     out = folder / "report.html"
@@ -411,3 +473,51 @@ def render(folder: Path, trace: Trace, run_meta: dict, metrics: dict) -> Path:
     tmp.write_text("".join(parts))
     os.replace(tmp, out)
     return out
+
+
+def _tables(m: dict) -> list[str]:
+    """The transfers' and flows' tables (columns labelled by the registry)."""
+
+    def cols(scope: str, keys: list[str], extra: list[tuple[str, str]]) -> list[tuple[str, str]]:
+        return extra + [(k, registry.METRICS[f"{scope}.{k}"].heading()) for k in keys]
+
+    deadlines = any("deadline_s" in t for t in m["transfers"])
+    extra = (
+        [("deadline_s", "deadline (s)"), ("lateness_s", registry.METRICS["transfers.lateness_s"].heading())] if deadlines else []
+    )
+    parts = [
+        "<h2>Transfers</h2>",
+        _table(
+            m["transfers"],
+            cols(
+                "transfers",
+                ["mean_goodput_mbps", "cov", "completion_time_s", "completion_deficiency"],
+                [("pair", "pair"), ("streams", "streams"), ("bytes", "bytes"), ("retransmissions", "retransmissions")],
+            )
+            + extra,
+        ),
+    ]
+    flow_keys = [
+        "mean_goodput_mbps",
+        "std_goodput_mbps",
+        "cov",
+        "smoothness_mbps",
+        "responsiveness_rtt",
+        "aggressiveness_mbps",
+        "convergence_rtt",
+        "retransmissions",
+        "timeouts",
+    ]
+    flow_table = _table(
+        m["flows"],
+        cols(
+            "flows",
+            flow_keys,
+            [("flow_id", "flow"), ("pair", "pair"), ("stream", "stream"), ("variant", "variant"), ("start_s", "start (s)")],
+        ),
+    )
+    if len(m["flows"]) > 24:
+        parts.append(f"<details><summary><b>Flows</b> ({len(m['flows'])})</summary>{flow_table}</details>")
+    else:
+        parts += ["<h2>Flows</h2>", flow_table]
+    return parts

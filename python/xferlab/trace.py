@@ -1,27 +1,424 @@
-"""The Trace: the tables every backend produces, stored as Parquet (DESIGN.md).
+"""The Trace: the contract between whatever produces a run and whatever analyses it.
 
-* ``flows``   — one row per TCP connection: flow_id, pair, stream, source, sink, variant,
-  start, end, bytes, volume_bytes, completion_time, segments_sent, retransmissions, ...
-* ``goodput`` — receiver-side bytes per interval per flow: t, flow_id, bytes, goodput_mbps
-* ``link``    — bottleneck counters per interval: t, link, bytes, packets,
-  throughput_mbps, drops, losses, queue_pkts, queue_max_pkts
-* ``tcp``     — sender samples per flow: t, flow_id, cwnd, ssthresh, srtt_ms, rto_ms,
-  in_flight, retransmissions, ca_state
-* ``run``     — one row of metadata: backend, seed, scenario and resolved scenario (JSON)
+Every producer — the simulator, the netns backend, the importers of foreign logs — returns a
+:class:`Trace`; metrics, reports, comparisons and the catalog read nothing else. It holds:
 
-Times are seconds from the start of the run; rates are Mbit/s; windows are segments.
+* four Arrow tables whose columns, types, units and nullability are declared here
+  (:data:`TABLES`): ``flows`` (one row per TCP connection), ``goodput`` (receiver-side
+  bytes per interval), ``link`` (bottleneck counters per interval), ``tcp`` (sender samples).
+  A value a producer cannot know is **null**, never a made-up 0;
+* ``run``: the run's metadata, which is also ``run.json``: the scenario as given, the
+  resolved scenario (:class:`RunInfo`, typed), the :class:`Provenance` (who produced the
+  run, the setup rows a report shows, warnings, and what is unknown and why), versions.
+
+Times are seconds from the start of the run (``srtt_ms``/``rto_ms``: milliseconds); rates
+are Mbit/s; windows are segments. :data:`TRACE_VERSION` is stored in every run; older run
+folders are upgraded on reading (:func:`upgrade`). :meth:`Trace.validate` is called on every
+Trace a backend or an importer returns.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated, Any, Literal, get_args, get_origin
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-TABLES = ("flows", "goodput", "link", "tcp")
+#: Version of the tables and of ``run.json``. 1: before nullability was part of the
+#: contract (no version stored). 2: explicit nullability, RunInfo, provenance.
+TRACE_VERSION = 2
+
+
+class TraceError(Exception):
+    """A Trace that breaks the contract (a producer's bug, or a foreign or damaged folder)."""
+
+
+# ----------------------------------------------------------------------------- the tables
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    type: pa.DataType
+    nullable: bool
+    #: "id", "label", "time" (scaled by a time dilation), "rate" (scaled), "count", "size",
+    #: "window", "state"
+    kind: str
+    unit: str
+    doc: str
+
+
+def _c(name, type_, nullable, kind, unit, doc) -> Column:
+    return Column(name, type_, nullable, kind, unit, doc)
+
+
+u8, u32, u64, f64, s = pa.uint8(), pa.uint32(), pa.uint64(), pa.float64(), pa.string()
+
+TABLES: dict[str, tuple[Column, ...]] = {
+    "flows": (
+        _c("flow_id", u32, False, "id", "", "the flow's number in the run"),
+        _c("pair", u32, False, "id", "", "host pair (a transfer is a pair's streams)"),
+        _c("stream", u32, False, "id", "", "stream index within its pair"),
+        _c("source", s, False, "label", "", "sending host"),
+        _c("sink", s, False, "label", "", "receiving host"),
+        _c("variant", s, False, "label", "", "congestion control, as Linux names it"),
+        _c("role", s, False, "label", "", "transfer, or reverse (reverse traffic)"),
+        _c("start", f64, False, "time", "s", "first byte sent"),
+        _c("end", f64, False, "time", "s", "last byte received, or the end of the run"),
+        _c("bytes", u64, False, "size", "bytes", "bytes delivered to the receiver"),
+        _c("volume_bytes", u64, True, "size", "bytes", "volume to move (null: duration-bound)"),
+        _c("completion_time", f64, True, "time", "s", "first byte sent to last delivered (null: not volume-bound or not done)"),
+        _c("segments_sent", u64, True, "count", "segments", "data segments sent, retransmissions included"),
+        _c("retransmissions", u64, True, "count", "segments", "segments retransmitted"),
+        _c("fast_recoveries", u64, True, "count", "", "fast recoveries entered"),
+        _c("timeouts", u64, True, "count", "", "retransmission timeouts"),
+    ),
+    "goodput": (
+        _c("t", f64, False, "time", "s", "start of the interval"),
+        _c("flow_id", u32, False, "id", "", "flow"),
+        _c("bytes", u64, False, "size", "bytes", "bytes delivered in the interval"),
+        _c("goodput_mbps", f64, False, "rate", "Mbit/s", "bytes × 8 / interval"),
+    ),
+    "link": (
+        _c("t", f64, False, "time", "s", "start of the interval"),
+        _c("link", s, False, "label", "", "bottleneck, or reverse"),
+        _c("bytes", u64, False, "size", "bytes", "IP bytes forwarded in the interval"),
+        _c("packets", u64, False, "count", "packets", "packets forwarded in the interval"),
+        _c("throughput_mbps", f64, False, "rate", "Mbit/s", "IP bytes × 8 / interval"),
+        _c("drops", u64, True, "count", "packets", "packets dropped by the full queue"),
+        _c("losses", u64, True, "count", "packets", "packets lost at random (loss_rate)"),
+        _c("queue_pkts", u32, True, "count", "packets", "queue length at the end of the interval"),
+        _c("queue_max_pkts", u32, True, "count", "packets", "longest queue in the interval"),
+    ),
+    "tcp": (
+        _c("t", f64, False, "time", "s", "sample time"),
+        _c("flow_id", u32, False, "id", "", "flow"),
+        _c("cwnd", u32, False, "window", "segments", "congestion window"),
+        _c("ssthresh", u32, True, "window", "segments", "slow-start threshold (null: infinite or unknown)"),
+        _c("srtt_ms", f64, True, "time", "ms", "smoothed RTT"),
+        _c("rto_ms", f64, True, "time", "ms", "retransmission timeout"),
+        _c("in_flight", u32, True, "window", "segments", "segments in flight"),
+        _c("retransmissions", u64, True, "count", "segments", "segments retransmitted so far"),
+        _c("ca_state", u8, True, "state", "", "Linux's tcp_ca_state: 0 Open, 1 Disorder, 2 CWR, 3 Recovery, 4 Loss"),
+    ),
+}
+NAMES = tuple(TABLES)
+SCHEMAS: dict[str, pa.Schema] = {
+    name: pa.schema(
+        [pa.field(c.name, c.type, c.nullable, metadata={"unit": c.unit, "kind": c.kind}) for c in cols],
+        metadata={"xferlab.trace_version": str(TRACE_VERSION)},
+    )
+    for name, cols in TABLES.items()
+}
+
+
+def columns_of_kind(table: str, kind: str) -> list[str]:
+    return [c.name for c in TABLES[table] if c.kind == kind]
+
+
+def table(name: str, rows: list[dict]) -> pa.Table:
+    """A table of the contract from row dicts (missing keys and None are null)."""
+    schema = SCHEMAS[name]
+    return pa.Table.from_pylist(rows, schema=schema) if rows else schema.empty_table()
+
+
+def conform(name: str, t: pa.Table | pa.RecordBatch) -> pa.Table:
+    """``t`` with exactly the contract's columns, order, types and nullability. Float NaN in
+    a nullable column becomes null (an unknown value); a missing column, a value out of its
+    type's range or a null in a non-null column is a :class:`TraceError`."""
+    if isinstance(t, pa.RecordBatch):
+        t = pa.Table.from_batches([t])
+    schema = SCHEMAS[name]
+    missing = [f.name for f in schema if f.name not in t.column_names]
+    extra = [c for c in t.column_names if c not in schema.names]
+    if missing:
+        raise TraceError(f"table {name}: missing column(s) {', '.join(missing)}")
+    if extra:
+        raise TraceError(f"table {name}: column(s) {', '.join(extra)} are not in the contract")
+    cols = []
+    for f in schema:
+        col = t.column(f.name)
+        if f.nullable and pa.types.is_floating(col.type):
+            col = pc.if_else(pc.is_nan(col), pa.scalar(None, col.type), col)
+        if not f.nullable and col.null_count:
+            raise TraceError(f"table {name}: column {f.name} has {col.null_count} null(s); it is always known")
+        try:
+            cols.append(col.cast(f.type, safe=True))
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+            raise TraceError(f"table {name}: column {f.name} is not {f.type}: {e}") from None
+    return pa.Table.from_arrays(cols, schema=schema)
+
+
+# ----------------------------------------------------------------------------- what the run was
+
+# Quantities of the resolved scenario, tagged with what a time dilation does to them.
+Rate = Annotated[float, "rate"]  # bit/s
+RateMbps = Annotated[float, "rate"]  # Mbit/s
+Time = Annotated[float, "time"]  # s
+#: Fields drawn from the seed (start jitter) or naming the run: two runs of one scenario
+#: with different seeds differ there and nowhere else (:func:`differences` skips them).
+Seeded = "seeded"
+
+
+class _Info(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ProfileStep(_Info):
+    """From ``t_s`` on (run time), the limiter's rate is ``rate_bps`` (0: paused; None: unlimited)."""
+
+    t_s: Time
+    rate_bps: Rate | None
+
+
+class LimiterInfo(_Info):
+    """How a flow's rate is limited (qdisc frame bytes, IP + 14): packet pacing, a token bucket
+    refilled every ``tick_s``, a congestion-window clamp (rate × RTT) or a userland sleep timer
+    handing data to TCP every ``tick_s``; ``profile``: the rate's later changes (multi-rate)."""
+
+    kind: Literal["pacer", "token_bucket", "cwnd_clamp", "sleep_timer"]
+    rate_bps: Rate | None
+    burst_bytes: int | None = None
+    tick_s: Time | None = None
+    profile: list[ProfileStep] = Field(default_factory=list)
+
+
+class StartAfter(_Info):
+    """Start when every flow of ``pair`` has completed, ``delay_s`` later (a signal's cost)."""
+
+    pair: int
+    delay_s: Time
+
+
+class ShaperInfo(LimiterInfo):
+    line_rate_bps: Rate
+
+
+class PathInfo(_Info):
+    access_rate_bps: Rate
+    rtt_s: Time
+
+
+class FlowInfo(_Info):
+    flow_id: int
+    pair: int
+    stream: int
+    variant: str
+    role: Literal["transfer", "reverse"] = "transfer"
+    start_s: Annotated[Time, Seeded]
+    duration_s: Time | None = None
+    volume_bytes: int | None = None
+    limiter: LimiterInfo | None = None
+    start_after: StartAfter | None = None
+
+
+class TransferInfo(_Info):
+    """A pair's streams together, with the per-pair settings a user gave (per_pair)."""
+
+    pair: int
+    streams: int
+    start_s: Annotated[Time, Seeded]
+    volume_bytes: int | None = None
+    variant: str
+    rtt_s: Time | None = None
+    access_rate_bps: Rate | None = None
+    rate_limit_bps: Rate | None = None
+    limiter: str | None = None
+    ideal_completion_s: Annotated[Time | None, Seeded] = None
+
+
+class BackgroundInfo(_Info):
+    rate_bps: Rate
+    mean_on_s: Time
+    mean_off_s: Time
+
+
+class IdealRatesInfo(_Info):
+    r_eth: RateMbps
+    r_ip: RateMbps
+    r_tp: RateMbps
+
+
+class Segment(_Info):
+    """A stretch of a planned allocation: goodput ``rate_bps`` from ``start_s`` to ``end_s``
+    (None: unlimited)."""
+
+    start_s: Time
+    end_s: Time
+    rate_bps: Rate | None = None
+
+
+class RequestPlan(_Info):
+    """A transfer request (seed 001) and what the planner made of it."""
+
+    request: int
+    name: str = ""
+    pair: int
+    volume_bytes: int
+    release_s: Time
+    deadline_s: Time | None = None
+    admitted: bool
+    reason: str = ""
+    start_s: Time | None = None
+    segments: list[Segment] = Field(default_factory=list)
+    completion_s: Time | None = None
+    after: int | None = None  # starts when this request completes
+
+
+class PlanInfo(_Info):
+    strategy: str
+    mechanism: str
+    sync: str
+    capacity_bps: Rate  # r_TP, the planner's link
+    congestion_factor: float | None = None
+    makespan_s: Time | None = None  # planned
+    ideal_makespan_s: Time
+    requests: list[RequestPlan]
+
+
+class CostInfo(_Info):
+    span_s: Time
+    packets: float
+    sim_wall_s: float
+
+
+class RunInfo(_Info):
+    """The resolved scenario: plain numbers (bit/s, s, bytes, packets) and the list of flows,
+    what backends consume and what ``run.json`` records as ``resolved``. A field a producer
+    cannot know (an import's buffer, say) is None."""
+
+    name: Annotated[str, Seeded]
+    seed: Annotated[int | None, Seeded] = None
+    pairs: int
+    streams: int
+    variant: str
+    access_rate_bps: Rate | None = None
+    bottleneck_rate_bps: Rate | None = None
+    rtt_s: Time | None = None
+    mtu: int
+    mss: int
+    header_bytes: int
+    frame_overhead: int
+    bdp_packets: float | None = None
+    buffer_packets: int | None = None
+    loss_rate: float | None = None
+    shaper: ShaperInfo | None = None
+    ideal_rates_mbps: IdealRatesInfo | None = None
+    ideal_goodput_mbps: RateMbps | None = None
+    window_cap_packets: int | None = None
+    initial_cwnd: int | None = None
+    delayed_ack: bool | None = None
+    rto_min_s: Time | None = None
+    duration_s: Time | None = None
+    volume_bytes: int | None = None
+    end_s: Annotated[Time | None, Seeded] = None
+    goodput_interval_s: Time
+    link_interval_s: Time | None = None
+    tcp_interval_s: Time | None = None
+    window: Literal["all", "all-active"] | list[Time] = "all"
+    reverse_sources: int = 0
+    background_sources: int = 0
+    background: list[BackgroundInfo] = Field(default_factory=list)
+    pair_paths: list[PathInfo] = Field(default_factory=list)
+    flows: list[FlowInfo] = Field(default_factory=list)
+    transfers: list[TransferInfo] = Field(default_factory=list)
+    cost: Annotated[CostInfo | None, Seeded] = None
+    plan: PlanInfo | None = None
+
+    def dump(self) -> dict:
+        return self.model_dump(mode="json")
+
+
+def scaled(info: RunInfo, k: float) -> RunInfo:
+    """``info`` dilated by ``k``: every time × k, every rate ÷ k (by the fields' types, not by
+    a list of names); packets, bytes and counts unchanged."""
+    return _scale_model(info, k)
+
+
+def _tags(field) -> set[str]:
+    """The markers of a field ("time", "rate", "seeded"), also inside ``X | None``."""
+    tags = {x for x in field.metadata if isinstance(x, str)}
+
+    def walk(t) -> None:
+        if get_origin(t) is Annotated:
+            args = get_args(t)
+            tags.update(x for x in args[1:] if isinstance(x, str))
+            walk(args[0])
+        else:
+            for a in get_args(t):
+                walk(a)
+
+    walk(field.annotation)
+    return tags
+
+
+def _scale_model(m: BaseModel, k: float) -> BaseModel:
+    update = {}
+    for name, field in type(m).model_fields.items():
+        v = getattr(m, name)
+        tags = _tags(field)
+        if tags & {"time", "rate"} and isinstance(v, (int, float)):
+            update[name] = v * k if "time" in tags else v / k
+        elif isinstance(v, BaseModel):
+            update[name] = _scale_model(v, k)
+        elif isinstance(v, list) and v and isinstance(v[0], BaseModel):
+            update[name] = [_scale_model(x, k) for x in v]
+        elif name == "window" and isinstance(v, list):
+            update[name] = [x * k for x in v]
+    return m.model_copy(update=update)
+
+
+def differences(a: BaseModel, b: BaseModel, path: str = "") -> list[tuple[str, Any, Any]]:
+    """Fields of two resolved scenarios that differ — per-pair and per-flow settings included —
+    skipping what the seed draws (start jitter) and what one side does not know (None)."""
+    out = []
+    for name, field in type(a).model_fields.items():
+        if Seeded in _tags(field):
+            continue
+        va, vb, where = getattr(a, name), getattr(b, name, None), f"{path}{name}"
+        if isinstance(va, list) and isinstance(vb, list) and va and isinstance(va[0], BaseModel):
+            if len(va) != len(vb):
+                out.append((f"{where} (count)", len(va), len(vb)))
+            for i, (x, y) in enumerate(zip(va, vb, strict=False)):
+                out += differences(x, y, f"{where}[{i}].")
+        elif isinstance(va, BaseModel) and isinstance(vb, BaseModel):
+            out += differences(va, vb, f"{where}.")
+        elif va is not None and vb is not None and not _same(va, vb):
+            out.append((where, va, vb))
+    return out
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, float) or isinstance(b, float):
+        try:
+            return math.isclose(float(a), float(b), rel_tol=1e-9, abs_tol=1e-12)
+        except (TypeError, ValueError):
+            return False
+    return a == b
+
+
+class Provenance(_Info):
+    """Where a run came from, in terms a report renders without knowing the producer."""
+
+    producer: str  # "sim", "netns", "import"
+    source: str | None = None  # the log format of an import: "iperf3", "ss"
+    #: rows of the report's Setup table that only this producer can tell (label, text)
+    setup: list[tuple[str, str]] = Field(default_factory=list)
+    #: what a reader must know to trust the run (a scaled emulation, a late delay line, …)
+    warnings: list[str] = Field(default_factory=list)
+    #: metric keys and trace columns that are null because the producer cannot know them → why
+    unknown: dict[str, str] = Field(default_factory=dict)
+    files: list[str] = Field(default_factory=list)  # an import's logs
+    stats: dict[str, Any] = Field(default_factory=dict)  # the producer's own figures (events, delay line, …)
+
+
+# ----------------------------------------------------------------------------- the Trace
 
 
 @dataclass
@@ -30,40 +427,160 @@ class Trace:
     goodput: pa.Table
     link: pa.Table
     tcp: pa.Table
-    run: dict
+    run: dict  # run.json: trace_version, scenario, resolved, provenance, backend, seed, end_s, versions, …
+
+    @classmethod
+    def build(cls, tables: dict, info: RunInfo | dict, provenance: Provenance, **run: Any) -> Trace:
+        """A producer's Trace: its tables conformed to the contract, its RunInfo and provenance."""
+        info = info if isinstance(info, RunInfo) else RunInfo.model_validate(info)
+        conformed = {name: conform(name, tables[name]) if name in tables else SCHEMAS[name].empty_table() for name in NAMES}
+        meta = {
+            "trace_version": TRACE_VERSION,
+            "backend": provenance.producer,
+            "resolved": info.dump(),
+            "provenance": provenance.model_dump(mode="json"),
+            **run,
+        }
+        return cls(run=meta, **conformed)
+
+    @property
+    def info(self) -> RunInfo:
+        return RunInfo.model_validate(self.run["resolved"])
+
+    @property
+    def provenance(self) -> Provenance:
+        return Provenance.model_validate(self.run.get("provenance") or {"producer": self.run.get("backend", "?")})
+
+    @property
+    def end_s(self) -> float:
+        end = self.run.get("end_s")
+        if end is None and self.flows.num_rows:
+            end = max(self.flows.column("end").to_pylist())
+        return float(end or 0.0)
 
     def table(self, name: str) -> pa.Table:
         return getattr(self, name)
 
     def df(self, name: str):
-        """A table as a pandas DataFrame."""
+        """A table as a pandas DataFrame (nulls of integer columns become NaN)."""
         return self.table(name).to_pandas()
+
+    # ------------------------------------------------------------------ the contract
+
+    def validate(self) -> Trace:
+        """Checks the contract; returns self, or raises :class:`TraceError` saying what broke."""
+        if self.run.get("trace_version") != TRACE_VERSION:
+            raise TraceError(f"trace version {self.run.get('trace_version')!r}, expected {TRACE_VERSION}")
+        for name in NAMES:
+            t = self.table(name)
+            if not t.schema.equals(SCHEMAS[name], check_metadata=False):
+                raise TraceError(f"table {name} does not have the contract's schema: {_schema_diff(t.schema, SCHEMAS[name])}")
+            for f in SCHEMAS[name]:
+                if not f.nullable and t.column(f.name).null_count:
+                    raise TraceError(f"table {name}: column {f.name} has nulls")
+        try:
+            info, _ = self.info, self.provenance
+        except ValidationError as e:
+            raise TraceError(f"run metadata: {e}") from None
+        self._check_rows(info)
+        return self
+
+    def _check_rows(self, info: RunInfo) -> None:
+        ids = self.flows.column("flow_id").to_pylist()
+        if len(set(ids)) != len(ids):
+            raise TraceError("table flows: a flow_id appears twice")
+        known = set(ids)
+        for name in ("goodput", "tcp"):
+            unknown = set(pc.unique(self.table(name).column("flow_id")).to_pylist()) - known
+            if unknown:
+                raise TraceError(f"table {name}: flow_id {sorted(unknown)[:5]} not in flows")
+        for name in NAMES:
+            for c in TABLES[name]:
+                col = self.table(name).column(c.name).drop_null()
+                if c.type == f64 and len(col) and not pc.all(pc.is_finite(col)).as_py():
+                    raise TraceError(f"table {name}: column {c.name} holds a value that is not finite")
+        if self.flows.num_rows and pc.min(self.flows.column("start")).as_py() < -1e-9:
+            raise TraceError("table flows: a flow starts before t = 0")
+        del info  # parsed above: the resolved scenario is well-formed
+
+    # ------------------------------------------------------------------ storage
 
     def write(self, folder: Path) -> None:
         folder.mkdir(parents=True, exist_ok=True)
-        for name in TABLES:
+        for name in NAMES:
             pq.write_table(self.table(name), folder / f"{name}.parquet", compression="zstd")
         row = {k: [json.dumps(v, sort_keys=True) if isinstance(v, (dict, list)) else v] for k, v in self.run.items()}
         pq.write_table(pa.table(row), folder / "run.parquet", compression="zstd")
 
     @classmethod
-    def read(cls, folder: Path) -> Trace:
+    def read(cls, folder: Path, run: dict | None = None) -> Trace:
+        """The Trace of a run folder's ``trace/`` (``run``: its run.json when at hand), upgraded
+        to the current version."""
         tables = {}
-        for name in TABLES:
+        for name in NAMES:
             path = folder / f"{name}.parquet"
             if not path.exists():
                 raise FileNotFoundError(f"{path}: missing trace table")
             tables[name] = pq.read_table(path)
-        run = {}
-        if (folder / "run.parquet").exists():
-            for k, v in pq.read_table(folder / "run.parquet").to_pylist()[0].items():
-                run[k] = json.loads(v) if isinstance(v, str) and v[:1] in "{[" else v
-        return cls(run=run, **tables)
+        if run is None:
+            run = {}
+            if (folder / "run.parquet").exists():
+                for k, v in pq.read_table(folder / "run.parquet").to_pylist()[0].items():
+                    run[k] = json.loads(v) if isinstance(v, str) and v[:1] in "{[" else v
+        return upgrade(tables, dict(run))
 
-    @classmethod
-    def from_batches(cls, batches: dict, run: dict) -> Trace:
-        tables = {
-            name: batches[name] if isinstance(batches[name], pa.Table) else pa.Table.from_batches([batches[name]])
-            for name in TABLES
-        }
-        return cls(run=run, **tables)
+
+def _schema_diff(got: pa.Schema, want: pa.Schema) -> str:
+    if got.names != want.names:
+        return f"columns {got.names}, expected {want.names}"
+    bad = [
+        f"{w.name} is {g.type}{'' if g.nullable else ' not null'}, expected {w.type}{'' if w.nullable else ' not null'}"
+        for g, w in zip(got, want, strict=True)
+        if (g.type, g.nullable) != (w.type, w.nullable)
+    ]
+    return "; ".join(bad)
+
+
+# ----------------------------------------------------------------------------- older runs
+
+
+def upgrade(tables: dict[str, pa.Table], run: dict) -> Trace:
+    """A Trace of the current version from the tables and run.json of any version."""
+    version = run.get("trace_version", 1)
+    if version > TRACE_VERSION:
+        raise TraceError(f"trace version {version} is newer than this xferlab ({TRACE_VERSION}): upgrade xferlab")
+    if version == 1:
+        tables, run = _from_v1(tables, run)
+    return Trace(run=run, **{name: conform(name, tables[name]) for name in NAMES})
+
+
+def _from_v1(tables: dict, run: dict) -> tuple[dict, dict]:
+    """Version 1 stored made-up zeros where iperf3 knows nothing (in_flight, ca_state, NaN
+    rto) and kept the producer's details in several run.json keys."""
+    backend = run.get("backend", "?")
+    imported = run.get("imported") or {}
+    tcp = tables["tcp"]
+    if backend in ("import", "netns") and tcp.num_rows:
+        for col in ("in_flight", "ca_state"):
+            i = tcp.column_names.index(col)
+            tcp = tcp.set_column(i, col, pa.nulls(tcp.num_rows, tcp.column(i).type))
+        tables = {**tables, "tcp": tcp}
+    resolved = dict(run.get("resolved") or {})
+    unknown = {k: "not in the imported logs" for k in resolved.pop("unknown_metrics", [])}
+    setup = []
+    if run.get("sim_events") is not None:
+        setup.append(("simulated events", f"{run['sim_events']:,}"))
+    prov = Provenance(
+        producer=backend,
+        source=imported.get("format"),
+        setup=setup,
+        warnings=list((run.get("environment") or {}).get("warnings", [])),
+        unknown=unknown,
+        files=[str(f) for f in imported.get("files", [])],
+        stats=run.get("stats") or {},
+    )
+    for t in resolved.get("transfers", []):
+        t.setdefault("variant", resolved.get("variant", "unknown"))
+    new = {k: v for k, v in run.items() if k not in ("imported", "environment", "stats", "sim_events")}
+    new.update(trace_version=TRACE_VERSION, resolved=resolved, provenance=prov.model_dump(mode="json"))
+    return tables, new

@@ -53,17 +53,33 @@ _SIZE_UNITS = {
 }
 
 
+def _short(text: object) -> str:
+    r = repr(text)
+    return r if len(r) <= 40 else r[:36] + "…" + r[-3:]
+
+
 def _split(text: object, what: str, example: str) -> tuple[float, str]:
+    if isinstance(text, str) and len(text) > 64:
+        raise ValueError(f"expected a {what} such as {example!r}, got {_short(text)}")
     if isinstance(text, bool):
         raise ValueError(f"expected a {what} such as {example!r}, got {text!r}")
     if isinstance(text, (int, float)):
-        return float(text), ""
+        try:
+            value = float(text)
+        except OverflowError:
+            value = math.inf
+        if not math.isfinite(value):
+            raise ValueError(f"{what} {_short(text)} is not a finite number")
+        return value, ""
     if not isinstance(text, str):
-        raise ValueError(f"expected a {what} such as {example!r}, got {text!r}")
+        raise ValueError(f"expected a {what} such as {example!r}, got {_short(text)}")
     m = _RE.match(text.replace("µ", "u"))
     if not m:
         raise ValueError(f"expected a {what} such as {example!r}, got {text!r}")
-    return float(m.group("num")), m.group("unit")
+    value = float(m.group("num"))
+    if not math.isfinite(value):
+        raise ValueError(f"{what} {text!r} is not a finite number")
+    return value, m.group("unit")
 
 
 def parse_rate(text: object) -> float:
@@ -79,10 +95,13 @@ def parse_rate(text: object) -> float:
     return value * scale
 
 
-def parse_duration(text: object) -> float:
-    """Seconds from ``11.5ms``, ``20s``, ``2min``; a bare number is seconds."""
+def parse_duration(text: object, require_unit: bool = False) -> float:
+    """Seconds from ``11.5ms``, ``20s``, ``2min``; a bare number is seconds, unless
+    ``require_unit`` (scenario files: ``rtt: 10`` is refused, as a bare rate is; 0 is 0)."""
     value, unit = _split(text, "duration", "11.5ms")
     if unit == "":
+        if require_unit and value != 0:
+            raise ValueError(f"duration {text!r} needs a unit, e.g. '{text}ms' or '{text}s'")
         return value
     scale = _TIME_UNITS.get(unit) or _TIME_UNITS.get(unit.lower())
     if scale is None:
@@ -101,7 +120,10 @@ def parse_size(text: object) -> int:
         scale = _SIZE_UNITS.get(unit.lower())
         if scale is None:
             raise ValueError(f"unknown size unit {unit!r} in {text!r} (use B, KB, MB, GB, TB, KiB, MiB, GiB)")
-    return int(round(value * scale))
+    size = value * scale
+    if not math.isfinite(size):
+        raise ValueError(f"size {text!r} is not a finite number")
+    return int(round(size))
 
 
 def format_rate(bps: float) -> str:
@@ -112,11 +134,25 @@ def format_rate(bps: float) -> str:
 
 
 def format_duration(s: float) -> str:
+    if 1e5 <= s < 1e15:
+        return f"{s:.0f}s"
     if s >= 1 or s == 0:
         return f"{s:g}s"
     if s >= 1e-3:
         return f"{s * 1e3:g}ms"
     return f"{s * 1e6:g}us"
+
+
+def format_elapsed(s: float) -> str:
+    """A wall time for people: ``45 s``, ``3 min 20 s``, ``2 h 05 min``, ``3 d 4 h``."""
+    s = max(0.0, s)
+    if s < 60:
+        return f"{s:.0f} s"
+    if s < 3600:
+        return f"{int(s // 60)} min {int(s % 60):02d} s"
+    if s < 86400:
+        return f"{int(s // 3600)} h {int(s % 3600 // 60):02d} min"
+    return f"{int(s // 86400)} d {int(s % 86400 // 3600)} h"
 
 
 def format_size(b: float) -> str:

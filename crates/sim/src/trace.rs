@@ -1,4 +1,5 @@
-//! The Trace: the tables every backend produces (DESIGN.md, "The Trace").
+//! The Trace: the tables every backend produces (docs/architecture.md; the contract,
+//! with each column's nullability, is python/xferlab/trace.py).
 //!
 //! Column-oriented so that the binding can hand them to Arrow without reshaping.
 
@@ -106,13 +107,39 @@ mod arrow_impl {
     use arrow_array::{
         ArrayRef, Float64Array, RecordBatch, StringArray, UInt32Array, UInt64Array, UInt8Array,
     };
-    use arrow_schema::ArrowError;
+    use arrow_schema::{ArrowError, Field, Schema};
 
     use super::*;
 
-    fn batch(cols: Vec<(&str, ArrayRef)>) -> Result<RecordBatch, ArrowError> {
-        RecordBatch::try_from_iter(cols)
+    /// A batch whose fields carry the contract's nullability (python/xferlab/trace.py,
+    /// `TABLES`): declared per column, never inferred from whether this run has nulls.
+    fn batch(cols: Vec<(&str, ArrayRef)>, nullable: &[&str]) -> Result<RecordBatch, ArrowError> {
+        let fields: Vec<Field> = cols
+            .iter()
+            .map(|(name, a)| Field::new(*name, a.data_type().clone(), nullable.contains(name)))
+            .collect();
+        let arrays = cols.into_iter().map(|(_, a)| a).collect();
+        RecordBatch::try_new(Arc::new(Schema::new(fields)), arrays)
     }
+
+    /// Columns a producer may not know (null): the same lists as the Python contract.
+    const FLOWS_NULLABLE: &[&str] = &[
+        "volume_bytes",
+        "completion_time",
+        "segments_sent",
+        "retransmissions",
+        "fast_recoveries",
+        "timeouts",
+    ];
+    const LINK_NULLABLE: &[&str] = &["drops", "losses", "queue_pkts", "queue_max_pkts"];
+    const TCP_NULLABLE: &[&str] = &[
+        "ssthresh",
+        "srtt_ms",
+        "rto_ms",
+        "in_flight",
+        "retransmissions",
+        "ca_state",
+    ];
     fn u32s(v: &[u32]) -> ArrayRef {
         Arc::new(UInt32Array::from(v.to_vec()))
     }
@@ -127,64 +154,76 @@ mod arrow_impl {
     }
 
     impl Trace {
-        /// The four tables as Arrow record batches, named as in DESIGN.md.
+        /// The four tables as Arrow record batches, named and typed as the contract says.
         pub fn to_record_batches(&self) -> Result<Vec<(&'static str, RecordBatch)>, ArrowError> {
             let f = &self.flows;
-            let flows = batch(vec![
-                ("flow_id", u32s(&f.flow_id)),
-                ("pair", u32s(&f.pair)),
-                ("stream", u32s(&f.stream)),
-                ("source", strs(&f.source)),
-                ("sink", strs(&f.sink)),
-                ("variant", strs(&f.variant)),
-                ("role", strs(&f.role)),
-                ("start", f64s(&f.start_s)),
-                ("end", f64s(&f.end_s)),
-                ("bytes", u64s(&f.bytes)),
-                (
-                    "volume_bytes",
-                    Arc::new(UInt64Array::from(f.volume_bytes.clone())),
-                ),
-                (
-                    "completion_time",
-                    Arc::new(Float64Array::from(f.completion_time_s.clone())),
-                ),
-                ("segments_sent", u64s(&f.segments_sent)),
-                ("retransmissions", u64s(&f.retransmissions)),
-                ("fast_recoveries", u64s(&f.fast_recoveries)),
-                ("timeouts", u64s(&f.timeouts)),
-            ])?;
+            let flows = batch(
+                vec![
+                    ("flow_id", u32s(&f.flow_id)),
+                    ("pair", u32s(&f.pair)),
+                    ("stream", u32s(&f.stream)),
+                    ("source", strs(&f.source)),
+                    ("sink", strs(&f.sink)),
+                    ("variant", strs(&f.variant)),
+                    ("role", strs(&f.role)),
+                    ("start", f64s(&f.start_s)),
+                    ("end", f64s(&f.end_s)),
+                    ("bytes", u64s(&f.bytes)),
+                    (
+                        "volume_bytes",
+                        Arc::new(UInt64Array::from(f.volume_bytes.clone())),
+                    ),
+                    (
+                        "completion_time",
+                        Arc::new(Float64Array::from(f.completion_time_s.clone())),
+                    ),
+                    ("segments_sent", u64s(&f.segments_sent)),
+                    ("retransmissions", u64s(&f.retransmissions)),
+                    ("fast_recoveries", u64s(&f.fast_recoveries)),
+                    ("timeouts", u64s(&f.timeouts)),
+                ],
+                FLOWS_NULLABLE,
+            )?;
             let g = &self.goodput;
-            let goodput = batch(vec![
-                ("t", f64s(&g.t_s)),
-                ("flow_id", u32s(&g.flow_id)),
-                ("bytes", u64s(&g.bytes)),
-                ("goodput_mbps", f64s(&g.goodput_mbps)),
-            ])?;
+            let goodput = batch(
+                vec![
+                    ("t", f64s(&g.t_s)),
+                    ("flow_id", u32s(&g.flow_id)),
+                    ("bytes", u64s(&g.bytes)),
+                    ("goodput_mbps", f64s(&g.goodput_mbps)),
+                ],
+                &[],
+            )?;
             let l = &self.link;
-            let link = batch(vec![
-                ("t", f64s(&l.t_s)),
-                ("link", strs(&l.link)),
-                ("bytes", u64s(&l.bytes)),
-                ("packets", u64s(&l.packets)),
-                ("throughput_mbps", f64s(&l.throughput_mbps)),
-                ("drops", u64s(&l.drops)),
-                ("losses", u64s(&l.losses)),
-                ("queue_pkts", u32s(&l.queue_pkts)),
-                ("queue_max_pkts", u32s(&l.queue_max_pkts)),
-            ])?;
+            let link = batch(
+                vec![
+                    ("t", f64s(&l.t_s)),
+                    ("link", strs(&l.link)),
+                    ("bytes", u64s(&l.bytes)),
+                    ("packets", u64s(&l.packets)),
+                    ("throughput_mbps", f64s(&l.throughput_mbps)),
+                    ("drops", u64s(&l.drops)),
+                    ("losses", u64s(&l.losses)),
+                    ("queue_pkts", u32s(&l.queue_pkts)),
+                    ("queue_max_pkts", u32s(&l.queue_max_pkts)),
+                ],
+                LINK_NULLABLE,
+            )?;
             let t = &self.tcp;
-            let tcp = batch(vec![
-                ("t", f64s(&t.t_s)),
-                ("flow_id", u32s(&t.flow_id)),
-                ("cwnd", u32s(&t.cwnd)),
-                ("ssthresh", Arc::new(UInt32Array::from(t.ssthresh.clone()))),
-                ("srtt_ms", Arc::new(Float64Array::from(t.srtt_ms.clone()))),
-                ("rto_ms", f64s(&t.rto_ms)),
-                ("in_flight", u32s(&t.in_flight)),
-                ("retransmissions", u64s(&t.retransmissions)),
-                ("ca_state", Arc::new(UInt8Array::from(t.ca_state.clone()))),
-            ])?;
+            let tcp = batch(
+                vec![
+                    ("t", f64s(&t.t_s)),
+                    ("flow_id", u32s(&t.flow_id)),
+                    ("cwnd", u32s(&t.cwnd)),
+                    ("ssthresh", Arc::new(UInt32Array::from(t.ssthresh.clone()))),
+                    ("srtt_ms", Arc::new(Float64Array::from(t.srtt_ms.clone()))),
+                    ("rto_ms", f64s(&t.rto_ms)),
+                    ("in_flight", u32s(&t.in_flight)),
+                    ("retransmissions", u64s(&t.retransmissions)),
+                    ("ca_state", Arc::new(UInt8Array::from(t.ca_state.clone()))),
+                ],
+                TCP_NULLABLE,
+            )?;
             Ok(vec![
                 ("flows", flows),
                 ("goodput", goodput),

@@ -1,5 +1,7 @@
 //! `xfer send`: the sending side.
 
+use crate::chunkset;
+use crate::fsinfo;
 use crate::proto::*;
 use crate::sock;
 use crate::trace;
@@ -36,7 +38,16 @@ pub struct SendOpts {
     pub interval: Duration,
     pub progress: bool,
     pub quiet: bool,
+    /// The source must be exactly this many bytes, or nothing is committed.
+    pub expect_size: Option<u64>,
+    /// DEST ended in '/': the directory must exist on the server.
+    pub parent_must_exist: bool,
+    /// Test hook: the receiver fails the first attempt once it has written
+    /// this many bytes (see `Session::wrote` in server.rs).
     pub fault_reset_after: Option<u64>,
+    /// Test hook: the senders (the server's, for a pull) stop once this many
+    /// bytes went out, and wait for their connections to close.
+    pub fault_stall_after: Option<u64>,
     pub args: Vec<String>,
 }
 
@@ -56,9 +67,13 @@ pub enum PullDest {
 
 /// What one attempt needs from the source.
 enum Source {
+    /// A regular file whose size can be trusted: read by offset, resumable.
     File {
         file: Arc<File>,
         size: u64,
+        /// Modification time when opened: a file that changes while it is
+        /// sent fails the transfer.
+        mtime: Option<std::time::SystemTime>,
     },
     Mem {
         size: u64,
@@ -109,11 +124,14 @@ pub fn send(o: SendOpts) -> Result<()> {
     if matches!(o.auth, Auth::Insecure) && !addr.ip().is_loopback() {
         bail!("no key: refusing to connect to non-loopback {addr} (pass --key-file)");
     }
+    // A trace that cannot be written must stop us before anything is sent,
+    // not after the data is committed.
+    let mut trace_file = o.json.as_deref().map(TraceFile::create).transpose()?;
     let mut attempt = 0;
     let out = loop {
         let r = match &o.src {
             SrcSpec::Pull(dest) => crate::pull::pull_once(&o, dest, addr, t0),
-            _ => attempt_once(&o, addr, t0),
+            _ => attempt_once(&o, addr, t0, attempt),
         };
         match r {
             Ok(out) => break out,
@@ -143,12 +161,12 @@ pub fn send(o: SendOpts) -> Result<()> {
                 String::new()
             },
             match &out.e2e {
-                Some(h) => format!(", end-to-end xxh3-128 {h} verified"),
+                Some(h) => format!(", end-to-end digest {h} verified"),
                 None => ", hashing off".into(),
             }
         );
     }
-    if let Some(path) = &o.json {
+    if let Some(tf) = trace_file.as_mut() {
         let t = trace::build(
             &o,
             &out.done,
@@ -160,10 +178,59 @@ pub fn send(o: SendOpts) -> Result<()> {
             out.e2e.clone(),
             out.tcp,
         );
-        let f = File::create(path).with_context(|| format!("creating {}", path.display()))?;
-        serde_json::to_writer_pretty(std::io::BufWriter::new(f), &t)?;
+        tf.commit(&t)?;
     }
     Ok(())
+}
+
+/// The `--json` trace, written beside its destination and renamed into
+/// place when complete. Created before the transfer, so a destination that
+/// cannot be written fails first.
+struct TraceFile {
+    tmp: std::path::PathBuf,
+    dest: std::path::PathBuf,
+    file: Option<File>,
+}
+
+impl TraceFile {
+    fn create(dest: &std::path::Path) -> Result<TraceFile> {
+        let name = dest
+            .file_name()
+            .ok_or_else(|| anyhow!("--json {} names no file", dest.display()))?;
+        if dest.is_dir() {
+            bail!("--json {} is a directory", dest.display());
+        }
+        let tmp = dest.with_file_name(format!(
+            ".{}.xfer-tmp{}",
+            name.to_string_lossy(),
+            std::process::id()
+        ));
+        let file = File::create(&tmp)
+            .with_context(|| format!("cannot write the trace {}", dest.display()))?;
+        Ok(TraceFile {
+            tmp,
+            dest: dest.to_path_buf(),
+            file: Some(file),
+        })
+    }
+
+    fn commit(&mut self, t: &trace::Trace) -> Result<()> {
+        let f = self.file.take().unwrap();
+        let mut w = std::io::BufWriter::new(f);
+        serde_json::to_writer_pretty(&mut w, t)?;
+        w.flush()
+            .with_context(|| format!("writing the trace {}", self.dest.display()))?;
+        std::fs::rename(&self.tmp, &self.dest)
+            .with_context(|| format!("writing the trace {}", self.dest.display()))
+    }
+}
+
+impl Drop for TraceFile {
+    fn drop(&mut self) {
+        if self.file.is_some() {
+            let _ = std::fs::remove_file(&self.tmp);
+        }
+    }
 }
 
 fn open_source(o: &SendOpts) -> Result<Source> {
@@ -177,9 +244,13 @@ fn open_source(o: &SendOpts) -> Result<Source> {
                     p.display()
                 );
             }
-            if md.is_file() {
+            // A file whose size cannot be trusted (procfs and sysfs report 0
+            // or a page; an empty file may be one we do not know) is read to
+            // its end like a pipe, never cut at its stated size.
+            if md.is_file() && md.len() > 0 && !fsinfo::is_pseudo(&f) {
                 Source::File {
                     size: md.len(),
+                    mtime: md.modified().ok(),
                     file: Arc::new(f),
                 }
             } else {
@@ -213,7 +284,7 @@ fn open_source(o: &SendOpts) -> Result<Source> {
 
 fn src_id(o: &SendOpts, src: &Source) -> String {
     match (&o.src, src) {
-        (SrcSpec::Path(p), Source::File { file, size }) => {
+        (SrcSpec::Path(p), Source::File { file, size, .. }) => {
             let mt = file.metadata().ok().and_then(|m| m.modified().ok());
             let mt = mt
                 .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
@@ -221,6 +292,7 @@ fn src_id(o: &SendOpts, src: &Source) -> String {
                 .unwrap_or(0);
             format!("file:{}:{size}:{mt}", p.display())
         }
+        (SrcSpec::Path(p), _) => format!("stream:{}", p.display()),
         (SrcSpec::Cmd(c), _) => format!("cmd:{c}"),
         (SrcSpec::Mem(n), _) => format!("mem:{n}"),
         (SrcSpec::Pull(_), _) => "pull".into(),
@@ -266,18 +338,26 @@ fn attempt_once(
     o: &SendOpts,
     addr: SocketAddr,
     t0: Instant,
+    attempt: u32,
 ) -> std::result::Result<Outcome, AttemptError> {
     let src = open_source(o)?;
     let (known_size, is_file) = match &src {
         Source::File { size, .. } => (Some(*size), true),
         Source::Mem { size } => (Some(*size), false),
-        Source::Pipe { .. } => (o.size, false),
+        Source::Pipe { .. } => (o.expect_size.or(o.size), false),
     };
+    if let (Some(want), Source::File { size, .. } | Source::Mem { size }) = (o.expect_size, &src) {
+        if *size != want {
+            return Err(anyhow!("the source is {size} bytes, not {want} (--expect-size)").into());
+        }
+    }
     let mode = match (o.mode, &src) {
         (Some(Mode::Stripe), Source::Pipe { .. }) => {
-            return Err(
-                anyhow!("stripe mode needs a regular file (a pipe can only be streamed)").into(),
+            return Err(anyhow!(
+                "stripe mode needs a regular file of known size (pipes, and files that do not \
+                 state their size, such as those of /proc and /sys, are streamed)"
             )
+            .into())
         }
         (Some(m), _) => m,
         (None, Source::Pipe { .. }) => Mode::Stream,
@@ -289,16 +369,21 @@ fn attempt_once(
     // Files resume by default; a pipe only when asked (its producer must be
     // deterministic, which only the user knows).
     let resume = o.resume.unwrap_or(is_file) && matches!(o.sink, Sink::Path(_));
+    if mode == Mode::Stripe {
+        // The receiver keeps one bit per chunk: say so before connecting.
+        check_chunk_count(known_size.unwrap_or(0), o.chunk)?;
+    }
     let session = hex(&random_bytes::<16>()?);
     let req = Request {
         session: session.clone(),
         streams: o.streams,
         mode,
         chunk: o.chunk,
-        size: if mode == Mode::Stripe {
-            known_size
-        } else {
-            known_size.filter(|_| !matches!(src, Source::Pipe { .. }))
+        // A pipe's --size is only a hint for --deadline; --expect-size is a
+        // promise the receiver checks too.
+        size: match &src {
+            Source::Pipe { .. } => o.expect_size,
+            _ => known_size,
         },
         sink: o.sink.clone(),
         src_id: src_id(o, &src),
@@ -307,6 +392,9 @@ fn attempt_once(
         interval_ms: o.interval.as_millis() as u64,
         pull: false,
         cc: None,
+        parent_must_exist: o.parent_must_exist,
+        fault_reset_after: o.fault_reset_after.filter(|_| attempt == 0),
+        fault_stall_after: None,
     };
     let mut ctrl = connect(o, addr, false)?;
     send_msg(&mut ctrl, &Open::Control(req))?;
@@ -365,22 +453,19 @@ fn attempt_once(
 
     let chunk = o.chunk as u64;
     let mut producer_child = None;
-    // Chunk hashes in order, for the end-to-end digest.
-    let hashes: Arc<Mutex<Vec<u64>>>;
+    // A file's identity when opened, to catch one that changes while sent.
+    let watched = match &src {
+        Source::File { file, size, mtime } => Some((file.clone(), *size, *mtime)),
+        _ => None,
+    };
+    // Each worker returns its share of the end-to-end digest.
     let mut handles = Vec::new();
     let mut extra = Vec::new();
     match (mode, src) {
         (Mode::Stripe, src) => {
             let size = known_size.unwrap();
             let n = size.div_ceil(chunk);
-            let mut have_v = vec![false; n as usize];
-            for (a, b) in &have {
-                for i in *a..(*b).min(n) {
-                    have_v[i as usize] = true;
-                }
-            }
-            let missing: Vec<u64> = (0..n).filter(|i| !have_v[*i as usize]).collect();
-            hashes = Arc::new(Mutex::new(vec![0; n as usize]));
+            let missing = chunkset::missing(&have, n);
             let (file, zero) = match src {
                 Source::File { file, .. } => (Some(file), None),
                 _ => (None, Some(Arc::new(vec![0u8; o.chunk as usize]))),
@@ -388,45 +473,43 @@ fn attempt_once(
             if o.hash {
                 // Hash what the receiver already has, so the end-to-end
                 // digest also vouches for the resumed part.
-                let skipped: Vec<u64> = (0..n).filter(|i| have_v[*i as usize]).collect();
-                let (f, z, h) = (file.clone(), zero.clone(), hashes.clone());
-                extra.push(std::thread::spawn(move || -> Result<()> {
+                let skipped = chunkset::missing(&missing, n);
+                let (f, z) = (file.clone(), zero.clone());
+                extra.push(std::thread::spawn(move || -> Result<E2e> {
                     let mut buf = vec![0u8; chunk as usize];
-                    for i in skipped {
+                    let mut e2e = E2e::default();
+                    for i in skipped.iter().flat_map(|&(a, b)| a..b) {
                         let len = chunk.min(size - i * chunk) as usize;
                         let d: &[u8] = match &f {
                             Some(f) => {
-                                f.read_exact_at(&mut buf[..len], i * chunk)?;
+                                f.read_exact_at(&mut buf[..len], i * chunk)
+                                    .context("reading source")?;
                                 &buf[..len]
                             }
                             None => &z.as_ref().unwrap()[..len],
                         };
-                        h.lock().unwrap()[i as usize] = chunk_hash(d);
+                        e2e.add(i, chunk_hash(d));
                     }
-                    Ok(())
+                    Ok(e2e)
                 }));
             }
-            let per = missing.len().div_ceil(o.streams as usize).max(1);
-            let mut groups: Vec<Vec<u64>> = missing.chunks(per).map(|c| c.to_vec()).collect();
-            groups.resize(o.streams as usize, Vec::new());
-            for (i, (c, g)) in conns.into_iter().zip(groups).enumerate() {
+            let groups = chunkset::split(&missing, o.streams as usize);
+            for (c, g) in conns.into_iter().zip(groups) {
                 let ctx = StripeCtx {
                     file: file.clone(),
                     zero: zero.clone(),
                     chunk,
                     size,
                     hash: o.hash,
-                    hashes: hashes.clone(),
                     sent: sent.clone(),
                     abort: abort.clone(),
-                    fault: if i == 0 { o.fault_reset_after } else { None },
+                    stall_after: o.fault_stall_after,
                 };
                 handles.push(std::thread::spawn(move || stripe_sender(c, g, ctx)));
             }
         }
         (Mode::Stream, src) => {
             let skip = have.first().filter(|r| r.0 == 0).map(|r| r.1).unwrap_or(0);
-            hashes = Arc::new(Mutex::new(Vec::new()));
             let (reader, mem): (Box<dyn Read + Send>, Option<u64>) = match src {
                 Source::File { file, .. } => (Box::new(SharedFile(file, 0)), None),
                 Source::Mem { size } => (Box::new(std::io::empty()), Some(size)),
@@ -439,30 +522,35 @@ fn attempt_once(
                 chunk: chunk as usize,
                 skip,
                 hash: o.hash,
-                hashes: hashes.clone(),
                 abort: abort.clone(),
                 zero: mem.map(|_| vec![0u8; chunk as usize]),
+                expect: o.expect_size,
                 st: Mutex::new(SrcState {
                     reader,
                     mem_left: mem,
                     seq: 0,
+                    read: 0,
                     total: None,
                     child: producer_child.take(),
                     error: None,
                 }),
             });
-            for (i, c) in conns.into_iter().enumerate() {
+            for c in conns {
                 let (shared, sent) = (shared.clone(), sent.clone());
-                let fault = if i == 0 { o.fault_reset_after } else { None };
+                let stall = o.fault_stall_after;
                 handles.push(std::thread::spawn(move || {
-                    stream_sender(c, shared, sent, fault)
+                    stream_sender(c, shared, sent, stall)
                 }));
             }
         }
     }
 
     let mut first_err: Option<anyhow::Error> = None;
-    let mut note = |r: Result<()>, abort: &AtomicBool| {
+    let mut e2e_sum = E2e::default();
+    let mut note = |r: Result<E2e>, abort: &AtomicBool| {
+        if let Ok(part) = &r {
+            e2e_sum.merge(*part);
+        }
         if let Err(e) = r {
             // Keep the most telling error: one of our own beats a broken
             // send, which is usually just the consequence of an abort.
@@ -494,18 +582,25 @@ fn attempt_once(
             &abort,
         );
     }
+    if first_err.is_none() {
+        if let Some((f, size, mtime)) = &watched {
+            first_err = source_changed(f, *size, *mtime).err();
+        }
+    }
     // The receiver commits (renames into place, lets a consumer finish) only
     // once our digest arrives and matches its own.
     if first_err.is_none() {
-        let e2e = o.hash.then(|| e2e_digest(&hashes.lock().unwrap()));
+        let e2e = o.hash.then(|| e2e_sum.hex());
         if let Err(e) = send_msg(&mut ctrl, &Finish { e2e }) {
             first_err = Some(e.context("sending end-to-end hash"));
         }
     }
     // The server's verdict explains most failures better than our EPIPE.
     // Without an error the verdict can take a while (fsync of a big file);
-    // keepalive, not a timeout, catches a receiver host that vanished.
-    ctrl.set_read_timeout(first_err.as_ref().map(|_| Duration::from_secs(5)))?;
+    // keepalive, not a timeout, catches a receiver host that vanished. After
+    // an error it normally comes at once; the bound is generous for a
+    // loaded machine and only matters for a stuck server.
+    ctrl.set_read_timeout(first_err.as_ref().map(|_| Duration::from_secs(30)))?;
     let done: Result<Done> = recv_msg(&mut ctrl);
     let elapsed = data_start.elapsed().as_secs_f64();
     sampler_stop.store(true, Ordering::SeqCst);
@@ -528,7 +623,7 @@ fn attempt_once(
         (Ok(d), None) => d,
     };
     let e2e = if o.hash {
-        let mine = e2e_digest(&hashes.lock().unwrap());
+        let mine = e2e_sum.hex();
         match &done.e2e {
             Some(theirs) if *theirs == mine => Some(mine),
             Some(theirs) => {
@@ -554,6 +649,21 @@ fn attempt_once(
     })
 }
 
+/// Fails if a file changed (size or modification time) since it was opened:
+/// what was sent may mix old and new contents, or miss what was appended.
+fn source_changed(f: &File, size: u64, mtime: Option<std::time::SystemTime>) -> Result<()> {
+    let md = f.metadata().context("checking the source after sending")?;
+    if md.len() != size || md.modified().ok() != mtime {
+        bail!(
+            "the source changed while it was sent ({} bytes when opened, {} now); nothing was \
+             committed: send a copy that does not change (or a pipe, '-', to send a stream as read)",
+            size,
+            md.len()
+        );
+    }
+    Ok(())
+}
+
 /// Goodput target in bit/s from --rate, or from --deadline and the bytes
 /// still to send.
 pub(crate) fn target_rate(
@@ -566,16 +676,23 @@ pub(crate) fn target_rate(
         (None, Some(dl)) => {
             let rem = remaining
                 .ok_or_else(|| anyhow!("--deadline with a pipe of unknown size needs --size"))?;
-            let left = dl.as_secs_f64() - t0.elapsed().as_secs_f64();
-            // Aim slightly early: ramp-up and the final acknowledgement cost time.
-            let left = left - (left * 0.005).min(0.25);
-            if left <= 0.0 {
-                bail!("deadline already passed");
-            }
-            Some(((rem as f64 * 8.0 / left).ceil() as u64).max(1000))
+            Some(deadline_rate(
+                rem,
+                dl.as_secs_f64() - t0.elapsed().as_secs_f64(),
+            )?)
         }
         _ => None,
     })
+}
+
+/// The goodput (bit/s) that moves `remaining` bytes in `left` seconds,
+/// aiming slightly early: ramp-up and the final acknowledgement cost time.
+fn deadline_rate(remaining: u64, left: f64) -> Result<u64> {
+    let left = left - (left * 0.005).min(0.25);
+    if left <= 0.0 {
+        bail!("deadline already passed");
+    }
+    Ok(((remaining as f64 * 8.0 / left).ceil() as u64).max(1000))
 }
 
 /// Pacing: aggregate goodput split evenly, scaled up by frame overhead so
@@ -592,10 +709,10 @@ pub(crate) struct StripeCtx {
     pub chunk: u64,
     pub size: u64,
     pub hash: bool,
-    pub hashes: Arc<Mutex<Vec<u64>>>,
+    /// Bytes sent by all streams together.
     pub sent: Arc<AtomicU64>,
     pub abort: Arc<AtomicBool>,
-    pub fault: Option<u64>,
+    pub stall_after: Option<u64>,
 }
 
 fn write_frame(c: &TcpStream, hdr: FrameHdr, data: &[u8]) -> Result<()> {
@@ -605,31 +722,33 @@ fn write_frame(c: &TcpStream, hdr: FrameHdr, data: &[u8]) -> Result<()> {
     Ok(())
 }
 
-/// Test hook: reset the connection (RST, via SO_LINGER 0) once `after`
-/// bytes went out, to exercise recovery from a broken data stream.
-fn maybe_fault(c: &mut Option<Arc<TcpStream>>, fault: Option<u64>, mine: u64) -> Result<()> {
-    // One-shot per process, so a retry can succeed.
-    static FIRED: AtomicBool = AtomicBool::new(false);
-    if let Some(after) = fault {
-        if mine >= after && !FIRED.swap(true, Ordering::SeqCst) {
-            if let Some(s) = c.take() {
-                let _ = socket2::SockRef::from(s.as_ref()).set_linger(Some(Duration::ZERO));
-                drop(s);
-            }
-            bail!("injected connection reset (test hook)");
-        }
+/// Test hook (`--fault-stall-after`): once `after` bytes went out on all
+/// streams together, stop sending and wait for the connection to close (the
+/// peer never writes on a data connection, so only its end or ours ends the
+/// wait). A transfer stalled this way cannot finish, so a test can kill
+/// either end "mid-transfer" without racing the end of the transfer.
+fn stall_if_due(c: &TcpStream, after: Option<u64>, sent: &AtomicU64) -> Result<()> {
+    if after.is_some_and(|n| sent.load(Ordering::SeqCst) >= n) {
+        let _ = (&*c).read(&mut [0u8; 1]);
+        bail!("sending data: connection closed while stalled (test hook)");
     }
     Ok(())
 }
 
-pub(crate) fn stripe_sender(c: Arc<TcpStream>, chunks: Vec<u64>, x: StripeCtx) -> Result<()> {
+/// Sends the chunks of `ranges` in order, then an END frame; returns this
+/// stream's share of the end-to-end digest.
+pub(crate) fn stripe_sender(
+    c: Arc<TcpStream>,
+    ranges: Vec<(u64, u64)>,
+    x: StripeCtx,
+) -> Result<E2e> {
     let mut buf = vec![0u8; x.chunk as usize];
-    let mut c = Some(c);
-    let mut mine = 0u64;
-    for i in chunks {
+    let mut e2e = E2e::default();
+    for i in ranges.into_iter().flat_map(|(a, b)| a..b) {
         if x.abort.load(Ordering::Relaxed) {
-            return Ok(());
+            return Ok(e2e);
         }
+        stall_if_due(&c, x.stall_after, &x.sent)?;
         let len = x.chunk.min(x.size - i * x.chunk) as usize;
         let data: &[u8] = match &x.file {
             Some(f) => {
@@ -641,7 +760,7 @@ pub(crate) fn stripe_sender(c: Arc<TcpStream>, chunks: Vec<u64>, x: StripeCtx) -
         };
         let h = if x.hash { chunk_hash(data) } else { 0 };
         write_frame(
-            c.as_ref().unwrap(),
+            &c,
             FrameHdr {
                 kind: KIND_DATA,
                 index: i,
@@ -651,15 +770,11 @@ pub(crate) fn stripe_sender(c: Arc<TcpStream>, chunks: Vec<u64>, x: StripeCtx) -
             data,
         )
         .context("sending data")?;
-        if x.hash {
-            x.hashes.lock().unwrap()[i as usize] = h;
-        }
+        e2e.add(i, h);
         x.sent.fetch_add(len as u64, Ordering::Relaxed);
-        mine += len as u64;
-        maybe_fault(&mut c, x.fault, mine)?;
     }
     write_frame(
-        c.as_ref().unwrap(),
+        &c,
         FrameHdr {
             kind: KIND_END,
             index: 0,
@@ -668,7 +783,8 @@ pub(crate) fn stripe_sender(c: Arc<TcpStream>, chunks: Vec<u64>, x: StripeCtx) -
         },
         &[],
     )
-    .context("sending data")
+    .context("sending data")?;
+    Ok(e2e)
 }
 
 pub(crate) struct SharedFile(pub Arc<File>, pub u64);
@@ -685,6 +801,8 @@ struct SrcState {
     /// Some(bytes left) for the mem: source, which needs no reading.
     mem_left: Option<u64>,
     seq: u64,
+    /// Bytes taken from the source so far.
+    read: u64,
     /// Set at end of input: the number of chunks.
     total: Option<u64>,
     child: Option<Child>,
@@ -707,9 +825,10 @@ pub(crate) struct StreamSrc {
     chunk: usize,
     skip: u64,
     hash: bool,
-    hashes: Arc<Mutex<Vec<u64>>>,
     abort: Arc<AtomicBool>,
     zero: Option<Vec<u8>>,
+    /// --expect-size: the source must be exactly this long.
+    expect: Option<u64>,
     st: Mutex<SrcState>,
 }
 
@@ -719,20 +838,20 @@ impl StreamSrc {
         reader: Box<dyn Read + Send>,
         chunk: usize,
         hash: bool,
-        hashes: Arc<Mutex<Vec<u64>>>,
         abort: Arc<AtomicBool>,
     ) -> StreamSrc {
         StreamSrc {
             chunk,
             skip: 0,
             hash,
-            hashes,
             abort,
             zero: None,
+            expect: None,
             st: Mutex::new(SrcState {
                 reader,
                 mem_left: None,
                 seq: 0,
+                read: 0,
                 total: None,
                 child: None,
                 error: None,
@@ -756,27 +875,30 @@ impl StreamSrc {
                 n
             }
             None => {
-                buf.resize(self.chunk, 0);
                 // Fill whole chunks so chunk boundaries are the same on a
-                // re-run (pipe resume depends on it).
-                let mut n = 0;
-                while n < self.chunk {
-                    match st.reader.read(&mut buf[n..]) {
-                        Ok(0) => break,
-                        Ok(k) => n += k,
-                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                        Err(e) => {
-                            st.error = Some(format!("reading source: {e}"));
-                            bail!("reading source: {e}");
-                        }
+                // re-run (pipe resume depends on it). The buffer is touched
+                // only as bytes arrive.
+                buf.clear();
+                let chunk = self.chunk as u64;
+                match (&mut st.reader).take(chunk).read_to_end(buf) {
+                    Ok(n) => n,
+                    Err(e) => {
+                        st.error = Some(format!("reading source: {e}"));
+                        bail!("reading source: {e}");
                     }
                 }
-                n
             }
         };
         let seq = st.seq;
         if n > 0 {
             st.seq += 1;
+        }
+        st.read += n as u64;
+        if let Some(want) = self.expect.filter(|w| st.read > *w) {
+            st.error = Some(format!(
+                "the source is longer than --expect-size {want}; nothing was committed"
+            ));
+            bail!("{}", st.error.as_ref().unwrap());
         }
         if n < self.chunk {
             // End of input: a producer that failed must not look like a
@@ -787,6 +909,13 @@ impl StreamSrc {
                     Ok(s) => st.error = Some(format!("producer command failed: {s}")),
                     Err(e) => st.error = Some(format!("waiting for producer: {e}")),
                 }
+            }
+            if let Some(want) = self.expect.filter(|w| st.read != *w) {
+                st.error = Some(format!(
+                    "the source ended after {} bytes, but --expect-size is {want}; nothing was \
+                     committed",
+                    st.read
+                ));
             }
             if st.seq < self.skip {
                 st.error = Some(
@@ -803,18 +932,20 @@ impl StreamSrc {
     }
 }
 
+/// Takes chunks from the shared source and sends them until its end, then an
+/// END frame with the chunk count; returns this stream's share of the
+/// end-to-end digest (chunks the receiver already has are hashed, not sent).
 pub(crate) fn stream_sender(
     c: Arc<TcpStream>,
     src: Arc<StreamSrc>,
     sent: Arc<AtomicU64>,
-    fault: Option<u64>,
-) -> Result<()> {
-    let mut c = Some(c);
-    let mut mine = 0u64;
+    stall_after: Option<u64>,
+) -> Result<E2e> {
     let mut buf = Vec::with_capacity(src.chunk);
+    let mut e2e = E2e::default();
     while let Some((seq, n)) = src.next(&mut buf)? {
         if src.abort.load(Ordering::Relaxed) {
-            return Ok(());
+            return Ok(e2e);
         }
         // mem: sends one shared zero buffer, like stripe mode does.
         let buf = match &src.zero {
@@ -822,18 +953,13 @@ pub(crate) fn stream_sender(
             None => &buf[..n],
         };
         let h = if src.hash { chunk_hash(buf) } else { 0 };
-        if src.hash {
-            let mut v = src.hashes.lock().unwrap();
-            if v.len() <= seq as usize {
-                v.resize(seq as usize + 1, 0);
-            }
-            v[seq as usize] = h;
-        }
+        e2e.add(seq, h);
         if seq < src.skip {
-            continue; // the receiver has it; hashed above for the e2e digest
+            continue; // the receiver has it; hashed for the e2e digest
         }
+        stall_if_due(&c, stall_after, &sent)?;
         write_frame(
-            c.as_ref().unwrap(),
+            &c,
             FrameHdr {
                 kind: KIND_DATA,
                 index: seq,
@@ -844,15 +970,13 @@ pub(crate) fn stream_sender(
         )
         .context("sending data")?;
         sent.fetch_add(buf.len() as u64, Ordering::Relaxed);
-        mine += buf.len() as u64;
-        maybe_fault(&mut c, fault, mine)?;
     }
     let total = src.st.lock().unwrap().total.unwrap_or(0);
     if src.abort.load(Ordering::SeqCst) {
-        return Ok(());
+        return Ok(e2e);
     }
     write_frame(
-        c.as_ref().unwrap(),
+        &c,
         FrameHdr {
             kind: KIND_END,
             index: total,
@@ -861,7 +985,8 @@ pub(crate) fn stream_sender(
         },
         &[],
     )
-    .context("sending data")
+    .context("sending data")?;
+    Ok(e2e)
 }
 
 pub(crate) fn sample_tcp(
@@ -926,4 +1051,46 @@ pub(crate) fn progress_bar(
         pb.set_position(resumed + sent.load(Ordering::Relaxed));
         pb.finish();
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn deadline_rate_covers_what_is_left() {
+        // 8 MiB in 2 s: 33.5 Mbit/s, plus 0.5 % of margin.
+        let r = deadline_rate(8 << 20, 2.0).unwrap() as f64;
+        let want = (8u64 << 20) as f64 * 8.0 / 2.0;
+        assert!(r > want && r < want * 1.006, "{r} vs {want}");
+        // The margin is at most 0.25 s.
+        let r = deadline_rate(1 << 30, 100.0).unwrap() as f64;
+        assert!((r - (1u64 << 30) as f64 * 8.0 / 99.75).abs() < 2.0);
+        assert!(deadline_rate(1, -0.1).is_err());
+    }
+
+    #[test]
+    fn a_file_that_changes_is_caught() {
+        let p = std::env::temp_dir().join(format!("xfer-changed-{}", std::process::id()));
+        std::fs::write(&p, b"0123456789").unwrap();
+        let f = File::open(&p).unwrap();
+        let md = f.metadata().unwrap();
+        source_changed(&f, md.len(), md.modified().ok()).unwrap();
+        // Grows (a log being appended to).
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(&p)
+            .unwrap()
+            .write_all(b"more")
+            .unwrap();
+        let e = source_changed(&f, md.len(), md.modified().ok()).unwrap_err();
+        assert!(e.to_string().contains("changed while it was sent"), "{e}");
+        // Same size, new contents (mtime moves).
+        let md = f.metadata().unwrap();
+        let f2 = std::fs::OpenOptions::new().write(true).open(&p).unwrap();
+        f2.set_modified(md.modified().unwrap() + Duration::from_secs(1))
+            .unwrap();
+        assert!(source_changed(&f, md.len(), md.modified().ok()).is_err());
+        std::fs::remove_file(&p).unwrap();
+    }
 }

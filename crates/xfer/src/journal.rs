@@ -8,7 +8,7 @@
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 use std::fs::File;
-use std::io::{Read, Seek, SeekFrom, Write};
+use std::io::{BufReader, Read, Seek, SeekFrom, Write};
 
 const MAGIC: &[u8; 7] = b"XFERJ1\n";
 
@@ -26,64 +26,74 @@ pub struct Journal {
 }
 
 impl Journal {
-    /// Returns the journal (positioned for appending) and its records if the
-    /// existing journal describes the same transfer; otherwise starts afresh.
+    /// Returns the journal, positioned for appending. If `resume` and the
+    /// existing journal describes the same transfer, each record is handed to
+    /// `visit` in the order written, streamed from disk (a journal can hold
+    /// millions of records); `visit` returns false to skip the rest.
+    /// Otherwise the journal starts afresh.
     pub fn open(
         mut file: File,
         header: &Header,
         resume: bool,
-    ) -> Result<(Journal, Vec<(u64, u64)>)> {
-        let mut records = Vec::new();
-        let mut matched = false;
-        if resume {
-            let mut buf = Vec::new();
-            file.read_to_end(&mut buf).context("reading journal")?;
-            if buf.len() >= 11 && &buf[..7] == MAGIC {
-                let hl = u32::from_le_bytes(buf[7..11].try_into().unwrap()) as usize;
-                if buf.len() >= 11 + hl {
-                    if let Ok(h) = serde_json::from_slice::<Header>(&buf[11..11 + hl]) {
-                        if &h == header {
-                            matched = true;
-                            for r in buf[11 + hl..].chunks_exact(16) {
-                                records.push((
-                                    u64::from_le_bytes(r[..8].try_into().unwrap()),
-                                    u64::from_le_bytes(r[8..].try_into().unwrap()),
-                                ));
-                            }
-                        }
-                    }
+        mut visit: impl FnMut(u64, u64) -> bool,
+    ) -> Result<Journal> {
+        let h = serde_json::to_vec(header)?;
+        let hl = 11 + h.len() as u64;
+        let len = file.metadata().context("reading journal")?.len();
+        // Only a header of the length ours has can match, so that is all
+        // that is read (whatever length the file states).
+        let matched = resume && len >= hl && {
+            let mut head = Vec::new();
+            (&mut file)
+                .take(hl)
+                .read_to_end(&mut head)
+                .context("reading journal")?;
+            head.len() as u64 == hl
+                && &head[..7] == MAGIC
+                && u32::from_le_bytes(head[7..11].try_into().unwrap()) as usize == h.len()
+                && serde_json::from_slice::<Header>(&head[11..]).ok().as_ref() == Some(header)
+        };
+        if matched {
+            // Whole records only: a torn trailing record is dropped so new
+            // records stay aligned.
+            let n = (len - hl) / 16;
+            file.seek(SeekFrom::Start(hl))?;
+            let mut r = BufReader::with_capacity(64 << 10, &mut file).take(16 * n);
+            let mut rec = [0u8; 16];
+            for _ in 0..n {
+                r.read_exact(&mut rec).context("reading journal")?;
+                let idx = u64::from_le_bytes(rec[..8].try_into().unwrap());
+                let hash = u64::from_le_bytes(rec[8..].try_into().unwrap());
+                if !visit(idx, hash) {
+                    break;
                 }
             }
-        }
-        if !matched {
+            let end = hl + 16 * n;
+            file.set_len(end)?;
+            file.seek(SeekFrom::Start(end))?;
+        } else {
             file.set_len(0)?;
             file.seek(SeekFrom::Start(0))?;
-            let h = serde_json::to_vec(header)?;
             let mut out = MAGIC.to_vec();
             out.extend_from_slice(&(h.len() as u32).to_le_bytes());
             out.extend_from_slice(&h);
             file.write_all(&out)?;
-        } else {
-            // Drop a torn trailing record so new records stay aligned.
-            let hl = 11 + serde_json::to_vec(header)?.len() as u64;
-            let end = hl + 16 * records.len() as u64;
-            file.set_len(end)?;
-            file.seek(SeekFrom::Start(end))?;
         }
-        Ok((Journal { file }, records))
+        Ok(Journal { file })
     }
 
-    pub fn append(&mut self, index: u64, hash: u64) -> Result<()> {
+    pub fn append(&mut self, index: u64, hash: u64) -> std::io::Result<()> {
         let mut r = [0u8; 16];
         r[..8].copy_from_slice(&index.to_le_bytes());
         r[8..].copy_from_slice(&hash.to_le_bytes());
-        self.file.write_all(&r).context("writing journal")
+        self.file.write_all(&r)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::FileExt;
 
     #[test]
     fn roundtrip_and_mismatch() {
@@ -104,7 +114,16 @@ mod tests {
             size: Some(10),
             hash: true,
         };
-        let (mut j, r) = Journal::open(open(), &h, true).unwrap();
+        let records = |h: &Header, resume: bool| {
+            let mut r = Vec::new();
+            let j = Journal::open(open(), h, resume, |i, x| {
+                r.push((i, x));
+                true
+            })
+            .unwrap();
+            (j, r)
+        };
+        let (mut j, r) = records(&h, true);
         assert!(r.is_empty());
         j.append(2, 22).unwrap();
         j.append(0, 10).unwrap();
@@ -116,19 +135,35 @@ mod tests {
             .unwrap()
             .write_all(&[1, 2, 3])
             .unwrap();
-        let (mut j, r) = Journal::open(open(), &h, true).unwrap();
+        let (mut j, r) = records(&h, true);
         assert_eq!(r, vec![(2, 22), (0, 10)]);
         j.append(1, 11).unwrap();
         drop(j);
-        let (_, r) = Journal::open(open(), &h, true).unwrap();
+        // A visitor may stop early; the records after it stay.
+        let mut first = None;
+        drop(
+            Journal::open(open(), &h, true, |i, x| {
+                first = Some((i, x));
+                false
+            })
+            .unwrap(),
+        );
+        assert_eq!(first, Some((2, 22)));
+        let (_, r) = records(&h, true);
         assert_eq!(r.len(), 3);
         let h2 = Header {
             src_id: "b".into(),
             ..h.clone()
         };
-        let (_, r) = Journal::open(open(), &h2, true).unwrap();
+        let (_, r) = records(&h2, true);
         assert!(r.is_empty());
-        let (_, r) = Journal::open(open(), &h2, false).unwrap();
+        let (_, r) = records(&h2, false);
+        assert!(r.is_empty());
+        // A header length that lies (huge) is not trusted or allocated.
+        let f = open();
+        f.write_all_at(&u32::MAX.to_le_bytes(), 7).unwrap();
+        drop(f);
+        let (_, r) = records(&h2, true);
         assert!(r.is_empty());
         std::fs::remove_file(&p).unwrap();
     }

@@ -1,7 +1,9 @@
 //! xfer: parallel-stream transfer of files and pipes, paced to a rate or a
 //! deadline. See docs/xfer.md.
 
+mod chunkset;
 mod client;
+mod fsinfo;
 mod journal;
 mod proto;
 mod pull;
@@ -60,6 +62,10 @@ enum Cmd {
         /// Maximum concurrent sessions.
         #[arg(long, default_value_t = 16)]
         max_sessions: usize,
+        /// Maximum open connections (authenticated or not); past it, clients
+        /// are told the server is busy.
+        #[arg(long, default_value_t = 1024)]
+        max_conns: u64,
         /// Receive buffer per data socket (default: kernel autotuning).
         #[arg(long)]
         rcvbuf: Option<String>,
@@ -93,6 +99,11 @@ Pull: SRC = HOST:PORT:/path, DEST = a local file or '-' (stdout)."
         /// Expected size of a pipe (needed with --deadline).
         #[arg(long)]
         size: Option<String>,
+        /// The source must be exactly this many bytes: a pipe that ends
+        /// early (e.g. its producer failed) or runs long fails the transfer
+        /// and nothing is committed.
+        #[arg(long)]
+        expect_size: Option<String>,
         /// TCP congestion control (e.g. bbr, cubic, reno).
         #[arg(long)]
         cc: Option<String>,
@@ -141,8 +152,14 @@ Pull: SRC = HOST:PORT:/path, DEST = a local file or '-' (stdout)."
         /// No summary line.
         #[arg(short, long)]
         quiet: bool,
+        /// Test hook: the receiver fails the first attempt, as if its data
+        /// connections were reset, once it has written this many bytes.
         #[arg(long, hide = true)]
         fault_reset_after: Option<String>,
+        /// Test hook: the senders stop after this many bytes and wait for
+        /// their connections to close (the transfer cannot finish).
+        #[arg(long, hide = true)]
+        fault_stall_after: Option<String>,
     },
 }
 
@@ -203,11 +220,15 @@ fn run() -> Result<()> {
             allow_cmd,
             max_chunk,
             max_sessions,
+            max_conns,
             rcvbuf,
         } => {
             let max_chunk = util::parse_size(&max_chunk)?;
-            if max_chunk == 0 || max_chunk > proto::MAX_CHUNK as u64 {
-                bail!("--max-chunk must be between 1 and 16M");
+            if max_chunk < proto::MIN_CHUNK as u64 || max_chunk > proto::MAX_CHUNK as u64 {
+                bail!("--max-chunk must be between 4K and 16M");
+            }
+            if max_conns < 2 {
+                bail!("--max-conns must be at least 2 (a control and a data connection)");
             }
             server::serve(server::ServeOpts {
                 listen,
@@ -216,6 +237,7 @@ fn run() -> Result<()> {
                 allow_cmd,
                 max_chunk: max_chunk as u32,
                 max_sessions,
+                max_conns,
                 rcvbuf: bytes_opt(&rcvbuf)?,
             })
         }
@@ -243,7 +265,9 @@ fn run() -> Result<()> {
             interval,
             no_progress,
             quiet,
+            expect_size,
             fault_reset_after,
+            fault_stall_after,
         } => {
             let is_remote = |s: &str| {
                 !std::path::Path::new(s).exists()
@@ -263,6 +287,7 @@ fn run() -> Result<()> {
                         (resume, "--resume"),
                         (size.is_some(), "--size"),
                         (json.is_some(), "--json"),
+                        (expect_size.is_some(), "--expect-size"),
                         (fault_reset_after.is_some(), "--fault-reset-after"),
                     ];
                     if let Some((_, name)) = bad.iter().find(|b| b.0) {
@@ -294,13 +319,20 @@ fn run() -> Result<()> {
                 bail!("DEST {dest:?} must be HOST:PORT:/path or HOST:PORT (local copies: use cp)");
             };
             let path = path.filter(|p| !p.is_empty());
+            let mut parent_must_exist = false;
             let sink = match (path, to_cmd, discard) {
                 (Some(p), None, false) => {
                     // The path is always inside the server's root; a leading
                     // '/' just means "the root".
-                    let p = p.trim_start_matches('/').to_string();
-                    if p.is_empty() {
-                        bail!("remote path names no file");
+                    let mut p = p.trim_start_matches('/').to_string();
+                    if p.is_empty() || p.ends_with('/') {
+                        if matches!(src, client::SrcSpec::Pull(_)) {
+                            bail!("remote path {dest:?} names no file");
+                        }
+                        // scp-like: DIR/ is an existing directory, and the file
+                        // goes inside it under the source's name.
+                        p.push_str(&into_dir_name(&src, &dest)?);
+                        parent_must_exist = true;
                     }
                     Sink::Path(p)
                 }
@@ -353,13 +385,34 @@ fn run() -> Result<()> {
                 interval,
                 progress: !no_progress,
                 quiet,
+                expect_size: expect_size.as_deref().map(util::parse_size).transpose()?,
+                parent_must_exist,
                 fault_reset_after: fault_reset_after
+                    .as_deref()
+                    .map(util::parse_size)
+                    .transpose()?,
+                fault_stall_after: fault_stall_after
                     .as_deref()
                     .map(util::parse_size)
                     .transpose()?,
                 args: std::env::args().collect(),
             })
         }
+    }
+}
+
+/// The name a file gets in a DEST that ends in '/': the source's own name.
+fn into_dir_name(src: &client::SrcSpec, dest: &str) -> Result<String> {
+    let name = match src {
+        client::SrcSpec::Path(p) => p.file_name().map(|n| n.to_string_lossy().into_owned()),
+        _ => None,
+    };
+    match name {
+        Some(n) if n != "." && n != ".." => Ok(n),
+        _ => bail!(
+            "DEST {dest:?} ends in '/' (a directory), but the source has no file name to \
+             give the file there: name the file after the '/'"
+        ),
     }
 }
 

@@ -9,12 +9,66 @@ use std::io::{Read, Write};
 
 type HmacSha256 = Hmac<Sha256>;
 
-const HELLO_MAGIC: &[u8; 6] = b"XFER1\n";
-/// Control messages are small; the bound stops a peer from making us
-/// allocate arbitrary memory.
-pub const MAX_CTRL_LEN: usize = 4 << 20;
+/// The greeting names the protocol version: 2 since the end-to-end digest
+/// became a sum (version 1 hashed the chunk hashes in order).
+const HELLO_MAGIC: &[u8; 6] = b"XFER2\n";
+const HELLO_V1: &[u8; 6] = b"XFER1\n";
+/// Sent instead of the hello when the server cannot take another connection,
+/// followed by a short reason and the end of the connection.
+const BUSY_MAGIC: &[u8; 6] = b"XFERB\n";
+/// Longest busy reason a client reads.
+const MAX_BUSY_LEN: u64 = 512;
+/// Messages a client sends (requests, its digest, a pull's start) are small:
+/// the bound stops a peer from making the server allocate for a length it
+/// merely states.
+pub const MAX_REQUEST_LEN: usize = 64 << 10;
+/// Messages a server sends: the verdict carries up to `MAX_SAMPLES` goodput
+/// samples, the reply up to `MAX_HAVE_RANGES` ranges.
+pub const MAX_REPLY_LEN: usize = 16 << 20;
 /// Hard upper bound on a data chunk; the server may lower it.
 pub const MAX_CHUNK: u32 = 16 << 20;
+/// Smallest chunk: below it per-chunk costs (frame header, journal record,
+/// reorder entry) dominate, and a reorder window of chunks would hold
+/// millions of entries.
+pub const MIN_CHUNK: u32 = 4 << 10;
+/// Most chunks in one stripe transfer. The receiver keeps one bit per chunk
+/// (8 MiB at this bound), so a client's stated size cannot make it allocate
+/// more. 64 TiB in 1 MiB chunks; a bigger file needs a bigger --chunk (or
+/// stream mode, which keeps no per-chunk state).
+pub const MAX_CHUNKS: u64 = 1 << 26;
+/// Most ranges of verified chunks a receiver reports for resume (a bound on
+/// the reply's size); a journal more fragmented than this starts over.
+pub const MAX_HAVE_RANGES: usize = 1 << 16;
+/// Most goodput samples a receiver keeps per session; beyond it, adjacent
+/// intervals are merged (the interval doubles), so memory and the verdict
+/// stay bounded however long the transfer runs.
+pub const MAX_SAMPLES: usize = 1 << 16;
+/// Longest sampling interval a server accepts (one hour).
+pub const MAX_INTERVAL_MS: u64 = 3_600_000;
+
+/// The smallest power-of-two chunk (at least `MIN_CHUNK`) that
+/// keeps `size` within `MAX_CHUNKS`, for error messages.
+pub fn chunk_needed(size: u64) -> u64 {
+    size.div_ceil(MAX_CHUNKS)
+        .next_power_of_two()
+        .max(MIN_CHUNK as u64)
+}
+
+/// Refuses a stripe transfer of `size` bytes in `chunk`-byte chunks that
+/// would need more than `MAX_CHUNKS` chunks, naming the limit and the fix.
+pub fn check_chunk_count(size: u64, chunk: u32) -> Result<u64> {
+    let n = size.div_ceil(chunk as u64);
+    if n > MAX_CHUNKS {
+        bail!(
+            "{} in {} chunks is {n} chunks, more than the limit of {MAX_CHUNKS} chunks per \
+             transfer: use --chunk {} or larger (or --mode stream)",
+            crate::util::human_bytes(size),
+            crate::util::human_bytes(chunk as u64),
+            crate::util::human_size_arg(chunk_needed(size)),
+        );
+    }
+    Ok(n)
+}
 
 pub const FRAME_MAGIC: u32 = 0x5846_5231; // "XFR1"
 pub const FRAME_HDR_LEN: usize = 32;
@@ -72,13 +126,33 @@ pub fn server_handshake<S: Read + Write>(s: &mut S, auth: &Auth) -> Result<()> {
     Ok(())
 }
 
+/// Tells a client the server cannot take its connection (instead of a
+/// hello), so it can say "busy" rather than "is this an xfer server?".
+/// One small write on a fresh socket: it cannot block the accept loop.
+pub fn send_busy<S: Write>(s: &mut S, reason: &str) {
+    let mut msg = BUSY_MAGIC.to_vec();
+    msg.extend_from_slice(&reason.as_bytes()[..reason.len().min(MAX_BUSY_LEN as usize)]);
+    let _ = s.write_all(&msg);
+}
+
 pub fn client_handshake<S: Read + Write>(s: &mut S, auth: &Auth) -> Result<()> {
     let mut hello = [0u8; 39];
-    s.read_exact(&mut hello)
+    s.read_exact(&mut hello[..6])
         .context("reading server hello (is this an xfer server?)")?;
+    if &hello[..6] == BUSY_MAGIC {
+        let mut why = Vec::new();
+        let _ = s.take(MAX_BUSY_LEN).read_to_end(&mut why);
+        let why = String::from_utf8_lossy(&why);
+        bail!("server busy: {} (try again later)", why.trim());
+    }
+    if &hello[..6] == HELLO_V1 {
+        bail!("the server runs an older xfer (protocol 1): use the same xfer version on both ends");
+    }
     if &hello[..6] != HELLO_MAGIC {
         bail!("peer is not an xfer server (bad greeting)");
     }
+    s.read_exact(&mut hello[6..])
+        .context("reading server hello (is this an xfer server?)")?;
     let server_wants_key = hello[6] == 1;
     let nonce_s = &hello[7..39];
     let nonce_c: [u8; 32] = crate::util::random_bytes()?;
@@ -122,16 +196,33 @@ pub fn send_msg<W: Write, T: Serialize>(w: &mut W, msg: &T) -> Result<()> {
     Ok(())
 }
 
-pub fn recv_msg<R: Read, T: DeserializeOwned>(r: &mut R) -> Result<T> {
+/// Reads one length-prefixed JSON message of at most `max` bytes. The body
+/// buffer grows as bytes arrive, so a stated length costs nothing by itself.
+pub fn recv_msg_max<R: Read, T: DeserializeOwned>(r: &mut R, max: usize) -> Result<T> {
     let mut len = [0u8; 4];
     r.read_exact(&mut len).context("connection closed")?;
     let len = u32::from_be_bytes(len) as usize;
-    if len > MAX_CTRL_LEN {
-        bail!("control message too large ({len} bytes)");
+    if len > max {
+        bail!("control message too large ({len} bytes, at most {max})");
     }
-    let mut body = vec![0u8; len];
-    r.read_exact(&mut body).context("connection closed")?;
+    let mut body = Vec::new();
+    r.take(len as u64)
+        .read_to_end(&mut body)
+        .context("connection closed")?;
+    if body.len() != len {
+        bail!("connection closed");
+    }
     serde_json::from_slice(&body).context("malformed control message")
+}
+
+/// A message from a client (read by the server).
+pub fn recv_request<R: Read, T: DeserializeOwned>(r: &mut R) -> Result<T> {
+    recv_msg_max(r, MAX_REQUEST_LEN)
+}
+
+/// A message from the server (read by a client).
+pub fn recv_msg<R: Read, T: DeserializeOwned>(r: &mut R) -> Result<T> {
+    recv_msg_max(r, MAX_REPLY_LEN)
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
@@ -180,6 +271,18 @@ pub struct Request {
     /// Pull: congestion control for the server's data sockets.
     #[serde(default)]
     pub cc: Option<String>,
+    /// The destination's parent directories must exist (a DEST that ended
+    /// in '/'); otherwise they are created.
+    #[serde(default)]
+    pub parent_must_exist: bool,
+    /// Test hook: the receiver fails the session, as if its data
+    /// connections were reset, once it has written this many bytes.
+    #[serde(default)]
+    pub fault_reset_after: Option<u64>,
+    /// Test hook (pulls): the server's senders stop once this many bytes
+    /// went out, and wait for their connections to close.
+    #[serde(default)]
+    pub fault_stall_after: Option<u64>,
 }
 
 /// First message on every connection after authentication.
@@ -277,13 +380,30 @@ impl FrameHdr {
     }
 }
 
-/// Combines per-chunk hashes (in chunk order) into the end-to-end digest.
-pub fn e2e_digest(hashes: &[u64]) -> String {
-    let mut h = xxhash_rust::xxh3::Xxh3::new();
-    for x in hashes {
-        h.update(&x.to_le_bytes());
+/// End-to-end digest: the sum, modulo 2^128, of XXH3-128(index ‖ chunk hash)
+/// over every chunk (both little-endian u64). Each term binds a chunk's hash
+/// to its place, so a changed, missing, duplicated or misplaced chunk changes
+/// the sum; and a sum can be accumulated in any order in 16 bytes, so neither
+/// side keeps a vector of hashes sized by the transfer (stripe chunks arrive
+/// out of order; resumed chunks are added when they are re-verified).
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub struct E2e(u128);
+
+impl E2e {
+    pub fn add(&mut self, index: u64, hash: u64) {
+        let mut b = [0u8; 16];
+        b[..8].copy_from_slice(&index.to_le_bytes());
+        b[8..].copy_from_slice(&hash.to_le_bytes());
+        self.0 = self.0.wrapping_add(xxhash_rust::xxh3::xxh3_128(&b));
     }
-    format!("{:032x}", h.digest128())
+
+    pub fn merge(&mut self, other: E2e) {
+        self.0 = self.0.wrapping_add(other.0);
+    }
+
+    pub fn hex(&self) -> String {
+        format!("{:032x}", self.0)
+    }
 }
 
 pub fn chunk_hash(data: &[u8]) -> u64 {
@@ -330,6 +450,80 @@ mod tests {
             h.update(p);
         }
         assert_eq!(h.digest(), chunk_hash(&d));
+    }
+
+    #[test]
+    fn e2e_is_order_free_but_binds_index_and_count() {
+        let (mut a, mut b) = (E2e::default(), E2e::default());
+        for i in 0..100u64 {
+            a.add(i, i * 31 + 7);
+        }
+        for i in (0..100u64).rev() {
+            b.add(i, i * 31 + 7);
+        }
+        assert_eq!(a, b);
+        let mut c = E2e::default();
+        for i in 0..100u64 {
+            // Chunks 3 and 4 swapped: same hashes, wrong places.
+            let j = match i {
+                3 => 4,
+                4 => 3,
+                _ => i,
+            };
+            c.add(i, j * 31 + 7);
+        }
+        assert_ne!(a, c);
+        let mut d = a;
+        d.add(5, 5 * 31 + 7); // a duplicate
+        assert_ne!(a, d);
+        let (mut e, mut f) = (E2e::default(), E2e::default());
+        e.add(0, 1);
+        f.add(1, 2);
+        e.merge(f);
+        let mut g = E2e::default();
+        g.add(1, 2);
+        g.add(0, 1);
+        assert_eq!(e, g);
+    }
+
+    #[test]
+    fn chunk_limit_names_the_fix() {
+        assert_eq!(check_chunk_count(1 << 40, 1 << 20).unwrap(), 1 << 20);
+        let e = check_chunk_count(16 << 40, 4096).unwrap_err().to_string();
+        assert!(e.contains("16.00 TiB") && e.contains("--chunk 256K"), "{e}");
+        assert_eq!(chunk_needed(1), MIN_CHUNK as u64);
+    }
+
+    #[test]
+    fn busy_greeting_is_a_clear_error() {
+        let (mut a, mut b) = UnixStream::pair().unwrap();
+        send_busy(&mut a, "too many connections (1024)");
+        drop(a);
+        let e = client_handshake(&mut b, &Auth::Insecure).unwrap_err();
+        assert!(
+            e.to_string().contains("server busy: too many connections"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn an_older_server_is_named() {
+        let (mut a, mut b) = UnixStream::pair().unwrap();
+        a.write_all(b"XFER1\n").unwrap();
+        let e = client_handshake(&mut b, &Auth::Insecure).unwrap_err();
+        assert!(e.to_string().contains("older xfer"), "{e}");
+    }
+
+    #[test]
+    fn stated_length_is_bounded_and_not_allocated() {
+        let mut m = (u32::MAX).to_be_bytes().to_vec();
+        m.extend_from_slice(b"{}");
+        let e = recv_request::<_, serde_json::Value>(&mut &m[..]).unwrap_err();
+        assert!(e.to_string().contains("too large"), "{e}");
+        // A length within the bound but a truncated body: an error, not a hang.
+        let mut m = 1000u32.to_be_bytes().to_vec();
+        m.extend_from_slice(b"{}");
+        assert!(recv_request::<_, serde_json::Value>(&mut &m[..]).is_err());
     }
 
     #[test]

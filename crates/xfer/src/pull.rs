@@ -3,8 +3,10 @@
 //! senders on its data sockets; this side verifies every chunk and the
 //! end-to-end hash, and only then renames the temporary file into place.
 
+use crate::chunkset::ChunkSet;
 use crate::client::{connect, pacing_per_socket, target_rate, AttemptError, Outcome, PullDest};
 use crate::client::{progress_bar, sample_tcp, SendOpts};
+use crate::fsinfo;
 use crate::proto::*;
 use crate::util::{hex, random_bytes};
 use anyhow::{anyhow, bail, Context, Result};
@@ -25,13 +27,31 @@ const WINDOW: u64 = 64 << 20;
 struct Part {
     tmp: PathBuf,
     dest: PathBuf,
-    file: Arc<File>,
-    committed: bool,
+    file: File,
+    committed: AtomicBool,
+}
+
+impl Part {
+    /// "no space left on /home" for a full file system.
+    fn io_err(&self, e: std::io::Error, what: &str) -> anyhow::Error {
+        if fsinfo::is_no_space(&e) {
+            let dir = self.dest.parent().filter(|d| !d.as_os_str().is_empty());
+            let dir =
+                std::fs::canonicalize(dir.unwrap_or(std::path::Path::new("."))).unwrap_or_default();
+            anyhow!(
+                "no space left on {} (writing {})",
+                fsinfo::mount_point(&dir).display(),
+                self.dest.display()
+            )
+        } else {
+            anyhow::Error::new(e).context(format!("{what} {}", self.tmp.display()))
+        }
+    }
 }
 
 impl Drop for Part {
     fn drop(&mut self) {
-        if !self.committed {
+        if !self.committed.load(Ordering::SeqCst) {
             let _ = std::fs::remove_file(&self.tmp);
         }
     }
@@ -39,14 +59,15 @@ impl Drop for Part {
 
 #[derive(Default)]
 struct State {
-    // Stripe: received chunks.
-    have: Vec<bool>,
-    have_count: u64,
+    // Stripe: received chunks (one bit each).
+    have: ChunkSet,
     // Stream: next chunk to write, buffered chunks, count from END frames.
     next: u64,
+    /// Stream: bytes written in order; the next chunk goes at this offset.
+    written: u64,
     total: Option<u64>,
     reorder: BTreeMap<u64, (Vec<u8>, u64)>,
-    hashes: Vec<u64>,
+    e2e: E2e,
 }
 
 struct Ctx {
@@ -55,7 +76,7 @@ struct Ctx {
     size: u64,
     nchunks: u64,
     hash: bool,
-    file: Option<Arc<File>>,
+    part: Option<Arc<Part>>,
     state: Mutex<State>,
     cv: Condvar,
     abort: AtomicBool,
@@ -79,8 +100,8 @@ pub(crate) fn pull_once(
         return Err(anyhow!("pulling to stdout needs stream mode").into());
     }
     // Create the temporary file first: a bad local path fails before any traffic.
-    let mut part = match dest {
-        PullDest::File(p) => Some(open_part(p)?),
+    let part = match dest {
+        PullDest::File(p) => Some(Arc::new(open_part(p, remote)?)),
         PullDest::Stdout => None,
     };
     let session = hex(&random_bytes::<16>()?);
@@ -97,6 +118,9 @@ pub(crate) fn pull_once(
         interval_ms: o.interval.as_millis() as u64,
         pull: true,
         cc: o.cc.clone(),
+        parent_must_exist: false,
+        fault_reset_after: None,
+        fault_stall_after: o.fault_stall_after,
     };
     let mut ctrl = connect(o, addr, false)?;
     send_msg(&mut ctrl, &Open::Control(req))?;
@@ -128,8 +152,12 @@ pub(crate) fn pull_once(
     send_msg(&mut ctrl, &Start { pacing })?;
 
     let nchunks = size.div_ceil(o.chunk as u64);
+    if mode == Mode::Stripe {
+        // One bit per chunk here too: a huge file needs bigger chunks.
+        check_chunk_count(size, o.chunk)?;
+    }
     if let (Some(p), Mode::Stripe) = (&part, mode) {
-        p.file.set_len(size).context("sizing the temporary file")?;
+        p.file.set_len(size).map_err(|e| p.io_err(e, "sizing"))?;
     }
     let ctx = Arc::new(Ctx {
         mode,
@@ -137,24 +165,9 @@ pub(crate) fn pull_once(
         size,
         nchunks,
         hash: o.hash,
-        file: part.as_ref().map(|p| p.file.clone()),
+        part: part.clone(),
         state: Mutex::new(State {
-            have: vec![
-                false;
-                if mode == Mode::Stripe {
-                    nchunks as usize
-                } else {
-                    0
-                }
-            ],
-            hashes: vec![
-                0;
-                if mode == Mode::Stripe {
-                    nchunks as usize
-                } else {
-                    0
-                }
-            ],
+            have: ChunkSet::new(if mode == Mode::Stripe { nchunks } else { 0 }),
             ..State::default()
         }),
         cv: Condvar::new(),
@@ -224,14 +237,14 @@ pub(crate) fn pull_once(
     };
     let st = ctx.state.lock().unwrap();
     let complete = match mode {
-        Mode::Stripe => st.have_count == nchunks,
+        Mode::Stripe => st.have.count() == nchunks,
         Mode::Stream => st.total == Some(st.next) && st.reorder.is_empty(),
     };
     if !complete {
         return Err(anyhow!("server finished but data is missing; nothing was committed").into());
     }
     let e2e = if o.hash {
-        let mine = e2e_digest(&st.hashes);
+        let mine = st.e2e.hex();
         match &done.e2e {
             Some(theirs) if *theirs == mine => Some(mine),
             Some(theirs) => {
@@ -246,12 +259,12 @@ pub(crate) fn pull_once(
         None
     };
     drop(st);
-    match part.as_mut() {
+    match part {
         Some(p) => {
-            p.file.sync_data().context("syncing received data")?;
+            p.file.sync_data().map_err(|e| p.io_err(e, "syncing"))?;
             std::fs::rename(&p.tmp, &p.dest)
                 .with_context(|| format!("renaming into {}", p.dest.display()))?;
-            p.committed = true;
+            p.committed.store(true, Ordering::SeqCst);
         }
         None => std::io::stdout().flush().context("writing stdout")?,
     }
@@ -271,8 +284,24 @@ fn lost(e: &anyhow::Error) -> bool {
     format!("{e:#}").contains("connection lost")
 }
 
-/// `.NAME.xfer-part` next to the destination, created afresh.
-fn open_part(dest: &std::path::Path) -> Result<Part> {
+/// `.NAME.xfer-part` next to the destination, created afresh. Like scp, a
+/// destination that is a directory (or ends in '/') receives the file under
+/// its remote name; a missing directory is an error.
+fn open_part(dest: &std::path::Path, remote: &str) -> Result<Part> {
+    let into_dir = dest.as_os_str().as_encoded_bytes().ends_with(b"/") || dest.is_dir();
+    let dest = if into_dir {
+        if !dest.is_dir() {
+            bail!("{} is not an existing directory", dest.display());
+        }
+        let base = remote.rsplit('/').find(|c| !c.is_empty()).unwrap_or("");
+        if base.is_empty() || base == "." || base == ".." {
+            bail!("the remote path {remote:?} names no file");
+        }
+        dest.join(base)
+    } else {
+        dest.to_path_buf()
+    };
+    let dest = dest.as_path();
     if dest.is_dir() {
         bail!("{} is a directory", dest.display());
     }
@@ -290,8 +319,8 @@ fn open_part(dest: &std::path::Path) -> Result<Part> {
     Ok(Part {
         tmp,
         dest: dest.to_path_buf(),
-        file: Arc::new(file),
-        committed: false,
+        file,
+        committed: AtomicBool::new(false),
     })
 }
 
@@ -331,20 +360,19 @@ fn receive(c: &TcpStream, x: &Ctx) -> Result<()> {
         x.received.fetch_add(h.len as u64, Ordering::Relaxed);
         match x.mode {
             Mode::Stripe => {
-                let len = x.chunk.min(x.size.saturating_sub(h.index * x.chunk));
-                if h.index >= x.nchunks || h.len as u64 != len {
+                if h.index >= x.nchunks || h.len as u64 != x.chunk.min(x.size - h.index * x.chunk) {
                     bail!("bad chunk index {} / length {}", h.index, h.len);
                 }
-                if let Some(f) = &x.file {
-                    f.write_all_at(b, h.index * x.chunk)
-                        .context("writing data")?;
+                if let Some(p) = &x.part {
+                    p.file
+                        .write_all_at(b, h.index * x.chunk)
+                        .map_err(|e| p.io_err(e, "writing"))?;
                 }
                 let mut st = x.state.lock().unwrap();
-                if !st.have[h.index as usize] {
-                    st.have[h.index as usize] = true;
-                    st.have_count += 1;
+                if !st.have.insert(h.index) {
+                    bail!("duplicate chunk {}", h.index);
                 }
-                st.hashes[h.index as usize] = h.hash;
+                st.e2e.add(h.index, h.hash);
             }
             Mode::Stream => {
                 let cap = (WINDOW / x.chunk).max(1);
@@ -366,13 +394,20 @@ fn receive(c: &TcpStream, x: &Ctx) -> Result<()> {
                     let n = st.next;
                     st.reorder.remove(&n)
                 } {
-                    match &x.file {
-                        Some(f) => f.write_all_at(&d, st.next * x.chunk),
-                        None => std::io::stdout().lock().write_all(&d),
+                    match &x.part {
+                        Some(p) => p
+                            .file
+                            .write_all_at(&d, st.written)
+                            .map_err(|e| p.io_err(e, "writing"))?,
+                        None => std::io::stdout()
+                            .lock()
+                            .write_all(&d)
+                            .context("writing stdout")?,
                     }
-                    .context("writing output")?;
-                    st.hashes.push(hh);
+                    let n = st.next;
+                    st.e2e.add(n, hh);
                     st.next += 1;
+                    st.written += d.len() as u64;
                 }
                 x.cv.notify_all();
             }

@@ -9,6 +9,10 @@ use std::ffi::CString;
 use std::fs::File;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
+/// Longest file or directory name accepted: the part file and journal add
+/// 14 bytes to it, and names are at most 255 bytes (NAME_MAX).
+pub const MAX_NAME: usize = 240;
+
 /// Splits a client-supplied relative path into checked components.
 pub fn components(rel: &str) -> Result<Vec<String>> {
     if rel.is_empty() {
@@ -25,6 +29,10 @@ pub fn components(rel: &str) -> Result<Vec<String>> {
         match c {
             "" | "." => continue,
             ".." => bail!("path {rel:?} rejected: '..' is not allowed"),
+            // Room for ".NAME.xfer-journal" within NAME_MAX (255).
+            c if c.len() > MAX_NAME => {
+                bail!("path {rel:?} rejected: a name is longer than {MAX_NAME} bytes")
+            }
             _ => out.push(c.to_string()),
         }
     }
@@ -58,16 +66,44 @@ pub fn open_root(root: &std::path::Path) -> Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
-/// Opens (creating as needed) the parent directory of `rel` under `root`
-/// and returns it with the final file name.
-pub fn open_parent(root: &OwnedFd, rel: &str) -> Result<(OwnedFd, String)> {
-    walk(root, rel, true)
+/// Opens the parent directory of `rel` under `root` (creating missing
+/// directories if `create`) and returns it with the final file name.
+pub fn open_parent(root: &OwnedFd, rel: &str, create: bool) -> Result<(OwnedFd, String)> {
+    walk(
+        root,
+        rel,
+        if create {
+            Walk::Create
+        } else {
+            Walk::MustExist
+        },
+    )
+}
+
+#[derive(PartialEq, Clone, Copy)]
+enum Walk {
+    /// Create missing directories (a destination of a send).
+    Create,
+    /// Directories must exist (a send into `DIR/`).
+    MustExist,
+    /// Directories must exist (the source of a pull).
+    Read,
+    /// Stop at the first missing directory (see `existing_ancestor`).
+    Probe,
+}
+
+/// The deepest directory of `rel`'s parents that exists under `root`, and
+/// how many components deep it is (the parent itself if that exists: depth
+/// = components − 1). Nothing is created: a transfer can be checked against
+/// the file system it would land on before any directory is made for it.
+pub fn existing_ancestor(root: &OwnedFd, rel: &str) -> Result<(OwnedFd, usize)> {
+    walk_dirs(root, rel, Walk::Probe)
 }
 
 /// Opens an existing regular file `rel` under `root` for reading (pulls),
 /// with the same confinement as writes and no directories created.
 pub fn open_read(root: &OwnedFd, rel: &str) -> Result<File> {
-    let (dir, name) = walk(root, rel, false)?;
+    let (dir, name) = walk(root, rel, Walk::Read)?;
     let f = match open_file(&dir, &name, libc::O_RDONLY | libc::O_NONBLOCK) {
         Err(e)
             if e.downcast_ref::<std::io::Error>().map(|e| e.kind())
@@ -83,16 +119,24 @@ pub fn open_read(root: &OwnedFd, rel: &str) -> Result<File> {
     Ok(f)
 }
 
-fn walk(root: &OwnedFd, rel: &str, create: bool) -> Result<(OwnedFd, String)> {
+fn walk(root: &OwnedFd, rel: &str, how: Walk) -> Result<(OwnedFd, String)> {
+    let (dir, _) = walk_dirs(root, rel, how)?;
     let comps = components(rel)?;
-    let (name, dirs) = comps.split_last().unwrap();
+    Ok((dir, comps.last().unwrap().clone()))
+}
+
+/// Opens the parent directories of `rel` one at a time; returns the last
+/// one opened and how many were.
+fn walk_dirs(root: &OwnedFd, rel: &str, how: Walk) -> Result<(OwnedFd, usize)> {
+    let comps = components(rel)?;
+    let dirs = &comps[..comps.len() - 1];
     // SAFETY: dup of a valid descriptor.
     let mut cur =
         unsafe { OwnedFd::from_raw_fd(libc::fcntl(root.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 0)) };
-    for d in dirs {
+    for (depth, d) in dirs.iter().enumerate() {
         let c = cstr(d)?;
         // SAFETY: valid dirfd and C string.
-        if create {
+        if how == Walk::Create {
             unsafe { libc::mkdirat(cur.as_raw_fd(), c.as_ptr(), 0o755) };
         }
         let fd = unsafe {
@@ -108,8 +152,15 @@ fn walk(root: &OwnedFd, rel: &str, create: bool) -> Result<(OwnedFd, String)> {
                 Some(libc::ELOOP) | Some(libc::ENOTDIR) => {
                     bail!("path {rel:?} rejected: {d:?} is a symlink or not a directory")
                 }
-                Some(libc::ENOENT) if !create => {
+                Some(libc::ENOENT) if how == Walk::Probe => return Ok((cur, depth)),
+                Some(libc::ENOENT) if how == Walk::Read => {
                     bail!("{rel:?}: no such file under the server root")
+                }
+                Some(libc::ENOENT) if how == Walk::MustExist => {
+                    bail!(
+                        "{rel:?}: directory {d:?} does not exist under the server root \
+                         (a DEST ending in '/' names an existing directory)"
+                    )
                 }
                 _ => bail!("cannot open directory {d:?} of {rel:?}: {e}"),
             }
@@ -117,7 +168,7 @@ fn walk(root: &OwnedFd, rel: &str, create: bool) -> Result<(OwnedFd, String)> {
         // SAFETY: fresh descriptor we own.
         cur = unsafe { OwnedFd::from_raw_fd(fd) };
     }
-    Ok((cur, name.clone()))
+    Ok((cur, dirs.len()))
 }
 
 pub fn open_file(dir: &OwnedFd, name: &str, flags: i32) -> Result<File> {
@@ -180,7 +231,7 @@ pub fn check_target(dir: &OwnedFd, name: &str) -> Result<()> {
                 bail!("destination {name:?} is a symlink; refusing to write through it");
             }
             if t == libc::S_IFDIR {
-                bail!("destination {name:?} is a directory");
+                bail!("destination {name:?} is a directory: end DEST with '/' to send into it");
             }
         }
     }
@@ -199,6 +250,8 @@ mod tests {
         assert!(components("").is_err());
         assert!(components("./").is_err());
         assert_eq!(components("a//b/./c").unwrap(), vec!["a", "b", "c"]);
+        assert!(components(&"n".repeat(MAX_NAME)).is_ok());
+        assert!(components(&"n".repeat(MAX_NAME + 1)).is_err());
     }
 
     #[test]
@@ -211,11 +264,15 @@ mod tests {
         std::os::unix::fs::symlink(&outside, root.join("link")).unwrap();
         std::os::unix::fs::symlink(outside.join("f"), root.join("flink")).unwrap();
         let r = open_root(&root).unwrap();
-        assert!(open_parent(&r, "link/f").is_err());
-        let (d, n) = open_parent(&r, "flink").unwrap();
+        assert!(open_parent(&r, "link/f", true).is_err());
+        let (d, n) = open_parent(&r, "flink", true).unwrap();
         assert!(check_target(&d, &n).is_err());
         assert!(open_file(&d, &n, libc::O_RDWR | libc::O_CREAT).is_err());
-        let (d, n) = open_parent(&r, "sub/dir/ok").unwrap();
+        let e = open_parent(&r, "new/f", false).unwrap_err().to_string();
+        assert!(e.contains("does not exist"), "{e}");
+        assert_eq!(existing_ancestor(&r, "new/deeper/f").unwrap().1, 0);
+        assert!(!root.join("new").exists());
+        let (d, n) = open_parent(&r, "sub/dir/ok", true).unwrap();
         open_file(&d, &n, libc::O_RDWR | libc::O_CREAT).unwrap();
         assert!(root.join("sub/dir/ok").exists());
         // Reads: same confinement, nothing created, clear "missing" error.

@@ -1,6 +1,8 @@
 //! `xfer serve`: the receiver daemon.
 
+use crate::chunkset::{self, ChunkSet};
 use crate::client;
+use crate::fsinfo;
 use crate::journal::{self, Journal};
 use crate::proto::*;
 use crate::safepath;
@@ -24,6 +26,9 @@ pub struct ServeOpts {
     pub allow_cmd: bool,
     pub max_chunk: u32,
     pub max_sessions: usize,
+    /// Open connections (authenticated or not); past it, newcomers are told
+    /// the server is busy.
+    pub max_conns: u64,
     pub rcvbuf: Option<usize>,
 }
 
@@ -41,6 +46,16 @@ struct Server {
 type DataTx = mpsc::Sender<(u32, TcpStream)>;
 
 pub fn serve(opts: ServeOpts) -> Result<()> {
+    // Chunk buffers (1–16 MiB) come and go with sessions. A fixed mmap
+    // threshold keeps them out of the heap: they are returned to the system
+    // when freed, and a fresh one costs memory only as it is filled. (glibc
+    // otherwise raises the threshold to the largest buffer freed, and heap
+    // memory stays resident.)
+    #[cfg(target_env = "gnu")]
+    // SAFETY: mallopt only tunes the allocator; called before any thread.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 1 << 20);
+    }
     let root = std::fs::canonicalize(&opts.root)
         .with_context(|| format!("root directory {}", opts.root.display()))?;
     if !root.is_dir() {
@@ -89,26 +104,37 @@ pub fn serve(opts: ServeOpts) -> Result<()> {
     // Bounds threads (and memory) under a flood of connections, including
     // unauthenticated ones.
     static CONNS: AtomicU64 = AtomicU64::new(0);
-    const MAX_CONNS: u64 = 1024;
+    let max_conns = srv.opts.max_conns;
     struct ConnSlot;
     impl Drop for ConnSlot {
         fn drop(&mut self) {
             CONNS.fetch_sub(1, Ordering::SeqCst);
         }
     }
+    // Log the start of each run of refusals, not every refusal of a flood.
+    let mut refusing = false;
     for conn in listener.incoming() {
-        let conn = match conn {
+        let mut conn = match conn {
             Ok(c) => c,
             Err(e) => {
                 eprintln!("xfer: accept: {e}");
                 continue;
             }
         };
-        if CONNS.fetch_add(1, Ordering::SeqCst) >= MAX_CONNS {
+        if CONNS.fetch_add(1, Ordering::SeqCst) >= max_conns {
             CONNS.fetch_sub(1, Ordering::SeqCst);
-            eprintln!("xfer: too many connections; dropping one");
+            if !refusing {
+                eprintln!(
+                    "xfer: {max_conns} connections open; telling newcomers the server is busy"
+                );
+                refusing = true;
+            }
+            // Never block the accept loop on a client.
+            let _ = conn.set_nonblocking(true);
+            send_busy(&mut conn, &format!("too many connections ({max_conns})"));
             continue;
         }
+        refusing = false;
         let slot = ConnSlot;
         let srv = srv.clone();
         std::thread::spawn(move || {
@@ -127,7 +153,14 @@ fn handle_conn(srv: &Arc<Server>, mut conn: TcpStream) -> Result<()> {
     conn.set_read_timeout(Some(Duration::from_secs(10)))?;
     conn.set_nodelay(true)?;
     server_handshake(&mut conn, &srv.opts.auth)?;
-    let open: Open = recv_msg(&mut conn)?;
+    let open: Open = match recv_request(&mut conn) {
+        Ok(o) => o,
+        Err(e) => {
+            // A client of another version deserves to know why.
+            let _ = send_msg(&mut conn, &Reply::Reject(format!("{e:#}")));
+            return Err(e);
+        }
+    };
     conn.set_read_timeout(None)?;
     // A client host that vanishes without a FIN/RST must not pin a session.
     let _ = socket2::SockRef::from(&conn).set_tcp_keepalive(
@@ -165,6 +198,7 @@ enum Output {
     Cmd(ChildStdin),
 }
 
+/// A file destination: the part file and journal beside it.
 struct FileSink {
     dir: OwnedFd,
     name: String,
@@ -172,6 +206,45 @@ struct FileSink {
     jname: String,
     file: File,
     journal: Mutex<Journal>,
+    /// The destination as the client named it, and the mount point of its
+    /// file system, for error messages.
+    rel: String,
+    mount: PathBuf,
+}
+
+impl FileSink {
+    /// "no space left on /data (...)" for a full file system; otherwise the
+    /// error with what was being done.
+    fn io_err(&self, e: std::io::Error, what: &str) -> anyhow::Error {
+        if fsinfo::is_no_space(&e) {
+            anyhow!(
+                "no space left on {} (the server file system holding {:?})",
+                self.mount.display(),
+                self.rel
+            )
+        } else {
+            anyhow::Error::new(e).context(format!("{what} {:?}", self.rel))
+        }
+    }
+
+    /// Writes a verified chunk, then its journal record.
+    fn write_chunk(&self, data: &[u8], offset: u64, index: u64, hash: u64) -> Result<()> {
+        self.file
+            .write_all_at(data, offset)
+            .map_err(|e| self.io_err(e, "writing"))?;
+        self.journal
+            .lock()
+            .unwrap()
+            .append(index, hash)
+            .map_err(|e| self.io_err(e, "writing the journal of"))
+    }
+
+    /// Removes the part file and the journal (a failed transfer that will
+    /// not be resumed must not keep the space).
+    fn remove(&self) {
+        safepath::unlink(&self.dir, &self.part);
+        safepath::unlink(&self.dir, &self.jname);
+    }
 }
 
 #[derive(Default)]
@@ -179,12 +252,15 @@ struct State {
     failed: Option<String>,
     finished: bool,
     ended: u32,
-    // Stripe mode: which chunks are verified, and their hashes.
-    have: Vec<bool>,
-    have_count: u64,
-    hashes: Vec<u64>,
+    /// Stripe mode: which chunks are verified (one bit each).
+    have: ChunkSet,
+    /// End-to-end digest of every chunk verified so far, resumed ones included.
+    e2e: E2e,
     // Stream mode: reorder buffer.
     next: u64,
+    /// Stream mode: bytes written out in order, resumed prefix included;
+    /// the next chunk goes at this offset.
+    stream_bytes: u64,
     total: Option<u64>,
     reorder: BTreeMap<u64, (Vec<u8>, u64)>,
     /// A data thread is writing chunks out in order (the "write token").
@@ -219,6 +295,9 @@ struct Session {
     pool: Mutex<Vec<Vec<u8>>>,
     /// Stream mode output; only the thread holding the write token uses it.
     output: Mutex<Option<Output>>,
+    /// Payload bytes written out (or accepted by a consumer or the discard
+    /// sink) in this session, for the fault hook.
+    written: AtomicU64,
 }
 
 impl Session {
@@ -250,6 +329,27 @@ impl Session {
             None => c,
         }
     }
+
+    /// Counts `n` bytes written out. Test hook (`--fault-reset-after`): the
+    /// session fails, as if its connections were reset, exactly when the
+    /// count reaches the requested number, whatever the timing. The count
+    /// only grows by written (verified, journaled) data, so everything before
+    /// that point is resumable, and the transfer cannot end first.
+    fn wrote(&self, n: u64) -> Result<()> {
+        let before = self.written.fetch_add(n, Ordering::SeqCst);
+        if let Some(after) = self.req.fault_reset_after {
+            if before < after && before + n >= after {
+                for c in &self.state.lock().unwrap().conns {
+                    let _ = socket2::SockRef::from(c).set_linger(Some(Duration::ZERO));
+                }
+                bail!(
+                    "injected connection reset after {} bytes (test hook)",
+                    before + n
+                );
+            }
+        }
+        Ok(())
+    }
 }
 
 struct BusyGuard<'a>(&'a Server, String);
@@ -267,13 +367,14 @@ impl Drop for SessionGuard<'_> {
     }
 }
 
+/// Checks every number a client states before anything is sized by it.
 fn validate(srv: &Server, req: &Request) -> Result<()> {
     if req.streams == 0 || req.streams > 128 {
         bail!("stream count {} out of range 1..=128", req.streams);
     }
-    if req.chunk == 0 || req.chunk > srv.opts.max_chunk {
+    if req.chunk < MIN_CHUNK || req.chunk > srv.opts.max_chunk {
         bail!(
-            "chunk size {} out of range 1..={}",
+            "chunk size {} out of range {MIN_CHUNK}..={}",
             req.chunk,
             srv.opts.max_chunk
         );
@@ -281,19 +382,18 @@ fn validate(srv: &Server, req: &Request) -> Result<()> {
     if req.streams as u64 * req.chunk as u64 > 256 << 20 {
         bail!("streams x chunk size exceeds 256 MiB of receive buffers; use a smaller --chunk");
     }
-    if req.session.len() != 32 {
+    if req.session.len() != 32 || !req.session.bytes().all(|b| b.is_ascii_hexdigit()) {
         bail!("bad session id");
     }
-    if req.mode == Mode::Stripe && req.size.is_none() && !req.pull {
-        bail!("stripe mode needs a known size");
+    if req.mode == Mode::Stripe && !req.pull {
+        let Some(size) = req.size else {
+            bail!("stripe mode needs a known size");
+        };
+        // The only per-chunk state of a receiver is one bit per chunk.
+        check_chunk_count(size, req.chunk)?;
     }
-    if let Some(sz) = req.size {
-        if sz.div_ceil(req.chunk as u64) > (1 << 32) {
-            bail!("too many chunks; use a larger --chunk");
-        }
-    }
-    if req.interval_ms < 10 {
-        bail!("sampling interval too small");
+    if req.interval_ms < 10 || req.interval_ms > MAX_INTERVAL_MS {
+        bail!("sampling interval out of range (10 ms to 1 h)");
     }
     if let Sink::Cmd(_) = req.sink {
         if !srv.opts.allow_cmd {
@@ -315,39 +415,24 @@ fn handle_control(srv: &Arc<Server>, mut conn: TcpStream, req: Request) -> Resul
     if active >= srv.opts.max_sessions {
         send_msg(
             &mut conn,
-            &Reply::Reject("server busy (too many sessions)".into()),
+            &Reply::Reject(format!(
+                "server busy ({} transfers running, its --max-sessions); try again later",
+                srv.opts.max_sessions
+            )),
         )?;
         bail!("too many sessions");
     }
     if req.pull {
         return handle_pull(srv, conn, req);
     }
-    let mut _busy = None;
-    if let Sink::Path(p) = &req.sink {
-        let key = safepath::components(p)
-            .map(|c| c.join("/"))
-            .unwrap_or_default();
-        // A previous session on this path may still be tearing down
-        // (e.g. a retry right after a reset), so wait a little.
-        let deadline = Instant::now() + Duration::from_secs(10);
-        let mut busy = srv.busy.lock().unwrap();
-        while busy.contains(&key) {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                drop(busy);
-                send_msg(
-                    &mut conn,
-                    &Reply::Reject(format!("destination {p:?} is busy")),
-                )?;
-                bail!("destination busy");
-            }
-            busy = srv.busy_cv.wait_timeout(busy, left).unwrap().0;
+    let _busy = match claim_destination(srv, &req) {
+        Ok(b) => b,
+        Err(e) => {
+            send_msg(&mut conn, &Reply::Reject(format!("{e:#}")))?;
+            return Err(e);
         }
-        busy.insert(key.clone());
-        _busy = Some(BusyGuard(srv, key));
-    }
-    let prepared = prepare(srv, &req);
-    let (session, have, resumed_bytes, child) = match prepared {
+    };
+    let (session, have, resumed_bytes, child) = match prepare(srv, &req) {
         Ok(x) => x,
         Err(e) => {
             send_msg(&mut conn, &Reply::Reject(format!("{e:#}")))?;
@@ -360,14 +445,16 @@ fn handle_control(srv: &Arc<Server>, mut conn: TcpStream, req: Request) -> Resul
         .unwrap()
         .insert(id.clone(), session.clone());
     let _sg = SessionGuard(srv, id.clone());
-    send_msg(
+    if let Err(e) = send_msg(
         &mut conn,
         &Reply::Accept {
             have,
             resumed_bytes,
             size: None,
         },
-    )?;
+    ) {
+        session.fail(format!("{e:#}"));
+    }
 
     // A client that disappears must not leave the session hanging.
     let watcher = {
@@ -376,7 +463,7 @@ fn handle_control(srv: &Arc<Server>, mut conn: TcpStream, req: Request) -> Resul
         std::thread::spawn(move || {
             // The client's only message: its end-to-end digest, once all data
             // is sent. Nothing is committed before it arrives and matches.
-            if let Ok(f) = recv_msg::<_, Finish>(&mut c) {
+            if let Ok(f) = recv_request::<_, Finish>(&mut c) {
                 s.state.lock().unwrap().finish = Some(f.e2e);
                 s.cv.notify_all();
                 let mut b = [0u8; 1];
@@ -389,81 +476,10 @@ fn handle_control(srv: &Arc<Server>, mut conn: TcpStream, req: Request) -> Resul
         let s = session.clone();
         std::thread::spawn(move || sample_goodput(&s))
     };
-    let mut child = child;
-
-    // Wait until all streams are done (and everything is written) or failure.
-    {
-        let mut st = session.state.lock().unwrap();
-        loop {
-            if st.failed.is_some() {
-                break;
-            }
-            let data_done = st.ended == req.streams && (req.mode == Mode::Stripe || st.writer_done);
-            if data_done && req.mode == Mode::Stripe && st.have_count < session.nchunks {
-                let missing = session.nchunks - st.have_count;
-                drop(st);
-                session.fail(format!("sender finished but {missing} chunks are missing"));
-                break;
-            }
-            if data_done && st.finish.is_some() {
-                break;
-            }
-            st = session.cv.wait(st).unwrap();
-        }
-    }
-    let mut mismatch = false;
-    let mut result: Result<()> = {
-        let st = session.state.lock().unwrap();
-        match (&st.failed, &st.finish) {
-            (Some(e), _) => Err(anyhow!(e.clone())),
-            (None, Some(Some(theirs))) if req.hash => {
-                let mine = e2e_digest(&st.hashes);
-                if *theirs == mine {
-                    Ok(())
-                } else {
-                    mismatch = true;
-                    Err(anyhow!(
-                        "END-TO-END HASH MISMATCH (sender {theirs}, receiver {mine}): the data \
-                         differs from the source; nothing was committed"
-                    ))
-                }
-            }
-            (None, Some(None)) if req.hash => Err(anyhow!("sender sent no end-to-end hash")),
-            _ => Ok(()),
-        }
-    };
-    if let Some(c) = child.as_mut() {
-        if result.is_err() {
-            // A consumer must not mistake a truncated stream for a complete one.
-            let _ = c.kill();
-        }
-        // Closing the consumer's stdin tells it the stream is complete.
-        session.output.lock().unwrap().take();
-        match c.wait() {
-            Ok(st) if !st.success() && result.is_ok() => {
-                result = Err(anyhow!("consumer command failed: {st}"))
-            }
-            Err(e) if result.is_ok() => result = Err(anyhow!("waiting for consumer: {e}")),
-            _ => {}
-        }
-    }
-    if result.is_ok() {
-        if let Some(fs) = &session.fsink {
-            result = (|| {
-                fs.file.sync_data().context("syncing received data")?;
-                safepath::rename(&fs.dir, &fs.part, &fs.name)?;
-                safepath::unlink(&fs.dir, &fs.jname);
-                Ok(())
-            })();
-        }
-    } else if mismatch {
-        // The journal vouched for data that does not match the source (a
-        // producer that changed): forget it so the next attempt starts fresh.
-        if let Some(fs) = &session.fsink {
-            safepath::unlink(&fs.dir, &fs.jname);
-            safepath::unlink(&fs.dir, &fs.part);
-        }
-    }
+    wait_for_data(&session);
+    let (mut result, mismatch) = verdict(&session);
+    result = finish_consumer(&session, child, result);
+    result = commit_or_clean(&session, result, mismatch);
     session.output.lock().unwrap().take();
     // Stop accepting a failure from the watcher from now on.
     {
@@ -480,9 +496,149 @@ fn handle_control(srv: &Arc<Server>, mut conn: TcpStream, req: Request) -> Resul
     }
     session.stop_sampler.store(true, Ordering::SeqCst);
     let goodput = sampler.join().unwrap_or_default();
-    let elapsed = session.now();
+    let done = report(&session, result, resumed_bytes, goodput);
+    let _ = send_msg(&mut conn, &done);
+    let _ = conn.shutdown(Shutdown::Both);
+    let _ = watcher.join();
+    Ok(())
+}
+
+/// One session per destination at a time. A previous session on this path
+/// may still be tearing down (e.g. a retry right after a reset), so wait a
+/// little for it.
+fn claim_destination<'a>(srv: &'a Server, req: &Request) -> Result<Option<BusyGuard<'a>>> {
+    let Sink::Path(p) = &req.sink else {
+        return Ok(None);
+    };
+    let key = safepath::components(p)?.join("/");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut busy = srv.busy.lock().unwrap();
+    while busy.contains(&key) {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            bail!("destination {p:?} is busy (another transfer is writing it)");
+        }
+        busy = srv.busy_cv.wait_timeout(busy, left).unwrap().0;
+    }
+    busy.insert(key.clone());
+    Ok(Some(BusyGuard(srv, key)))
+}
+
+/// Waits until all streams are done (and everything is written) or failure.
+fn wait_for_data(session: &Session) {
+    let req = &session.req;
+    let mut st = session.state.lock().unwrap();
+    loop {
+        if st.failed.is_some() {
+            return;
+        }
+        let data_done = st.ended == req.streams && (req.mode == Mode::Stripe || st.writer_done);
+        if data_done && req.mode == Mode::Stripe && st.have.count() < session.nchunks {
+            let missing = session.nchunks - st.have.count();
+            drop(st);
+            session.fail(format!("sender finished but {missing} chunks are missing"));
+            return;
+        }
+        if data_done && req.mode == Mode::Stream {
+            // A stream of announced length (a file, or --expect-size) must
+            // have exactly that length.
+            if let Some(sz) = req.size.filter(|sz| *sz != st.stream_bytes) {
+                let got = st.stream_bytes;
+                drop(st);
+                session.fail(format!(
+                    "the stream ended after {got} bytes but the sender announced {sz}"
+                ));
+                return;
+            }
+        }
+        if data_done && st.finish.is_some() {
+            return;
+        }
+        st = session.cv.wait(st).unwrap();
+    }
+}
+
+/// The session's outcome before committing, and whether it failed on an
+/// end-to-end hash mismatch.
+fn verdict(session: &Session) -> (Result<()>, bool) {
     let st = session.state.lock().unwrap();
-    let e2e = req.hash.then(|| e2e_digest(&st.hashes));
+    match (&st.failed, &st.finish) {
+        (Some(e), _) => (Err(anyhow!(e.clone())), false),
+        (None, Some(Some(theirs))) if session.req.hash => {
+            let mine = st.e2e.hex();
+            if *theirs == mine {
+                (Ok(()), false)
+            } else {
+                (
+                    Err(anyhow!(
+                        "END-TO-END HASH MISMATCH (sender {theirs}, receiver {mine}): the data \
+                         differs from the source; nothing was committed"
+                    )),
+                    true,
+                )
+            }
+        }
+        (None, Some(None)) if session.req.hash => {
+            (Err(anyhow!("sender sent no end-to-end hash")), false)
+        }
+        _ => (Ok(()), false),
+    }
+}
+
+/// A consumer is killed on failure (it must not mistake a truncated stream
+/// for a complete one); on success, closing its stdin ends its input.
+fn finish_consumer(session: &Session, child: Option<Child>, result: Result<()>) -> Result<()> {
+    let Some(mut c) = child else {
+        return result;
+    };
+    if result.is_err() {
+        let _ = c.kill();
+    }
+    session.output.lock().unwrap().take();
+    match c.wait() {
+        Ok(st) if !st.success() && result.is_ok() => Err(anyhow!("consumer command failed: {st}")),
+        Err(e) if result.is_ok() => Err(anyhow!("waiting for consumer: {e}")),
+        _ => result,
+    }
+}
+
+/// On success: sync, rename into place, drop the journal. On failure: keep
+/// the part file and journal only if they can serve a resume (the client
+/// asked for one and some chunk is verified); otherwise free the space.
+fn commit_or_clean(session: &Session, result: Result<()>, mismatch: bool) -> Result<()> {
+    let Some(fs) = &session.fsink else {
+        return result;
+    };
+    let result = result.and_then(|()| {
+        fs.file.sync_data().map_err(|e| fs.io_err(e, "syncing"))?;
+        safepath::rename(&fs.dir, &fs.part, &fs.name)?;
+        safepath::unlink(&fs.dir, &fs.jname);
+        Ok(())
+    });
+    if result.is_err() {
+        let verified = {
+            let st = session.state.lock().unwrap();
+            st.have.count() > 0 || st.next > 0
+        };
+        // A mismatch means the journal vouched for data that does not match
+        // the source (a producer that changed): the next attempt starts fresh.
+        if mismatch || !session.req.resume || !verified {
+            fs.remove();
+        }
+    }
+    result
+}
+
+/// The verdict sent to the client, and the server's log line.
+fn report(
+    session: &Session,
+    result: Result<()>,
+    resumed_bytes: u64,
+    goodput: Vec<GoodputSample>,
+) -> Done {
+    let req = &session.req;
+    let elapsed = session.now();
+    let e2e = req.hash.then(|| session.state.lock().unwrap().e2e.hex());
     let flows: Vec<FlowReport> = session
         .slots
         .iter()
@@ -496,7 +652,6 @@ fn handle_control(srv: &Arc<Server>, mut conn: TcpStream, req: Request) -> Resul
         .collect();
     let bytes: u64 = flows.iter().map(|f| f.bytes).sum();
     let total_size = req.size.unwrap_or(0).max(resumed_bytes + bytes);
-    drop(st);
     let done = Done {
         error: result.as_ref().err().map(|e| format!("{e:#}")),
         e2e,
@@ -511,10 +666,10 @@ fn handle_control(srv: &Arc<Server>, mut conn: TcpStream, req: Request) -> Resul
         Sink::Cmd(c) => format!("cmd {c:?}"),
         Sink::Discard => "discard".into(),
     };
+    let id = &req.session[..8];
     match &done.error {
         None => eprintln!(
-            "xfer: session {}: {} -> {} in {:.3} s ({:.3} Gbit/s, {} streams, {})",
-            &id[..8],
+            "xfer: session {id}: {} -> {} in {:.3} s ({:.3} Gbit/s, {} streams, {})",
             crate::util::human_bytes(bytes),
             sink,
             elapsed,
@@ -522,15 +677,14 @@ fn handle_control(srv: &Arc<Server>, mut conn: TcpStream, req: Request) -> Resul
             req.streams,
             req.mode.name()
         ),
-        Some(e) => eprintln!("xfer: session {} to {sink} failed: {e}", &id[..8]),
+        Some(e) => eprintln!("xfer: session {id} to {sink} failed: {e}"),
     }
-    let _ = send_msg(&mut conn, &done);
-    let _ = conn.shutdown(Shutdown::Both);
-    let _ = watcher.join();
-    Ok(())
+    done
 }
 
-type Prepared = (Arc<Session>, Vec<(u64, u64)>, u64, Option<Child>);
+/// Half-open ranges of chunk indices.
+type Ranges = Vec<(u64, u64)>;
+type Prepared = (Arc<Session>, Ranges, u64, Option<Child>);
 
 fn prepare(srv: &Server, req: &Request) -> Result<Prepared> {
     let nchunks = req.size.map(|s| s.div_ceil(req.chunk as u64)).unwrap_or(0);
@@ -541,111 +695,8 @@ fn prepare(srv: &Server, req: &Request) -> Result<Prepared> {
     let mut child = None;
     match &req.sink {
         Sink::Path(p) => {
-            let (dir, name) = safepath::open_parent(&srv.root, p)?;
-            safepath::check_target(&dir, &name)?;
-            let part = format!(".{name}.xfer-part");
-            let jname = format!(".{name}.xfer-journal");
-            let rw = libc::O_RDWR | libc::O_CREAT;
-            let file = safepath::open_file(&dir, &part, rw)?;
-            let jfile = safepath::open_file(&dir, &jname, rw)?;
-            let header = journal::Header {
-                src_id: req.src_id.clone(),
-                mode: req.mode.name().into(),
-                chunk: req.chunk,
-                size: req.size,
-                hash: req.hash,
-            };
-            let (journal, records) = Journal::open(jfile, &header, req.resume)?;
-            let flen = file.metadata()?.len();
-            let c = req.chunk as u64;
-            let mut buf = vec![0u8; req.chunk as usize];
-            // Re-check what the journal claims against the data on disk, so a
-            // crash between data and journal writes cannot smuggle in junk.
-            let mut verify = |idx: u64, len: u64, h: u64| -> bool {
-                let b = &mut buf[..len as usize];
-                idx * c + len <= flen
-                    && file.read_exact_at(b, idx * c).is_ok()
-                    && (!req.hash || chunk_hash(b) == h)
-            };
-            match req.mode {
-                Mode::Stripe => {
-                    st.have = vec![false; nchunks as usize];
-                    st.hashes = vec![0; nchunks as usize];
-                    for (idx, h) in records {
-                        if idx < nchunks
-                            && !st.have[idx as usize]
-                            && verify(idx, c.min(req.size.unwrap() - idx * c), h)
-                        {
-                            st.have[idx as usize] = true;
-                            st.hashes[idx as usize] = h;
-                            st.have_count += 1;
-                            resumed += c.min(req.size.unwrap() - idx * c);
-                        }
-                    }
-                    let mut i = 0;
-                    while i < nchunks {
-                        if st.have[i as usize] {
-                            let s = i;
-                            while i < nchunks && st.have[i as usize] {
-                                i += 1;
-                            }
-                            have_ranges.push((s, i));
-                        } else {
-                            i += 1;
-                        }
-                    }
-                    if !req.resume || st.have_count == 0 {
-                        file.set_len(0)?;
-                    }
-                    file.set_len(req.size.unwrap())?;
-                }
-                Mode::Stream => {
-                    // Only a verified prefix is usable: the producer is re-run.
-                    for (i, (idx, h)) in records.into_iter().enumerate() {
-                        let len = c.min(flen.saturating_sub(idx * c));
-                        if idx != i as u64
-                            || len == 0
-                            || (len < c && idx * c + len != flen)
-                            || !verify(idx, len, h)
-                        {
-                            break;
-                        }
-                        st.hashes.push(h);
-                        resumed += len;
-                        st.next = idx + 1;
-                        if len < c {
-                            break;
-                        }
-                    }
-                    if st.next > 0 {
-                        have_ranges.push((0, st.next));
-                    }
-                    file.set_len(resumed)?;
-                }
-            }
-            if resumed == 0 {
-                // Journal records that failed verification must not linger.
-                drop(journal);
-                let jfile = safepath::open_file(&dir, &jname, rw)?;
-                let (j, _) = Journal::open(jfile, &header, false)?;
-                fsink = Some(FileSink {
-                    dir,
-                    name,
-                    part,
-                    jname,
-                    file,
-                    journal: Mutex::new(j),
-                });
-            } else {
-                fsink = Some(FileSink {
-                    dir,
-                    name,
-                    part,
-                    jname,
-                    file,
-                    journal: Mutex::new(journal),
-                });
-            }
+            let (fs, ranges, r) = prepare_file(srv, req, p, nchunks, &mut st)?;
+            (fsink, have_ranges, resumed) = (Some(fs), ranges, r);
         }
         Sink::Cmd(cmd) => {
             let c = Command::new("sh")
@@ -661,8 +712,7 @@ fn prepare(srv: &Server, req: &Request) -> Result<Prepared> {
         }
         Sink::Discard => {
             if req.mode == Mode::Stripe {
-                st.have = vec![false; nchunks as usize];
-                st.hashes = vec![0; nchunks as usize];
+                st.have = ChunkSet::new(nchunks);
             }
         }
     }
@@ -692,8 +742,237 @@ fn prepare(srv: &Server, req: &Request) -> Result<Prepared> {
         stop_sampler: AtomicBool::new(false),
         pool: Mutex::new(Vec::new()),
         output: Mutex::new(Some(output)),
+        written: AtomicU64::new(0),
     });
     Ok((session, have_ranges, resumed, child))
+}
+
+/// Removes the part file and journal a failed `prepare_file` created, so a
+/// refused transfer leaves nothing behind.
+struct CreatedFiles {
+    dir: OwnedFd,
+    names: Vec<String>,
+    armed: bool,
+}
+
+impl Drop for CreatedFiles {
+    fn drop(&mut self) {
+        if self.armed {
+            for n in &self.names {
+                safepath::unlink(&self.dir, n);
+            }
+        }
+    }
+}
+
+/// Opens the part file and journal of a file destination (after checking
+/// there is room for it), and re-verifies what the journal claims: the
+/// chunks already present go into `st`; returns the sink, the present chunk
+/// ranges and the bytes they hold.
+fn prepare_file(
+    srv: &Server,
+    req: &Request,
+    rel: &str,
+    nchunks: u64,
+    st: &mut State,
+) -> Result<(FileSink, Ranges, u64)> {
+    let comps = safepath::components(rel)?;
+    let name = comps.last().unwrap().clone();
+    let part = format!(".{name}.xfer-part");
+    let jname = format!(".{name}.xfer-journal");
+    // Everything up to the space check happens in directories that already
+    // exist, so a refused transfer creates nothing.
+    let (anc, depth) = safepath::existing_ancestor(&srv.root, rel)?;
+    let mount = fsinfo::mount_point(&srv.opts.root.join(comps[..depth].join("/")));
+    let parent_exists = depth + 1 == comps.len();
+    if parent_exists {
+        safepath::check_target(&anc, &name)?;
+        if !req.resume {
+            // Starting over: what an earlier attempt left is of no use, and
+            // freeing it first may be what lets this transfer fit.
+            safepath::unlink(&anc, &part);
+            safepath::unlink(&anc, &jname);
+        }
+    }
+    check_room(&anc, &part, req, rel, &mount)?;
+    let (dir, _) = safepath::open_parent(&srv.root, rel, !req.parent_must_exist)?;
+    safepath::check_target(&dir, &name)?;
+    let existed = fsinfo::allocated(&dir, &jname) > 0;
+    let mut created = CreatedFiles {
+        dir: dir.try_clone()?,
+        names: vec![part.clone(), jname.clone()],
+        armed: !existed,
+    };
+    let no_space = |e: anyhow::Error| no_space_or(e, &mount, rel);
+    let rw = libc::O_RDWR | libc::O_CREAT;
+    let file = safepath::open_file(&dir, &part, rw)?;
+    let jfile = safepath::open_file(&dir, &jname, rw)?;
+    let header = journal_header(req);
+    let (mut journal, resumed) = match req.mode {
+        Mode::Stripe => resume_stripe(&file, jfile, &header, req, nchunks, st),
+        Mode::Stream => resume_stream(&file, jfile, &header, req, st),
+    }
+    .map_err(no_space)?;
+    let ranges = match req.mode {
+        Mode::Stripe => st.have.ranges(MAX_HAVE_RANGES).unwrap_or_default(),
+        Mode::Stream if st.next > 0 => vec![(0, st.next)],
+        Mode::Stream => Vec::new(),
+    };
+    if resumed == 0 {
+        // Journal records that failed verification must not linger.
+        let jfile = safepath::open_file(&dir, &jname, rw)?;
+        journal = Journal::open(jfile, &header, false, |_, _| false).map_err(no_space)?;
+        file.set_len(0)?;
+    }
+    if req.mode == Mode::Stripe {
+        file.set_len(req.size.unwrap_or(0))?;
+    } else {
+        file.set_len(resumed)?;
+    }
+    created.armed = false;
+    let fs = FileSink {
+        dir,
+        name,
+        part,
+        jname,
+        file,
+        journal: Mutex::new(journal),
+        rel: rel.to_string(),
+        mount,
+    };
+    Ok((fs, ranges, resumed))
+}
+
+/// Refuses up front a transfer of known size that cannot fit, rather than
+/// fill the disk. The part file's blocks count as room: they are reused (on
+/// resume) or freed (when starting over).
+fn check_room(
+    dir: &OwnedFd,
+    part: &str,
+    req: &Request,
+    rel: &str,
+    mount: &std::path::Path,
+) -> Result<()> {
+    let Some(size) = req.size else {
+        return Ok(());
+    };
+    let journal = 16 * size.div_ceil(req.chunk as u64) + 4096;
+    let need = size.saturating_add(journal);
+    let Some(free) = fsinfo::available(dir) else {
+        return Ok(());
+    };
+    let room = free.saturating_add(fsinfo::allocated(dir, part));
+    if need > room {
+        bail!(
+            "no space left on {} for {rel:?}: it needs {}, the server file system has {} free",
+            mount.display(),
+            crate::util::human_bytes(need),
+            crate::util::human_bytes(room)
+        );
+    }
+    Ok(())
+}
+
+fn journal_header(req: &Request) -> journal::Header {
+    journal::Header {
+        src_id: req.src_id.clone(),
+        mode: req.mode.name().into(),
+        chunk: req.chunk,
+        size: req.size,
+        hash: req.hash,
+    }
+}
+
+fn no_space_or(e: anyhow::Error, mount: &std::path::Path, rel: &str) -> anyhow::Error {
+    let io = e.chain().find_map(|c| c.downcast_ref::<std::io::Error>());
+    if io.is_some_and(fsinfo::is_no_space) {
+        anyhow!(
+            "no space left on {} (the server file system holding {rel:?})",
+            mount.display()
+        )
+    } else {
+        e
+    }
+}
+
+/// Re-reads a chunk the journal vouches for and checks it against its hash,
+/// so a crash between data and journal writes cannot smuggle in junk.
+fn verify_chunk(
+    file: &File,
+    buf: &mut Vec<u8>,
+    offset: u64,
+    len: u64,
+    hash: u64,
+    check: bool,
+) -> bool {
+    buf.resize(len as usize, 0);
+    file.read_exact_at(buf, offset).is_ok() && (!check || chunk_hash(buf) == hash)
+}
+
+/// Stripe resume: every journal record whose chunk still verifies counts.
+/// Records are streamed; the state is one bit per chunk. A journal too
+/// fragmented to report (more than MAX_HAVE_RANGES ranges) starts over.
+fn resume_stripe(
+    file: &File,
+    jfile: File,
+    header: &journal::Header,
+    req: &Request,
+    nchunks: u64,
+    st: &mut State,
+) -> Result<(Journal, u64)> {
+    let c = req.chunk as u64;
+    let size = req.size.unwrap_or(0);
+    let flen = file.metadata()?.len();
+    let mut have = ChunkSet::new(nchunks);
+    let mut e2e = E2e::default();
+    let mut resumed = 0u64;
+    let mut buf = Vec::new();
+    let journal = Journal::open(jfile, header, req.resume, |idx, h| {
+        if idx < nchunks && !have.contains(idx) {
+            let len = c.min(size - idx * c);
+            if idx * c + len <= flen && verify_chunk(file, &mut buf, idx * c, len, h, req.hash) {
+                have.insert(idx);
+                e2e.add(idx, h);
+                resumed += len;
+            }
+        }
+        true
+    })?;
+    if have.ranges(MAX_HAVE_RANGES).is_none() {
+        eprintln!(
+            "xfer: journal of {:?} too fragmented to resume; starting over",
+            header.src_id
+        );
+        (have, e2e, resumed) = (ChunkSet::new(nchunks), E2e::default(), 0);
+    }
+    (st.have, st.e2e) = (have, e2e);
+    Ok((journal, resumed))
+}
+
+/// Stream resume: only a verified prefix is usable (the producer is re-run).
+fn resume_stream(
+    file: &File,
+    jfile: File,
+    header: &journal::Header,
+    req: &Request,
+    st: &mut State,
+) -> Result<(Journal, u64)> {
+    let c = req.chunk as u64;
+    let flen = file.metadata()?.len();
+    let (mut next, mut resumed, mut e2e) = (0u64, 0u64, E2e::default());
+    let mut buf = Vec::new();
+    let journal = Journal::open(jfile, header, req.resume, |idx, h| {
+        let len = c.min(flen.saturating_sub(resumed));
+        if idx != next || len == 0 || !verify_chunk(file, &mut buf, resumed, len, h, req.hash) {
+            return false;
+        }
+        e2e.add(idx, h);
+        resumed += len;
+        next += 1;
+        len == c // a short chunk ends the stream
+    })?;
+    (st.next, st.stream_bytes, st.e2e) = (next, resumed, e2e);
+    Ok((journal, resumed))
 }
 
 fn handle_data(s: &Arc<Session>, mut conn: TcpStream, stream: u32) -> Result<()> {
@@ -720,7 +999,7 @@ fn handle_data(s: &Arc<Session>, mut conn: TcpStream, stream: u32) -> Result<()>
 
 fn receive_stream(s: &Session, conn: &mut TcpStream, stream: u32) -> Result<()> {
     let slot = &s.slots[stream as usize];
-    let mut buf = vec![0u8; s.req.chunk as usize];
+    let mut buf = Vec::new();
     let mut hdr = [0u8; FRAME_HDR_LEN];
     loop {
         conn.read_exact(&mut hdr).context("connection lost")?;
@@ -759,31 +1038,31 @@ fn receive_stream(s: &Session, conn: &mut TcpStream, stream: u32) -> Result<()> 
                 if h.index >= s.nchunks || h.len as u64 != s.chunk_len(h.index) {
                     bail!("bad chunk index {} / length {}", h.index, h.len);
                 }
-                let b = &mut buf[..h.len as usize];
-                let got = read_counted(conn, b, &slot.bytes, s.req.hash)?;
+                if s.state.lock().unwrap().have.contains(h.index) {
+                    bail!("duplicate chunk {}", h.index);
+                }
+                let got = read_payload(conn, &mut buf, h.len as usize, &slot.bytes, s.req.hash)?;
                 if s.req.hash && got != h.hash {
                     bail!("chunk {} failed its integrity check", h.index);
                 }
                 if let Some(fs) = &s.fsink {
-                    fs.file
-                        .write_all_at(b, h.index * s.req.chunk as u64)
-                        .context("writing data")?;
-                    fs.journal.lock().unwrap().append(h.index, h.hash)?;
+                    fs.write_chunk(&buf, h.index * s.req.chunk as u64, h.index, h.hash)?;
                 }
-                let mut st = s.state.lock().unwrap();
-                if !st.have[h.index as usize] {
-                    st.have[h.index as usize] = true;
-                    st.have_count += 1;
+                {
+                    let mut st = s.state.lock().unwrap();
+                    if !st.have.insert(h.index) {
+                        bail!("duplicate chunk {}", h.index);
+                    }
+                    st.e2e.add(h.index, h.hash);
+                    if st.have.count() == s.nchunks {
+                        s.cv.notify_all();
+                    }
                 }
-                st.hashes[h.index as usize] = h.hash;
-                if st.have_count == s.nchunks {
-                    s.cv.notify_all();
-                }
+                s.wrote(h.len as u64)?;
             }
             Mode::Stream => {
                 let mut b = s.pool.lock().unwrap().pop().unwrap_or_default();
-                b.resize(h.len as usize, 0);
-                let got = read_counted(conn, &mut b, &slot.bytes, s.req.hash)?;
+                let got = read_payload(conn, &mut b, h.len as usize, &slot.bytes, s.req.hash)?;
                 if s.req.hash && got != h.hash {
                     bail!("chunk {} failed its integrity check", h.index);
                 }
@@ -803,10 +1082,9 @@ fn receive_stream(s: &Session, conn: &mut TcpStream, stream: u32) -> Result<()> 
                 }
                 if h.index == st.next && !st.writing {
                     st.writing = true;
-                    st.next += 1;
-                    st.hashes.push(h.hash);
+                    let off = take_next(&mut st, b.len() as u64, h.hash);
                     drop(st);
-                    drain(s, b, h.index, h.hash)?;
+                    drain(s, b, h.index, h.hash, off)?;
                     continue;
                 }
                 st.reorder.insert(h.index, (b, h.hash));
@@ -815,40 +1093,53 @@ fn receive_stream(s: &Session, conn: &mut TcpStream, stream: u32) -> Result<()> 
     }
 }
 
-/// Reads a payload in pieces, counting bytes as they arrive so per-interval
-/// goodput is not quantised to whole chunks, and hashing each piece while it
-/// is still in cache. Returns the XXH3-64 of the payload (0 if not hashing).
-fn read_counted(
+/// Reads a `len`-byte payload into `buf`, in pieces, counting bytes as they
+/// arrive so per-interval goodput is not quantised to whole chunks, and
+/// hashing each piece while it is still in cache. Memory is touched only as
+/// bytes arrive, so a stated length costs nothing until the data is sent.
+/// Returns the XXH3-64 of the payload (0 if not hashing).
+fn read_payload(
     conn: &mut TcpStream,
-    buf: &mut [u8],
+    buf: &mut Vec<u8>,
+    len: usize,
     counter: &AtomicU64,
     hash: bool,
 ) -> Result<u64> {
+    buf.clear();
+    buf.reserve_exact(len);
     let mut h = xxhash_rust::xxh3::Xxh3::new();
-    let mut off = 0;
-    while off < buf.len() {
-        let end = (off + (256 << 10)).min(buf.len());
-        match conn.read(&mut buf[off..end]) {
-            Ok(0) => bail!("connection lost mid-chunk"),
-            Ok(n) => {
-                if hash {
-                    h.update(&buf[off..off + n]);
-                }
-                off += n;
-                counter.fetch_add(n as u64, Ordering::Relaxed);
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(anyhow::Error::new(e).context("connection lost mid-chunk")),
+    while buf.len() < len {
+        let start = buf.len();
+        let piece = (len - start).min(256 << 10) as u64;
+        let n = (&mut *conn)
+            .take(piece)
+            .read_to_end(buf)
+            .context("connection lost mid-chunk")?;
+        if n == 0 {
+            bail!("connection lost mid-chunk");
         }
+        if hash {
+            h.update(&buf[start..]);
+        }
+        counter.fetch_add(n as u64, Ordering::Relaxed);
     }
     Ok(if hash { h.digest() } else { 0 })
+}
+
+/// Stream mode, under the state lock: the chunk the output needs next is
+/// taken for writing. Returns its offset (chunks are written back to back).
+fn take_next(st: &mut State, len: u64, hash: u64) -> u64 {
+    let off = st.stream_bytes;
+    st.e2e.add(st.next, hash);
+    st.next += 1;
+    st.stream_bytes += len;
+    off
 }
 
 /// Writes chunk `idx` and then every consecutive chunk already buffered,
 /// then gives the write token back. Whoever receives the chunk the output
 /// needs next does the writing, so no writer thread and no hand-off.
-fn drain(s: &Session, mut data: Vec<u8>, mut idx: u64, mut hash: u64) -> Result<()> {
-    let c = s.req.chunk as u64;
+fn drain(s: &Session, mut data: Vec<u8>, mut idx: u64, mut hash: u64, mut off: u64) -> Result<()> {
     loop {
         {
             let mut out = s.output.lock().unwrap();
@@ -857,16 +1148,14 @@ fn drain(s: &Session, mut data: Vec<u8>, mut idx: u64, mut hash: u64) -> Result<
                 Some(Output::Discard) => {}
                 Some(Output::File) => {
                     let fs = s.fsink.as_ref().unwrap();
-                    fs.file
-                        .write_all_at(&data, idx * c)
-                        .context("writing data")?;
-                    fs.journal.lock().unwrap().append(idx, hash)?;
+                    fs.write_chunk(&data, off, idx, hash)?;
                 }
                 Some(Output::Cmd(stdin)) => {
                     stdin.write_all(&data).context("consumer stopped reading")?
                 }
             }
         }
+        s.wrote(data.len() as u64)?;
         {
             let mut pool = s.pool.lock().unwrap();
             if pool.len() < (s.cap + s.req.streams as u64) as usize {
@@ -879,8 +1168,7 @@ fn drain(s: &Session, mut data: Vec<u8>, mut idx: u64, mut hash: u64) -> Result<
         }
         let n = st.next;
         if let Some((d, h)) = st.reorder.remove(&n) {
-            st.next += 1;
-            st.hashes.push(h);
+            off = take_next(&mut st, d.len() as u64, h);
             (data, idx, hash) = (d, n, h);
             continue;
         }
@@ -893,10 +1181,15 @@ fn drain(s: &Session, mut data: Vec<u8>, mut idx: u64, mut hash: u64) -> Result<
     }
 }
 
+/// Per-stream goodput, one row per interval. At most MAX_SAMPLES rows are
+/// kept: when full, adjacent intervals are merged and the interval doubles,
+/// so a transfer of any duration costs bounded memory and a bounded verdict.
 fn sample_goodput(s: &Session) -> Vec<GoodputSample> {
-    let iv = Duration::from_millis(s.req.interval_ms);
-    let mut last: Vec<u64> = vec![0; s.slots.len()];
-    let mut out = Vec::new();
+    let n = s.slots.len();
+    let max_ticks = (MAX_SAMPLES / n).max(2);
+    let mut iv = Duration::from_millis(s.req.interval_ms);
+    let mut last: Vec<u64> = vec![0; n];
+    let mut ticks: Vec<(f64, Vec<u64>)> = Vec::new();
     let mut next = Instant::now() + iv;
     loop {
         let stop = s.stop_sampler.load(Ordering::SeqCst);
@@ -906,22 +1199,57 @@ fn sample_goodput(s: &Session) -> Vec<GoodputSample> {
                 std::thread::sleep((next - now).min(Duration::from_millis(20)));
                 continue;
             }
-            next += iv;
         }
-        let t = s.now();
-        for (i, sl) in s.slots.iter().enumerate() {
-            let b = sl.bytes.load(Ordering::Relaxed);
-            out.push(GoodputSample {
-                t,
-                stream: i as u32,
-                bytes: b - last[i],
-            });
-            last[i] = b;
+        if ticks.len() >= max_ticks {
+            ticks = merge_ticks(ticks);
+            iv = (iv * 2).min(Duration::from_secs(86_400));
         }
+        next += iv;
+        let row = s
+            .slots
+            .iter()
+            .zip(last.iter_mut())
+            .map(|(sl, l)| {
+                let b = sl.bytes.load(Ordering::Relaxed);
+                let d = b - *l;
+                *l = b;
+                d
+            })
+            .collect();
+        ticks.push((s.now(), row));
         if stop {
-            return out;
+            return ticks
+                .into_iter()
+                .flat_map(|(t, row)| {
+                    row.into_iter()
+                        .enumerate()
+                        .map(move |(i, bytes)| GoodputSample {
+                            t,
+                            stream: i as u32,
+                            bytes,
+                        })
+                })
+                .collect();
         }
     }
+}
+
+/// Halves the number of sampling intervals: each pair becomes one interval
+/// ending where the second ended, holding both intervals' bytes.
+fn merge_ticks(ticks: Vec<(f64, Vec<u64>)>) -> Vec<(f64, Vec<u64>)> {
+    ticks
+        .chunks(2)
+        .map(|p| {
+            let t = p[p.len() - 1].0;
+            let mut row = p[0].1.clone();
+            for other in &p[1..] {
+                for (a, b) in row.iter_mut().zip(&other.1) {
+                    *a += b;
+                }
+            }
+            (t, row)
+        })
+        .collect()
 }
 
 struct PullGuard<'a>(&'a Server, String);
@@ -929,6 +1257,22 @@ impl Drop for PullGuard<'_> {
     fn drop(&mut self) {
         self.0.pulls.lock().unwrap().remove(&self.1);
     }
+}
+
+/// True once the peer closed (or broke) the connection; never blocks.
+fn peer_closed(c: &TcpStream) -> bool {
+    use std::os::fd::AsRawFd;
+    let mut b = [0u8; 1];
+    // SAFETY: one-byte buffer we own; MSG_PEEK leaves any data in place.
+    let n = unsafe {
+        libc::recv(
+            c.as_raw_fd(),
+            b.as_mut_ptr() as *mut libc::c_void,
+            1,
+            libc::MSG_PEEK | libc::MSG_DONTWAIT,
+        )
+    };
+    n == 0 || (n < 0 && std::io::Error::last_os_error().kind() != std::io::ErrorKind::WouldBlock)
 }
 
 /// A pull: the server is the sender. It opens the file under the same
@@ -941,9 +1285,6 @@ fn handle_pull(srv: &Arc<Server>, mut conn: TcpStream, req: Request) -> Result<(
         };
         let file = safepath::open_read(&srv.root, p)?;
         let size = file.metadata()?.len();
-        if size.div_ceil(req.chunk as u64) > (1 << 32) {
-            bail!("too many chunks; use a larger --chunk");
-        }
         Ok((Arc::new(file), size))
     })();
     let (file, size) = match opened {
@@ -968,22 +1309,9 @@ fn handle_pull(srv: &Arc<Server>, mut conn: TcpStream, req: Request) -> Result<(
             size: Some(size),
         },
     )?;
-    let n = req.streams as usize;
-    let mut slots: Vec<Option<TcpStream>> = (0..n).map(|_| None).collect();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while slots.iter().any(|c| c.is_none()) {
-        let left = deadline.saturating_duration_since(Instant::now());
-        let (i, c) = rx
-            .recv_timeout(left)
-            .map_err(|_| anyhow!("pull {}: data connections did not arrive", &id[..8]))?;
-        if slots[i as usize].is_some() {
-            bail!("pull {}: duplicate data stream {i}", &id[..8]);
-        }
-        slots[i as usize] = Some(c);
-    }
-    let conns: Vec<Arc<TcpStream>> = slots.into_iter().map(|c| Arc::new(c.unwrap())).collect();
+    let conns = pull_connections(&conn, &rx, &req)?;
     conn.set_read_timeout(Some(Duration::from_secs(30)))?;
-    let start: Start = recv_msg(&mut conn)?;
+    let start: Start = recv_request(&mut conn)?;
     conn.set_read_timeout(None)?;
     for c in &conns {
         if let Some(cc) = &req.cc {
@@ -998,7 +1326,6 @@ fn handle_pull(srv: &Arc<Server>, mut conn: TcpStream, req: Request) -> Result<(
     let abort = Arc::new(AtomicBool::new(false));
     let sent = Arc::new(AtomicU64::new(0));
     let chunk = req.chunk as u64;
-    let hashes = Arc::new(Mutex::new(Vec::new()));
     // The client only closes the control connection when it gives up (or
     // after our verdict): stop sending then.
     let watcher = {
@@ -1014,15 +1341,11 @@ fn handle_pull(srv: &Arc<Server>, mut conn: TcpStream, req: Request) -> Result<(
             }
         })
     };
+    let n = req.streams as usize;
     let mut handles = Vec::new();
     match req.mode {
         Mode::Stripe => {
-            let nchunks = size.div_ceil(chunk);
-            *hashes.lock().unwrap() = vec![0; nchunks as usize];
-            let all: Vec<u64> = (0..nchunks).collect();
-            let per = all.len().div_ceil(n).max(1);
-            let mut groups: Vec<Vec<u64>> = all.chunks(per).map(|c| c.to_vec()).collect();
-            groups.resize(n, Vec::new());
+            let groups = chunkset::split(&[(0, size.div_ceil(chunk))], n);
             for (c, g) in conns.into_iter().zip(groups) {
                 let ctx = client::StripeCtx {
                     file: Some(file.clone()),
@@ -1030,10 +1353,9 @@ fn handle_pull(srv: &Arc<Server>, mut conn: TcpStream, req: Request) -> Result<(
                     chunk,
                     size,
                     hash: req.hash,
-                    hashes: hashes.clone(),
                     sent: sent.clone(),
                     abort: abort.clone(),
-                    fault: None,
+                    stall_after: req.fault_stall_after,
                 };
                 handles.push(std::thread::spawn(move || client::stripe_sender(c, g, ctx)));
             }
@@ -1043,21 +1365,25 @@ fn handle_pull(srv: &Arc<Server>, mut conn: TcpStream, req: Request) -> Result<(
                 Box::new(client::SharedFile(file.clone(), 0)),
                 chunk as usize,
                 req.hash,
-                hashes.clone(),
                 abort.clone(),
             ));
             for c in conns {
                 let (src, sent) = (src.clone(), sent.clone());
+                let stall = req.fault_stall_after;
                 handles.push(std::thread::spawn(move || {
-                    client::stream_sender(c, src, sent, None)
+                    client::stream_sender(c, src, sent, stall)
                 }));
             }
         }
     }
     let mut error = None;
+    let mut e2e = E2e::default();
     for h in handles {
-        if let Err(e) = h.join().unwrap_or_else(|_| Err(anyhow!("worker panicked"))) {
-            error.get_or_insert(format!("{e:#}"));
+        match h.join().unwrap_or_else(|_| Err(anyhow!("worker panicked"))) {
+            Ok(part) => e2e.merge(part),
+            Err(e) => {
+                error.get_or_insert(format!("{e:#}"));
+            }
         }
     }
     if error.is_none() && abort.load(Ordering::SeqCst) {
@@ -1081,7 +1407,7 @@ fn handle_pull(srv: &Arc<Server>, mut conn: TcpStream, req: Request) -> Result<(
     }
     let done = Done {
         error,
-        e2e: req.hash.then(|| e2e_digest(&hashes.lock().unwrap())),
+        e2e: req.hash.then(|| e2e.hex()),
         bytes,
         total_size: size,
         elapsed,
@@ -1094,4 +1420,51 @@ fn handle_pull(srv: &Arc<Server>, mut conn: TcpStream, req: Request) -> Result<(
     let _ = conn.shutdown(Shutdown::Write);
     let _ = watcher.join();
     Ok(())
+}
+
+/// Waits for a pull's data connections (30 s at most), and gives up as soon
+/// as the client closes its control connection, so a client that goes away
+/// does not hold a session slot.
+fn pull_connections(
+    ctrl: &TcpStream,
+    rx: &mpsc::Receiver<(u32, TcpStream)>,
+    req: &Request,
+) -> Result<Vec<Arc<TcpStream>>> {
+    let id = &req.session[..8];
+    let mut slots: Vec<Option<TcpStream>> = (0..req.streams).map(|_| None).collect();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while slots.iter().any(|c| c.is_none()) {
+        if Instant::now() >= deadline {
+            bail!("pull {id}: data connections did not arrive");
+        }
+        match rx.recv_timeout(Duration::from_millis(200)) {
+            Ok((i, c)) => {
+                if slots[i as usize].is_some() {
+                    bail!("pull {id}: duplicate data stream {i}");
+                }
+                slots[i as usize] = Some(c);
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) if peer_closed(ctrl) => {
+                bail!("pull {id}: the client went away before its data connections arrived")
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Err(mpsc::RecvTimeoutError::Disconnected) => bail!("pull {id}: internal error"),
+        }
+    }
+    Ok(slots.into_iter().map(|c| Arc::new(c.unwrap())).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::merge_ticks;
+
+    #[test]
+    fn merged_samples_keep_every_byte_and_the_last_time() {
+        let ticks: Vec<(f64, Vec<u64>)> = (1..=5).map(|i| (i as f64, vec![i, 10 * i])).collect();
+        let m = merge_ticks(ticks);
+        assert_eq!(
+            m,
+            vec![(2.0, vec![3, 30]), (4.0, vec![7, 70]), (5.0, vec![5, 50])]
+        );
+    }
 }

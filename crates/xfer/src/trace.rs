@@ -145,7 +145,9 @@ pub fn build(
             resumed_bytes: resumed,
             completion_time: completion,
             receiver_elapsed: d.elapsed,
-            hash: o.hash.then_some("xxh3-64 per chunk, xxh3-128 end to end"),
+            hash: o
+                .hash
+                .then_some("xxh3-64 per chunk, sum of xxh3-128 end to end"),
             e2e_hash: e2e,
             interval: o.interval.as_secs_f64(),
         },

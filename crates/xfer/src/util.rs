@@ -82,7 +82,8 @@ pub fn parse_duration(s: &str) -> Result<Duration> {
     if !(secs.is_finite() && secs > 0.0) {
         bail!("invalid duration {s:?}: must be positive");
     }
-    Ok(Duration::from_secs_f64(secs))
+    Duration::try_from_secs_f64(secs)
+        .map_err(|_| anyhow::anyhow!("invalid duration {s:?}: too long"))
 }
 
 pub fn random_bytes<const N: usize>() -> Result<[u8; N]> {
@@ -99,13 +100,27 @@ pub fn hex(b: &[u8]) -> String {
 
 pub fn human_bytes(n: u64) -> String {
     let f = n as f64;
-    if f >= (1u64 << 30) as f64 {
+    if f >= (1u64 << 40) as f64 {
+        format!("{:.2} TiB", f / (1u64 << 40) as f64)
+    } else if f >= (1u64 << 30) as f64 {
         format!("{:.2} GiB", f / (1u64 << 30) as f64)
     } else if f >= (1u64 << 20) as f64 {
         format!("{:.2} MiB", f / (1u64 << 20) as f64)
+    } else if f >= (1u64 << 10) as f64 {
+        format!("{:.2} KiB", f / (1u64 << 10) as f64)
     } else {
         format!("{n} B")
     }
+}
+
+/// A power-of-two size as a command-line argument (`256K`, `4M`, `1G`).
+pub fn human_size_arg(n: u64) -> String {
+    for (shift, suf) in [(30, "G"), (20, "M"), (10, "K")] {
+        if n >= 1 << shift && n % (1 << shift) == 0 {
+            return format!("{}{suf}", n >> shift);
+        }
+    }
+    n.to_string()
 }
 
 #[cfg(test)]
@@ -120,6 +135,9 @@ mod tests {
         assert_eq!(parse_size("1.5G").unwrap(), 3 << 29);
         assert!(parse_size("12X").is_err());
         assert!(parse_size("").is_err());
+        assert_eq!(human_size_arg(256 << 10), "256K");
+        assert_eq!(human_size_arg(16 << 20), "16M");
+        assert_eq!(human_bytes(16 << 40), "16.00 TiB");
     }
 
     #[test]
@@ -139,5 +157,6 @@ mod tests {
         assert_eq!(parse_duration("7").unwrap(), Duration::from_secs(7));
         assert!(parse_duration("-1s").is_err());
         assert!(parse_duration("soon").is_err());
+        assert!(parse_duration("1e30s").is_err());
     }
 }

@@ -1,219 +1,14 @@
 //! End-to-end tests: real `xfer` processes over loopback and over a veth
 //! pair between two network namespaces created (and removed) by the test.
 
-use std::io::{BufRead, BufReader, Write};
+mod common;
+
+use common::*;
+use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::process::{Command, Output, Stdio};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
-
-const BIN: &str = env!("CARGO_BIN_EXE_xfer");
-static COUNTER: AtomicU32 = AtomicU32::new(0);
-
-struct TempDir(PathBuf);
-impl TempDir {
-    fn new(tag: &str) -> TempDir {
-        let n = COUNTER.fetch_add(1, Ordering::SeqCst);
-        let p = std::env::temp_dir().join(format!("xfert-{}-{tag}-{n}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(p.join("root")).unwrap();
-        std::fs::write(p.join("key"), "test-key-0123456789abcdef\n").unwrap();
-        std::fs::write(p.join("badkey"), "wrong-key-0123456789abcdef\n").unwrap();
-        TempDir(p)
-    }
-    fn root(&self) -> PathBuf {
-        self.0.join("root")
-    }
-    fn key(&self) -> String {
-        self.0.join("key").display().to_string()
-    }
-    fn p(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-}
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// Deterministic pseudo-random data (xorshift), so corruption is visible.
-fn data(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed | 1;
-    let mut v = Vec::with_capacity(len + 8);
-    while v.len() < len {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        v.extend_from_slice(&x.to_le_bytes());
-    }
-    v.truncate(len);
-    v
-}
-
-/// A running `xfer serve`; killed (by its own PID) and reaped on drop.
-struct Server {
-    child: Child,
-    addr: String,
-}
-
-impl Server {
-    fn start(td: &TempDir, extra: &[&str]) -> Server {
-        Self::start_with(td, &[], "127.0.0.1:0", extra)
-    }
-
-    fn start_with(td: &TempDir, prefix: &[&str], listen: &str, extra: &[&str]) -> Server {
-        let log = std::fs::File::create(td.p(&format!(
-            "server-{}.log",
-            COUNTER.fetch_add(1, Ordering::SeqCst)
-        )))
-        .unwrap();
-        let (prog, pre_args) = match prefix.split_first() {
-            Some((p, rest)) => (
-                p.to_string(),
-                rest.iter()
-                    .map(|s| s.to_string())
-                    .chain([BIN.to_string()])
-                    .collect(),
-            ),
-            None => (BIN.to_string(), Vec::new()),
-        };
-        let root = td.root().display().to_string();
-        let key = td.key();
-        let mut args: Vec<&str> = vec![
-            "serve",
-            "--listen",
-            listen,
-            "--root",
-            &root,
-            "--key-file",
-            &key,
-        ];
-        args.extend_from_slice(extra);
-        let mut child = Command::new(prog)
-            .args(&pre_args)
-            .args(&args)
-            .stdout(Stdio::piped())
-            .stderr(log)
-            .spawn()
-            .expect("spawn server");
-        // Readiness signal: the server prints its bound address on stdout.
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let addr = line
-            .trim()
-            .strip_prefix("xfer: listening on ")
-            .unwrap_or_else(|| panic!("unexpected server output {line:?}"))
-            .to_string();
-        Server { child, addr }
-    }
-
-    fn dest(&self, path: &str) -> String {
-        format!("{}:{path}", self.addr)
-    }
-
-    fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-impl Drop for Server {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
-fn xfer(td: &TempDir, args: &[&str]) -> Output {
-    xfer_in(&[], td, args, None)
-}
-
-fn xfer_in(prefix: &[&str], td: &TempDir, args: &[&str], stdin: Option<&[u8]>) -> Output {
-    let key = td.key();
-    let (prog, mut all): (String, Vec<String>) = match prefix.split_first() {
-        Some((p, rest)) => (
-            p.to_string(),
-            rest.iter()
-                .map(|s| s.to_string())
-                .chain([BIN.to_string()])
-                .collect(),
-        ),
-        None => (BIN.to_string(), Vec::new()),
-    };
-    all.push("send".into());
-    if !args.contains(&"--key-file") {
-        all.extend(["--key-file".to_string(), key]);
-    }
-    all.extend(args.iter().map(|s| s.to_string()));
-    let mut c = Command::new(prog)
-        .args(&all)
-        .current_dir(&td.0)
-        .stdin(if stdin.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    if let Some(d) = stdin {
-        let mut si = c.stdin.take().unwrap();
-        let d = d.to_vec();
-        std::thread::spawn(move || {
-            let _ = si.write_all(&d);
-        });
-    }
-    c.wait_with_output().unwrap()
-}
-
-fn ok(o: &Output) -> String {
-    let e = String::from_utf8_lossy(&o.stderr).to_string();
-    assert!(o.status.success(), "xfer failed: {e}");
-    e
-}
-
-fn failed(o: &Output) -> String {
-    let e = String::from_utf8_lossy(&o.stderr).to_string();
-    assert!(!o.status.success(), "xfer unexpectedly succeeded: {e}");
-    assert!(!e.contains("panicked"), "panic instead of an error: {e}");
-    e
-}
-
-fn json(p: &Path) -> serde_json::Value {
-    serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap()
-}
-
-fn same(a: &Path, b: &Path) {
-    let (x, y) = (std::fs::read(a).unwrap(), std::fs::read(b).unwrap());
-    assert!(
-        x == y,
-        "{} and {} differ ({} vs {} bytes)",
-        a.display(),
-        b.display(),
-        x.len(),
-        y.len()
-    );
-}
-
-fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
-    let t = Instant::now();
-    while !f() {
-        assert!(t.elapsed() < timeout, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
-/// Number of records in a receiver journal (0 if absent).
-fn journal_records(p: &Path) -> u64 {
-    let Ok(b) = std::fs::read(p) else { return 0 };
-    if b.len() < 11 {
-        return 0;
-    }
-    let hl = u32::from_le_bytes(b[7..11].try_into().unwrap()) as usize;
-    (b.len().saturating_sub(11 + hl) / 16) as u64
-}
 
 #[test]
 fn file_1_and_8_streams_bit_exact_with_trace() {
@@ -393,7 +188,8 @@ fn resume_common(kill_receiver: bool) {
     let size = 24 * 1024 * 1024;
     std::fs::write(td.p("src.bin"), data(size, 5)).unwrap();
     let journal = td.root().join(".r.bin.xfer-journal");
-    // Paced slowly so it is surely still running when killed.
+    // The senders stop after 8 MiB (test hook) and wait, so the transfer is
+    // surely still running when killed, however slow the machine.
     let mut c = Command::new(BIN)
         .args([
             "send",
@@ -403,8 +199,8 @@ fn resume_common(kill_receiver: bool) {
             "0",
             "-P",
             "4",
-            "--rate",
-            "40M",
+            "--fault-stall-after",
+            "8M",
             "src.bin",
             &srv.dest("/r.bin"),
         ])
@@ -564,11 +360,15 @@ fn data_connection_reset_fails_loudly_or_recovers() {
         ],
     ));
     assert!(e.contains("injected"), "{e}");
-    // The consumer never reached its success path.
+    // The consumer never reached its success path. The server logs the
+    // failed session after killing and reaping the consumer.
     wait_until(
         "server to finish the failed session",
-        Duration::from_secs(10),
-        || std::fs::metadata(td.root().join("piped.bin")).is_ok(),
+        Duration::from_secs(30),
+        || {
+            srv.log()
+                .contains("to cmd \"cat > piped.bin && rm marker\" failed")
+        },
     );
     assert!(
         td.root().join("marker").exists(),
@@ -688,6 +488,9 @@ fn pacing_rate_and_deadline() {
     // 16 MiB at 100 Mbit/s: 1.34 s of payload. On loopback the MSS is ~64 KB, so
     // the initial window of each stream (10 segments, ~640 KB) can leave before
     // pacing takes hold: up to ~8 % early here, which the lower bound allows.
+    // Pacing can only slow a transfer down, so the lower bound holds on any
+    // machine; the upper bound only catches pacing far too slow (a loaded
+    // 2-core machine can delay the end by a few hundred ms, never by 5×).
     // (The precision of pacing is measured on 1 GiB in BENCHMARKS.md.)
     ok(&xfer(
         &td,
@@ -707,18 +510,21 @@ fn pacing_rate_and_deadline() {
     let ct = t["run"]["completion_time"].as_f64().unwrap();
     let ideal = 16.0 * 1048576.0 * 8.0 / 100e6;
     assert!(
-        ct > ideal * 0.88 && ct < ideal * 1.5,
+        ct > ideal * 0.88 && ct < ideal * 5.0,
         "completion {ct} vs {ideal}"
     );
     assert_eq!(t["run"]["rate"], 100_000_000);
-    // Deadline: the rate follows from size and time.
+    // Deadline: the rate follows from size and time (the formula itself is
+    // unit-tested in client.rs). Set-up time (process start, connections) is
+    // taken from the deadline, so on a slow machine the rate is higher: the
+    // deadline is generous so a loaded machine keeps it.
     ok(&xfer(
         &td,
         &[
             "-P",
             "2",
             "--deadline",
-            "1s",
+            "3s",
             "--json",
             &jss,
             "mem:8M",
@@ -732,11 +538,12 @@ fn pacing_rate_and_deadline() {
     // and the data phase then takes size/rate.
     let rate = t["run"]["rate"].as_f64().unwrap();
     let bits = 8.0 * 8.0 * 1048576.0;
-    assert!(rate >= bits / 1.0 && rate < 3.0 * bits, "rate {rate}");
+    // At least size/deadline; at most what 2.5 s of set-up would leave.
+    assert!(rate >= bits / 3.0 && rate < bits / 0.5, "rate {rate}");
     let ct = t["run"]["completion_time"].as_f64().unwrap();
     let want = bits / rate;
     assert!(
-        ct > want * 0.9 && ct < want * 1.3,
+        ct > want * 0.9 && ct < want * 5.0,
         "completion {ct} vs {want}"
     );
     let e = failed(&xfer_in(
@@ -833,11 +640,6 @@ impl Drop for Netns {
     }
 }
 
-extern "C" {
-    #[link_name = "geteuid"]
-    fn libc_geteuid() -> u32;
-}
-
 #[test]
 fn netns_file_and_pipe_1_and_8_streams() {
     let Some(ns) = Netns::create() else { return };
@@ -918,8 +720,8 @@ fn netns_resume_after_killing_sender() {
             "send",
             "--key-file",
             &td.key(),
-            "--rate",
-            "40M",
+            "--fault-stall-after",
+            "8M",
             "-P",
             "8",
             "src.bin",
@@ -964,11 +766,15 @@ fn pipe_resume_deterministic_and_changed_producer() {
     let cmd = ["--from-cmd", "cat gen.bin"];
     // Interrupted: the receiver keeps a verified prefix.
     let dest = srv.dest("/p.bin");
+    // The receiver fails the session exactly when it has written 2 MiB (test
+    // hook), so a verified prefix of at least 2 MiB is kept, whatever the
+    // timing. Only a transfer started with --resume keeps its partial data.
     let e = failed(&xfer(
         &td,
         &[
             cmd[0],
             cmd[1],
+            "--resume",
             "--retries",
             "0",
             "--fault-reset-after",
@@ -977,6 +783,7 @@ fn pipe_resume_deterministic_and_changed_producer() {
         ],
     ));
     assert!(e.contains("injected"), "{e}");
+    assert!(td.root().join(".p.bin.xfer-part").exists());
     // Same producer output: resumes from the prefix, bit-exact.
     let js = td.p("p.json");
     let jss = js.display().to_string();
@@ -985,7 +792,8 @@ fn pipe_resume_deterministic_and_changed_producer() {
         &[cmd[0], cmd[1], "--resume", "--json", &jss, &dest],
     ));
     same(&td.p("gen.bin"), &td.root().join("p.bin"));
-    assert!(json(&js)["run"]["resumed_bytes"].as_u64().unwrap() > 0);
+    let resumed = json(&js)["run"]["resumed_bytes"].as_u64().unwrap();
+    assert!((2 << 20..12 << 20).contains(&resumed), "resumed {resumed}");
     // Changed producer output: the end-to-end hash catches it, nothing is
     // committed, and the next attempt starts from scratch.
     let dest = srv.dest("/q.bin");
@@ -994,6 +802,7 @@ fn pipe_resume_deterministic_and_changed_producer() {
         &[
             cmd[0],
             cmd[1],
+            "--resume",
             "--retries",
             "0",
             "--fault-reset-after",
@@ -1001,6 +810,7 @@ fn pipe_resume_deterministic_and_changed_producer() {
             &dest,
         ],
     ));
+    assert!(td.root().join(".q.bin.xfer-part").exists());
     let mut d2 = d.clone();
     d2[10] ^= 1;
     std::fs::write(td.p("gen.bin"), &d2).unwrap();
@@ -1010,8 +820,24 @@ fn pipe_resume_deterministic_and_changed_producer() {
         !td.root().join("q.bin").exists(),
         "mismatching data must not be committed"
     );
+    assert!(!td.root().join(".q.bin.xfer-part").exists());
     ok(&xfer(&td, &[cmd[0], cmd[1], "--resume", &dest]));
     same(&td.p("gen.bin"), &td.root().join("q.bin"));
+    // Without --resume a failed pipe keeps nothing: no part file, no journal.
+    let e = failed(&xfer(
+        &td,
+        &[
+            cmd[0],
+            cmd[1],
+            "--retries",
+            "0",
+            "--fault-reset-after",
+            "2M",
+            &srv.dest("/n.bin"),
+        ],
+    ));
+    assert!(e.contains("injected"), "{e}");
+    only_files(&td.root(), &["p.bin", "q.bin"]);
 }
 
 /// No local file, temporary or final, may be left after a failed pull.
@@ -1074,7 +900,9 @@ fn pull_file_1_and_8_streams_and_stdout() {
         ],
     ));
     let el = t.elapsed().as_secs_f64();
-    assert!((0.55..5.0).contains(&el), "paced pull took {el:.3} s");
+    // Pacing makes it at least this slow on any machine; the upper bound
+    // only catches a pull paced far below its rate.
+    assert!((0.55..30.0).contains(&el), "paced pull took {el:.3} s");
     same(&td.root().join("small.bin"), &td.p("paced.bin"));
 }
 
@@ -1139,7 +967,8 @@ fn pull_fails_cleanly_when_server_dies() {
     for (mode, dest) in [("stripe", "out.bin"), ("stream", "-")] {
         let mut srv = Server::start(&td, &[]);
         let src = srv.dest("/big.bin");
-        // Paced to ~5 s, so the server is killed mid-transfer.
+        // The server's senders stop after 4 MiB (test hook) and wait, so the
+        // pull cannot finish before the server is killed.
         let args: Vec<String> = [
             "send",
             "--key-file",
@@ -1148,26 +977,81 @@ fn pull_fails_cleanly_when_server_dies() {
             "4",
             "--mode",
             mode,
-            "--rate",
-            "50M",
+            "--fault-stall-after",
+            "4M",
             &src,
             dest,
         ]
         .iter()
         .map(|s| s.to_string())
         .collect();
-        let c = Command::new(BIN)
+        let mut c = Command::new(BIN)
             .args(&args)
             .current_dir(&td.0)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        std::thread::sleep(Duration::from_millis(700));
+        // Drain stdout and stderr as the client writes them.
+        let drain = |r: Box<dyn std::io::Read + Send>| {
+            let buf = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+            let b = buf.clone();
+            let h = std::thread::spawn(move || {
+                let mut r = r;
+                let mut chunk = [0u8; 65536];
+                while let Ok(n) = r.read(&mut chunk) {
+                    if n == 0 {
+                        break;
+                    }
+                    b.lock().unwrap().extend_from_slice(&chunk[..n]);
+                }
+            });
+            (buf, h)
+        };
+        let (out, out_h) = drain(Box::new(c.stdout.take().unwrap()));
+        let (err, err_h) = drain(Box::new(c.stderr.take().unwrap()));
+        // Mid-transfer: the client has received (written) at least 1 MiB. On a timeout, say
+        // what the client had written and printed (CI once timed out here, unexplained).
+        let part = td.p(".out.bin.xfer-part");
+        let got = || {
+            use std::os::unix::fs::MetadataExt;
+            match dest {
+                "-" => out.lock().unwrap().len() as u64,
+                _ => std::fs::metadata(&part).map_or(0, |m| m.blocks() * 512),
+            }
+        };
+        let t0 = Instant::now();
+        while got() < 1 << 20 {
+            if t0.elapsed() > Duration::from_secs(120) {
+                let _ = c.kill();
+                let log = String::from_utf8_lossy(&err.lock().unwrap()).to_string();
+                panic!(
+                    "{mode}: no data at the client after 120 s ({} bytes); client stderr: {log}",
+                    got()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
         srv.kill();
+        // A hang would be forever; the bound is generous for a loaded machine.
         let t = Instant::now();
-        let o = c.wait_with_output().unwrap();
-        assert!(t.elapsed() < Duration::from_secs(10), "client hung");
+        let status = loop {
+            if let Some(s) = c.try_wait().unwrap() {
+                break s;
+            }
+            if t.elapsed() > Duration::from_secs(60) {
+                let _ = c.kill();
+                panic!("{mode}: client hung after the server died");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        out_h.join().unwrap();
+        err_h.join().unwrap();
+        let o = Output {
+            status,
+            stdout: out.lock().unwrap().clone(),
+            stderr: err.lock().unwrap().clone(),
+        };
         let e = failed(&o);
         assert!(o.stdout.len() < 32 << 20, "{mode}: complete output?");
         assert!(
@@ -1176,4 +1060,337 @@ fn pull_fails_cleanly_when_server_dies() {
         );
         no_local_output(&td, "out.bin");
     }
+}
+
+// ---- issue 10: reliability on first contact -------------------------------
+
+/// A refusal read by a raw client: the `Reject` text, or a panic.
+fn rejected(srv: &Server, req: serde_json::Value) -> String {
+    let mut s = raw_connect(&srv.addr);
+    raw_handshake(&mut s, KEY).unwrap();
+    send_json(&mut s, &req).unwrap();
+    let r = recv_json(&mut s)
+        .unwrap_or_else(|| panic!("no reply to {req}; server log:\n{}", srv.log()));
+    r["Reject"]
+        .as_str()
+        .unwrap_or_else(|| panic!("expected a refusal, got {r}"))
+        .to_string()
+}
+
+const SESSION: &str = "00112233445566778899aabbccddeeff";
+
+#[test]
+fn huge_declared_sizes_are_refused_with_the_limit() {
+    let td = TempDir::new("huge");
+    let mut srv = Server::start(&td, &[]);
+    // The tester's command: 16 TiB in 4 KiB chunks. The client says why
+    // before it connects...
+    let o = xfer(&td, &["--chunk", "4K", "mem:16T", &srv.addr, "--discard"]);
+    let e = failed(&o);
+    assert!(
+        e.contains("limit of 67108864 chunks") && e.contains("use --chunk 256K or larger"),
+        "{e}"
+    );
+    assert_eq!(e.trim().lines().count(), 1, "one line: {e}");
+    // ...and the server refuses the same request on its own, with the same
+    // words, without allocating for it.
+    let mut req = request(SESSION, serde_json::json!("discard"));
+    req["Control"]["chunk"] = 4096.into();
+    req["Control"]["size"] = (16u64 << 40).into();
+    assert!(rejected(&srv, req.clone()).contains("--chunk 256K"));
+    req["Control"]["size"] = u64::MAX.into();
+    assert!(rejected(&srv, req.clone()).contains("more than the limit"));
+    // Room on disk is checked before any file is made.
+    let mut r = request(SESSION, serde_json::json!({"path": "big/huge.bin"}));
+    r["Control"]["size"] = (1u64 << 60).into();
+    r["Control"]["chunk"] = (16 << 20).into();
+    r["Control"]["streams"] = 1.into();
+    r["Control"]["mode"] = "stream".into();
+    assert!(rejected(&srv, r).contains("no space left on"));
+    // Every other number a client states is checked too.
+    for (field, value, why) in [
+        ("chunk", serde_json::json!(1), "chunk size"),
+        ("streams", serde_json::json!(100000), "stream count"),
+        ("interval_ms", serde_json::json!(u64::MAX), "interval"),
+        ("session", serde_json::json!("€€€€€€€€€€€"), "session id"),
+    ] {
+        let mut r = request(SESSION, serde_json::json!("discard"));
+        r["Control"][field] = value;
+        let e = rejected(&srv, r);
+        assert!(e.contains(why), "{field}: {e}");
+    }
+    let mut r = request(SESSION, serde_json::json!("discard"));
+    r["Control"]["streams"] = 128.into();
+    r["Control"]["chunk"] = (16 << 20).into();
+    assert!(rejected(&srv, r).contains("256 MiB"));
+    // A stated control-message length is not allocated either.
+    let mut s = raw_connect(&srv.addr);
+    raw_handshake(&mut s, KEY).unwrap();
+    std::io::Write::write_all(&mut s, &u32::MAX.to_be_bytes()).unwrap();
+    let r = recv_json(&mut s).unwrap();
+    assert!(r["Reject"].as_str().unwrap().contains("too large"), "{r}");
+    // Still up, small, nothing left in the root, and serving.
+    assert!(srv.child.try_wait().unwrap().is_none(), "server died");
+    let hwm = vm_kib(srv.child.id(), "VmHWM");
+    assert!(hwm < 64 << 10, "server peak RSS {hwm} KiB");
+    only_files(&td.root(), &[]);
+    std::fs::write(td.p("src.bin"), data(3 << 20, 30)).unwrap();
+    ok(&xfer(&td, &["src.bin", &srv.dest("/ok.bin")]));
+    same(&td.p("src.bin"), &td.root().join("ok.bin"));
+    assert!(!srv.log().contains("panicked"), "{}", srv.log());
+    srv.kill();
+}
+
+#[test]
+fn busy_past_the_connection_cap_is_a_clear_error() {
+    let td = TempDir::new("busy");
+    let srv = Server::start(&td, &["--max-conns", "3"]);
+    std::fs::write(td.p("src.bin"), data(1 << 20, 31)).unwrap();
+    // Three connections that never authenticate hold every slot.
+    let held: Vec<_> = (0..3)
+        .map(|_| {
+            let mut s = raw_connect(&srv.addr);
+            let mut hello = [0u8; 39];
+            s.read_exact(&mut hello).unwrap();
+            s
+        })
+        .collect();
+    let o = xfer(&td, &["-P", "1", "src.bin", &srv.dest("/b.bin")]);
+    let e = failed(&o);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        e.starts_with("xfer: error: server busy: too many connections (3)"),
+        "{e}"
+    );
+    assert_eq!(e.trim().lines().count(), 1, "one line: {e}");
+    assert!(srv.log().contains("telling newcomers the server is busy"));
+    // Once they go, the server takes transfers again.
+    drop(held);
+    wait_until("a free slot", Duration::from_secs(30), || {
+        xfer(&td, &["-P", "1", "src.bin", &srv.dest("/b.bin")])
+            .status
+            .success()
+    });
+    same(&td.p("src.bin"), &td.root().join("b.bin"));
+}
+
+/// A tmpfs mounted by a test, unmounted (lazily if busy) on drop.
+struct Tmpfs(PathBuf);
+
+impl Tmpfs {
+    fn mount(at: &Path, size: &str) -> Tmpfs {
+        assert!(
+            is_root(),
+            "this test mounts a {size} tmpfs and needs root (CI runs as root); \
+             run it as root, or skip it with `cargo test -- --skip disk_full`"
+        );
+        std::fs::create_dir_all(at).unwrap();
+        let o = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(at)
+            .output()
+            .expect("running mount");
+        assert!(
+            o.status.success(),
+            "mount -t tmpfs failed: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        Tmpfs(at.to_path_buf())
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let ok = Command::new("umount")
+            .arg(&self.0)
+            .status()
+            .is_ok_and(|s| s.success());
+        if !ok {
+            let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+        }
+    }
+}
+
+#[test]
+fn disk_full_fails_clearly_and_frees_space() {
+    let td = TempDir::new("diskfull");
+    let small = td.root().join("small");
+    let _fs = Tmpfs::mount(&small, "4M");
+    let srv = Server::start(&td, &[]);
+    let mount = std::fs::canonicalize(&small).unwrap();
+    let full = format!("no space left on {}", mount.display());
+    let d = data(6 << 20, 32);
+    std::fs::write(td.p("big.bin"), &d).unwrap();
+    std::fs::write(td.p("two.bin"), &d[..2 << 20]).unwrap();
+
+    // A pipe of unknown size fills the disk: a clear error, and without
+    // --resume nothing is kept.
+    let e = failed(&xfer_in(
+        &[],
+        &td,
+        &["-", &srv.dest("/small/a.bin")],
+        Some(&d),
+    ));
+    assert!(e.contains(&full), "{e}");
+    only_files(&small, &[]);
+    // A file that cannot fit is refused before anything is written.
+    let e = failed(&xfer(&td, &["big.bin", &srv.dest("/small/b.bin")]));
+    assert!(e.contains(&full) && e.contains("needs"), "{e}");
+    only_files(&small, &[]);
+    // With --resume the partial data is kept: that is what resume is for...
+    let cmd = ["--from-cmd", "cat big.bin"];
+    let e = failed(&xfer(
+        &td,
+        &[cmd[0], cmd[1], "--resume", &srv.dest("/small/c.bin")],
+    ));
+    assert!(e.contains(&full), "{e}");
+    let part = small.join(".c.bin.xfer-part");
+    assert!(std::fs::metadata(&part).unwrap().len() >= 1 << 20);
+    // ...so another file does not fit, is refused, and leaves no empty
+    // part file or journal behind...
+    let e = failed(&xfer(&td, &["two.bin", &srv.dest("/small/d.bin")]));
+    assert!(e.contains(&full), "{e}");
+    only_files(&small, &[".c.bin.xfer-journal", ".c.bin.xfer-part"]);
+    // ...until a --no-resume send to the same destination frees it (and,
+    // failing again, keeps nothing).
+    let e = failed(&xfer(
+        &td,
+        &[cmd[0], cmd[1], "--no-resume", &srv.dest("/small/c.bin")],
+    ));
+    assert!(e.contains(&full), "{e}");
+    only_files(&small, &[]);
+    ok(&xfer(&td, &["two.bin", &srv.dest("/small/d.bin")]));
+    same(&td.p("two.bin"), &small.join("d.bin"));
+    assert!(!srv.log().contains("panicked"));
+}
+
+#[test]
+fn files_that_lie_about_their_size_are_read_to_the_end() {
+    let td = TempDir::new("procfs");
+    let srv = Server::start(&td, &[]);
+    // procfs reports size 0: the content is read to EOF, as cat would.
+    ok(&xfer(&td, &["/proc/self/status", &srv.dest("/status.txt")]));
+    let got = std::fs::read_to_string(td.root().join("status.txt")).unwrap();
+    assert!(
+        got.starts_with("Name:\txfer") && got.contains("\nVmRSS:"),
+        "{got}"
+    );
+    let e = failed(&xfer(
+        &td,
+        &["--mode", "stripe", "/proc/self/status", &srv.dest("/s.txt")],
+    ));
+    assert!(e.contains("known size"), "{e}");
+    // An empty regular file is still an empty file.
+    std::fs::write(td.p("empty"), b"").unwrap();
+    ok(&xfer(&td, &["empty", &srv.dest("/empty")]));
+    assert_eq!(std::fs::read(td.root().join("empty")).unwrap(), b"");
+}
+
+#[test]
+fn expect_size_catches_a_producer_that_failed_upstream() {
+    let td = TempDir::new("expect");
+    let srv = Server::start(&td, &[]);
+    let d = data(4 << 20, 33);
+    std::fs::write(td.p("src.bin"), &d).unwrap();
+    // `(producer; exit 3) | xfer send -`: a pipe cannot know the producer's
+    // exit status, but with --expect-size a short stream fails.
+    let o = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "(head -c 3145728 src.bin; exit 3) | {BIN} send --key-file {} --expect-size 4M - {}",
+            td.key(),
+            srv.dest("/p.bin")
+        ))
+        .current_dir(&td.0)
+        .output()
+        .unwrap();
+    let e = failed(&o);
+    assert!(
+        e.contains("ended after 3145728 bytes") && e.contains("--expect-size"),
+        "{e}"
+    );
+    only_files(&td.root(), &[]);
+    let e = failed(&xfer_in(
+        &[],
+        &td,
+        &["--expect-size", "1M", "-", &srv.dest("/q.bin")],
+        Some(&d),
+    ));
+    assert!(e.contains("longer than --expect-size"), "{e}");
+    only_files(&td.root(), &[]);
+    let e = failed(&xfer(
+        &td,
+        &["--expect-size", "1M", "src.bin", &srv.dest("/f.bin")],
+    ));
+    assert!(e.contains("--expect-size"), "{e}");
+    ok(&xfer_in(
+        &[],
+        &td,
+        &["--expect-size", "4M", "-", &srv.dest("/r.bin")],
+        Some(&d),
+    ));
+    same(&td.p("src.bin"), &td.root().join("r.bin"));
+    // --from-cmd knows its producer's exit status: a failure after all the
+    // data still commits nothing, and leaves no partial files.
+    let e = failed(&xfer(
+        &td,
+        &["--from-cmd", "cat src.bin; exit 3", &srv.dest("/c.bin")],
+    ));
+    assert!(e.contains("producer command failed"), "{e}");
+    only_files(&td.root(), &["r.bin"]);
+}
+
+#[test]
+fn json_destination_is_checked_before_sending() {
+    let td = TempDir::new("json");
+    let srv = Server::start(&td, &[]);
+    std::fs::write(td.p("src.bin"), data(1 << 20, 34)).unwrap();
+    let e = failed(&xfer(
+        &td,
+        &["--json", "missing/t.json", "src.bin", &srv.dest("/j.bin")],
+    ));
+    assert!(e.contains("cannot write the trace"), "{e}");
+    std::fs::create_dir_all(td.p("adir")).unwrap();
+    let e = failed(&xfer(
+        &td,
+        &["--json", "adir", "src.bin", &srv.dest("/j.bin")],
+    ));
+    assert!(e.contains("is a directory"), "{e}");
+    only_files(&td.root(), &[]);
+    ok(&xfer(
+        &td,
+        &["--json", "adir/t.json", "src.bin", &srv.dest("/j.bin")],
+    ));
+    assert_eq!(json(&td.p("adir/t.json"))["run"]["bytes"], 1 << 20);
+    only_files(&td.p("adir"), &["t.json"]);
+}
+
+#[test]
+fn trailing_slash_means_an_existing_directory() {
+    let td = TempDir::new("slash");
+    let srv = Server::start(&td, &[]);
+    std::fs::write(td.p("src.bin"), data(100_000, 35)).unwrap();
+    // Like scp: a missing directory is refused, and nothing is created.
+    let e = failed(&xfer(&td, &["src.bin", &srv.dest("/newdir/")]));
+    assert!(e.contains("does not exist"), "{e}");
+    only_files(&td.root(), &[]);
+    // An existing one receives the file under the source's name.
+    std::fs::create_dir_all(td.root().join("d")).unwrap();
+    ok(&xfer(&td, &["src.bin", &srv.dest("/d/")]));
+    same(&td.p("src.bin"), &td.root().join("d/src.bin"));
+    ok(&xfer(&td, &["src.bin", &srv.dest("/")]));
+    same(&td.p("src.bin"), &td.root().join("src.bin"));
+    // A pipe has no name to give it.
+    let e = failed(&xfer_in(&[], &td, &["-", &srv.dest("/d/")], Some(b"x")));
+    assert!(e.contains("no file name"), "{e}");
+    // Without the slash, a directory is refused with the hint.
+    let e = failed(&xfer(&td, &["src.bin", &srv.dest("/d")]));
+    assert!(e.contains("end DEST with '/'"), "{e}");
+    // Pulls too: into an existing local directory, under the remote name.
+    std::fs::create_dir_all(td.p("local")).unwrap();
+    ok(&xfer(&td, &[&srv.dest("/d/src.bin"), "local/"]));
+    same(&td.p("src.bin"), &td.p("local/src.bin"));
+    let e = failed(&xfer(&td, &[&srv.dest("/d/src.bin"), "nolocal/"]));
+    assert!(e.contains("not an existing directory"), "{e}");
+    assert!(!td.p("nolocal").exists());
 }

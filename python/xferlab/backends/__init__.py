@@ -1,42 +1,23 @@
-"""Backends run a resolved scenario and return the Trace tables.
+"""Backends run a resolved scenario and return its :class:`~xferlab.trace.Trace`.
 
-One module per backend; each exposes ``run(scenario, resolved, progress, **options) -> BackendRun``
-(options: the netns backend's ``scale``).
+One module per backend; each exposes ``run(scenario, resolved, progress, **options) -> Trace``
+(options: the netns backend's ``scale``). Which congestion controls a backend runs is its
+own to say.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from . import netns, sim
+from .base import BackendError, Progress
 
-import pyarrow as pa
+__all__ = ["BackendError", "Progress", "get", "NAMES"]
 
-
-class BackendError(Exception):
-    """The backend cannot run this scenario (a user-facing reason)."""
-
-
-@dataclass
-class BackendRun:
-    tables: dict[str, pa.RecordBatch | pa.Table]
-    stats: dict = field(default_factory=dict)
-    versions: dict = field(default_factory=dict)
-    environment: dict = field(default_factory=dict)
-
-
-#: progress(simulated_or_elapsed_seconds, total_seconds_or_None)
-Progress = Callable[[float, float | None], None]
-
-NAMES = ("sim", "netns")
+_BACKENDS = {"sim": sim, "netns": netns}
+NAMES = tuple(_BACKENDS)
 
 
 def get(name: str):
-    if name == "sim":
-        from . import sim
-
-        return sim
-    if name == "netns":
-        from . import netns
-
-        return netns
-    raise BackendError(f"unknown backend {name!r} (available: {', '.join(NAMES)})")
+    try:
+        return _BACKENDS[name]
+    except KeyError:
+        raise BackendError(f"unknown backend {name!r} (available: {', '.join(NAMES)})") from None

@@ -10,6 +10,7 @@ for this host is dilated in time by K (:mod:`xferlab.netns.scaling`).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -17,6 +18,7 @@ import platform
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -26,11 +28,17 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from . import BackendError, BackendRun, Progress
+from .. import constants, variants
+from ..importers import iperf3 as ip3
+from ..importers import xfer as xf
+from ..netns import bpfcc, host, scaling
+from ..netns import topology as topo
+from ..netns.qstats import QdiscReader
+from ..trace import Provenance, Trace, table
+from . import sim
+from .base import BackendError, Progress
 
 NAME = "netns"
-#: Built-in congestion controls of this kernel; the others are the project's BPF versions.
-BUILTIN = {"reno": "reno", "cubic": "cubic", "bbr": "bbr"}
 BASE_PORT = 5201
 #: Delay-line punctuality a run must meet to be trusted (issue 5's benchmark goals).
 LATE_MEAN_MS = 0.2
@@ -71,11 +79,8 @@ def xfer_binary() -> str:
 
 
 def kernel_variant(variant: str) -> str:
-    if variant in BUILTIN:
-        return BUILTIN[variant]
-    from ..netns import bpfcc
-
-    return bpfcc.kernel_name(variant)
+    """The kernel's name of a variant: built in, or the project's BPF program (xferlab.variants)."""
+    return variants.kernel_name(variant)
 
 
 @dataclass
@@ -100,10 +105,9 @@ class _Flow:
 class _Sampler(threading.Thread):
     """Reads the bottleneck queues' counters every ``interval`` seconds (rtnetlink, no process)."""
 
-    def __init__(self, dumbbell, t0: float, interval: float, reverse: bool):
-        from ..netns.qstats import QdiscReader
-
+    def __init__(self, dumbbell, t0: float, interval: float, reverse: bool, random_loss: bool = False):
         super().__init__(daemon=True, name="xferlab-link-sampler")
+        self.random_loss = random_loss  # then the losses are not counted (an iptables rule): null
         self.t0, self.interval = t0, interval
         links = [("bottleneck", dumbbell.left)] + ([("reverse", dumbbell.right)] if reverse else [])
         self.readers = [(name, QdiscReader(ns, "core")) for name, ns in links]
@@ -137,8 +141,6 @@ class _Sampler(threading.Thread):
 
     def table(self, interval: float) -> pa.Table:
         """The Trace's link table: counters between consecutive samples, at t = the earlier sample."""
-        from ..importers.common import table
-
         rows = []
         for name in ("bottleneck", "reverse") if self.reverse else ("bottleneck",):
             prev = None
@@ -150,7 +152,7 @@ class _Sampler(threading.Thread):
                     t_prev, q_prev = prev
                     packets = max(0, q["packets"] - q_prev["packets"])
                     # qdiscs count frames (IP + 14 bytes of Ethernet header); the Trace counts IP bytes.
-                    ip_bytes = max(0, q["bytes"] - q_prev["bytes"] - 14 * packets)
+                    ip_bytes = max(0, q["bytes"] - q_prev["bytes"] - constants.ETH_HEADER * packets)
                     rows.append(
                         {
                             "t": round(t_prev / interval) * interval,
@@ -159,10 +161,9 @@ class _Sampler(threading.Thread):
                             "packets": packets,
                             "throughput_mbps": ip_bytes * 8 / max(t - t_prev, 1e-9) / 1e6,
                             "drops": max(0, q["drops"] - q_prev["drops"]),
-                            "losses": 0,
+                            "losses": None if self.random_loss else 0,
                             "queue_pkts": int(q_prev.get("qlen", 0)),
-                            # only the backlog at each sample is known, not the largest in between
-                            "queue_max_pkts": int(max(q_prev.get("qlen", 0), q.get("qlen", 0))),
+                            "queue_max_pkts": None,
                         }
                     )
                 prev = (t, q)
@@ -178,32 +179,27 @@ def _on_sigterm(signum, frame):  # pragma: no cover - exercised by the cleanup t
 
 
 def check_host() -> None:
-    from ..netns import host
-
     try:
         host.require_root()
-        host.require_tools("ip", "tc", "iptables", "ethtool", "iperf3", "sysctl")
+        host.require_tools("ip", "iptables", "iperf3")  # the rest goes over rtnetlink and ioctls (pyroute2)
     except host.HostError as e:
         raise BackendError(str(e)) from None
 
 
 def _needs_bpf(kernel: dict):
     """Registers the project's BPF congestion controls this run needs, for the run only."""
-    import contextlib
-
-    extra = sorted(v for v in kernel if v not in BUILTIN)
+    extra = sorted(v for v in kernel if variants.needs_bpf(v))
     if not extra:
         return contextlib.nullcontext()
-    from ..netns import bpfcc
-
     return bpfcc.registered(extra)
 
 
-def run(scenario, resolved: dict, progress: Progress | None = None, scale: float | None = None) -> BackendRun:
+def run(scenario, resolved: dict, progress: Progress | None = None, scale: float | None = None) -> Trace:
     """Runs ``resolved`` on this host; ``scale`` = K of the time dilation (None: automatic)."""
-    from ..netns import host, scaling
-
     check_host()
+    missing_feature = sim.unsupported(resolved)
+    if missing_feature:
+        raise BackendError(f"the netns backend does not implement {missing_feature} yet")
     if resolved.get("shaper") is not None and resolved["shaper"]["kind"] == "pacer":
         raise BackendError("a pacing shaper on the bottleneck (topology.shaper.limiter: pacing) has no netns equivalent")
     if scale is not None and (not math.isfinite(scale) or scale <= 0):
@@ -211,8 +207,6 @@ def run(scenario, resolved: dict, progress: Progress | None = None, scale: float
     k = float(scale) if scale else scaling.auto_factor(resolved)
     emu = scaling.scale_resolved(resolved, k)
     if k != 1 and not scale:
-        import sys
-
         print(
             f"xferlab: this host emulates about {scaling.DEFAULT_CAPACITY_BPS / 1e6:.0f} Mbit/s; running the scenario "
             f"{k:g}× slower (rates ÷ {k:g}, times × {k:g}; --scale 1 runs it at full speed)",
@@ -222,7 +216,7 @@ def run(scenario, resolved: dict, progress: Progress | None = None, scale: float
     binary = delay_binary()
     try:
         kernel = {v: kernel_variant(v) for v in sorted({f["variant"] for f in resolved["flows"]})}
-    except (ImportError, KeyError, ValueError) as e:
+    except (KeyError, ValueError) as e:
         raise BackendError(f"variant not available on the netns backend: {e}") from None
 
     main = threading.current_thread() is threading.main_thread()
@@ -231,9 +225,9 @@ def run(scenario, resolved: dict, progress: Progress | None = None, scale: float
         with host.host_lock(on_wait=_say_waiting):
             removed = host.cleanup_leftovers()
             with _needs_bpf(kernel):
-                result = _run_locked(emu, kernel, binary, k, progress)
-            result.environment["removed_leftovers"] = removed
-            return result
+                m = _run_locked(emu, kernel, binary, k, progress)
+            m.stats["removed_leftovers"] = removed
+            return _trace(resolved, emu, m, kernel, k)
     except host.HostError as e:
         raise BackendError(f"netns: {e}") from None
     except _Terminated:
@@ -244,8 +238,6 @@ def run(scenario, resolved: dict, progress: Progress | None = None, scale: float
 
 
 def _say_waiting() -> None:
-    import sys
-
     print("xferlab: another emulation is running on this host; waiting for it to finish", file=sys.stderr, flush=True)
 
 
@@ -254,8 +246,6 @@ def _popen(args: list[str], ns: str, stdout=subprocess.DEVNULL) -> subprocess.Po
 
 
 def _flows(d, emu: dict) -> tuple[list[_Flow], list]:
-    from ..netns import topology as topo
-
     flows, buckets = [], []
     for f in emu["flows"]:
         pair = f["pair"]
@@ -279,15 +269,20 @@ def _flows(d, emu: dict) -> tuple[list[_Flow], list]:
     return flows, buckets
 
 
-def _run_locked(emu: dict, kernel: dict, binary: str, k: float, progress) -> BackendRun:
-    from ..netns import host, scaling
-    from ..netns import topology as topo
+@dataclass
+class _Measured:
+    """What an emulation leaves to be turned into a Trace."""
 
+    tables: dict
+    stats: dict
+    warnings: list[str]
+
+
+def _dumbbell_spec(emu: dict) -> tuple[topo.DumbbellSpec, int]:
+    """The emulated dumbbell: the pairs' paths, then one host pair per background source."""
     paths = [topo.PathSpec(p["access_rate_bps"], p["rtt_s"]) for p in emu["pair_paths"]]
-    # Background ON/OFF sources (Bg): hosts of their own, with an access link at their rate.
-    background = emu.get("background") or []
     first_bg = len(paths)
-    paths += [topo.PathSpec(b["rate_bps"], emu["rtt_s"]) for b in background]
+    paths += [topo.PathSpec(b["rate_bps"], emu["rtt_s"]) for b in emu.get("background") or []]
     shaper = emu.get("shaper")
     spec = topo.DumbbellSpec(
         run_id=uuid.uuid4().hex[:6],
@@ -309,11 +304,17 @@ def _run_locked(emu: dict, kernel: dict, binary: str, k: float, progress) -> Bac
             emu["mss"],
         ),
     )
+    return spec, first_bg
+
+
+def _run_locked(emu: dict, kernel: dict, binary: str, k: float, progress) -> _Measured:
+    """Builds the dumbbell, runs every flow, collects the tools' output; tears all down."""
+    spec, first_bg = _dumbbell_spec(emu)
     d = topo.Dumbbell(spec)
     flows, spec.token_buckets = _flows(d, emu)
-    reverse = any(f.spec.get("role") == "reverse" for f in flows)
+    background = emu.get("background") or []
     workdir = Path(tempfile.mkdtemp(prefix="xferlab-netns-"))
-    delay_proc, sampler, warnings, bg_procs = None, None, [], []
+    procs = _Procs()
     try:
         t_build = time.monotonic()
         d.build()
@@ -321,45 +322,69 @@ def _run_locked(emu: dict, kernel: dict, binary: str, k: float, progress) -> Bac
             # The sink discards the datagrams without an ICMP reply.
             host.sh(["iptables", "-w", "-A", "INPUT", "-p", "udp", "--dport", "9", "-j", "DROP"], ns=d.ns("b", first_bg + j))
         build_s = time.monotonic() - t_build
-        delay_proc = _start_delay(d, binary, workdir / "delay.json")
-        interval = max(IPERF3_MIN_INTERVAL, min(emu["goodput_interval_s"], emu["tcp_interval_s"]))
-        tools = _Tools(workdir, xfer_binary() if any(fl.tool == "xfer" for fl in flows) else None)
-        for fl in flows:
-            fl.server = _popen(tools.server(fl, interval), fl.dst_ns)
-        _wait_listening(flows)
-        t0 = time.monotonic()
-        sampler = _Sampler(d, t0, emu["link_interval_s"], reverse=reverse)
-        sampler.start()
-        for j, b in enumerate(background):
-            bg_procs.append(_start_background(d, first_bg + j, b, emu, seed=emu["seed"] + j))
-        _drive(flows, emu, kernel, interval, t0, k, progress, warnings, delay_proc, tools)
-        bg_bytes = _stop_background(bg_procs)
-        sampler.stop.set()
-        sampler.join()
-        delay_stats = _stop_delay(delay_proc, workdir / "delay.json")
-        delay_proc = None
-        outputs = {fl.spec["flow_id"]: _read_json(tools.output(fl)) for fl in flows}
+        return _emulate(d, flows, emu, kernel, binary, k, progress, workdir, procs, first_bg, build_s)
     finally:
-        if sampler is not None:
-            sampler.stop.set()
-        for fl in flows:
-            for p in (fl.client, fl.server):
-                if p is not None and p.poll() is None:
-                    p.kill()
-                    p.wait()
-        for p in bg_procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-        if delay_proc is not None and delay_proc.poll() is None:
-            delay_proc.kill()
-            delay_proc.wait()
+        procs.stop(flows)
         d.teardown()
         shutil.rmtree(workdir, ignore_errors=True)
 
-    tables = _tables(flows, outputs, emu, t0, sampler)
-    tables = scaling.unscale_tables(tables, k)
-    late = _late(delay_stats)
+
+class _Procs:
+    """The processes and the sampler of a run, stopped on every exit path."""
+
+    def __init__(self):
+        self.delay: subprocess.Popen | None = None
+        self.background: list[subprocess.Popen] = []
+        self.sampler: _Sampler | None = None
+
+    def stop(self, flows: list[_Flow]) -> None:
+        if self.sampler is not None:
+            self.sampler.stop.set()
+        for p in [q for fl in flows for q in (fl.client, fl.server)] + self.background + [self.delay]:
+            if p is not None and p.poll() is None:
+                p.kill()
+                p.wait()
+
+
+def _emulate(d, flows, emu, kernel, binary, k, progress, workdir, procs: _Procs, first_bg: int, build_s: float) -> _Measured:
+    """Starts the delay line, the servers, the link sampler, the background sources and each
+    flow at its time; waits for the transfers; collects what everything measured."""
+    warnings: list[str] = []
+    reverse = any(f.spec.get("role") == "reverse" for f in flows)
+    procs.delay = _start_delay(d, binary, workdir / "delay.json")
+    interval = max(IPERF3_MIN_INTERVAL, min(emu["goodput_interval_s"], emu["tcp_interval_s"]))
+    tools = _Tools(workdir, xfer_binary() if any(fl.tool == "xfer" for fl in flows) else None)
+    for fl in flows:
+        fl.server = _popen(tools.server(fl, interval), fl.dst_ns)
+    _wait_listening(flows)
+    t0 = time.monotonic()
+    sampler = procs.sampler = _Sampler(d, t0, emu["link_interval_s"], reverse=reverse, random_loss=bool(emu["loss_rate"]))
+    sampler.start()
+    for j, b in enumerate(emu.get("background") or []):
+        procs.background.append(_start_background(d, first_bg + j, b, emu, seed=emu["seed"] + j))
+    _drive(flows, emu, kernel, interval, t0, k, progress, warnings, procs.delay, tools)
+    bg_bytes = _stop_background(procs.background)
+    sampler.stop.set()
+    sampler.join()
+    delay_stats = _stop_delay(procs.delay, workdir / "delay.json")
+    procs.delay = None
+    outputs = {fl.spec["flow_id"]: _read_json(tools.output(fl)) for fl in flows}
+    stats = {
+        "scale": k,
+        "build_s": build_s,
+        "delay_line": delay_stats,
+        "link_sampler_cpu_s": sampler.cost_s,
+        "background_bytes": bg_bytes,
+    }
+    return _Measured(_tables(flows, outputs, emu, t0, sampler), stats, warnings)
+
+
+def _trace(resolved: dict, emu: dict, m: _Measured, kernel: dict, k: float) -> Trace:
+    """The run's Trace, in the scenario's own units, with what the emulation adds to know
+    about it (scale, kernel congestion controls, the delay line's punctuality) as provenance."""
+    tables = scaling.unscale_tables(m.tables, k)
+    warnings = list(m.warnings)
+    late = _late(m.stats["delay_line"])
     if late:
         warnings.append(late)
     if k != 1:
@@ -368,34 +393,66 @@ def _run_locked(emu: dict, kernel: dict, binary: str, k: float, progress) -> Bac
             f"scaled run: emulated {k:g}× slower (bottleneck {emu['bottleneck_rate_bps'] / 1e6:g} Mbit/s, "
             f"RTT {emu['rtt_s'] * 1e3:g} ms); the trace is converted back to the scenario's units",
         )
-    end_s = max([float(x) for x in tables["flows"].column("end").to_pylist()] + [0.0])
     stats = {
-        "end_s": end_s,
-        "scale": k,
-        "build_s": build_s,
-        "delay_line": delay_stats,
+        **m.stats,
         "delay_line_late": bool(late),
-        "link_sampler_cpu_s": sampler.cost_s,
-        "background_bytes": bg_bytes,
-        "warnings": warnings,
+        "emulated": {key: emu[key] for key in ("bottleneck_rate_bps", "access_rate_bps", "rtt_s")},
+        "congestion_controls": kernel,
     }
-    return BackendRun(
-        tables=tables,
+    unknown = {
+        "tcp.ssthresh": "iperf3 does not report it",
+        "tcp.rto_ms": "iperf3 does not report it",
+        "tcp.in_flight": "iperf3 does not report it",
+        "tcp.ca_state": "iperf3 does not report it",
+        "link.queue_max_pkts": "the qdisc's backlog is sampled at the link interval, not its largest value in between",
+        "bottleneck_max_queue_pkts": "the qdisc's backlog is sampled, not its largest value",
+        "queueing_delay_max_ms": "the qdisc's backlog is sampled, not its largest value",
+        "flows.fast_recoveries": "iperf3 and xfer do not report them",
+        "flows.timeouts": "iperf3 and xfer do not report them",
+        "timeouts": "iperf3 and xfer do not report them",
+    }
+    if resolved.get("loss_rate"):
+        unknown["link.losses"] = "random losses (an iptables rule) are not counted"
+        unknown["bottleneck_losses"] = unknown["link.losses"]
+    provenance = Provenance(
+        producer=NAME,
+        setup=_setup_rows(stats, k, emu),
+        warnings=warnings,
+        unknown=unknown,
         stats=stats,
-        versions={"iperf3": _iperf3_version(), "kernel": platform.release()},
-        environment={
-            "scale": k,
-            "emulated": {k2: emu[k2] for k2 in ("bottleneck_rate_bps", "access_rate_bps", "rtt_s")},
-            "congestion_controls": kernel,
-            "warnings": warnings,
-        },
     )
+    end_s = max([float(x) for x in tables["flows"].column("end").to_pylist()] + [0.0])
+    return Trace.build(
+        tables, resolved, provenance, end_s=end_s, versions={"iperf3": _iperf3_version(), "kernel": platform.release()}
+    )
+
+
+def _setup_rows(stats: dict, k: float, emu: dict) -> list[tuple[str, str]]:
+    """What a netns run adds to a report's setup: time dilation, the kernel's congestion
+    controls, the delay line's punctuality."""
+    rows = []
+    if k != 1:
+        rows.append(
+            (
+                "emulated as",
+                f"scale K = {k:g}: {emu['bottleneck_rate_bps'] / 1e6:g} Mbit/s bottleneck, "
+                f"{emu['rtt_s'] * 1e3:g} ms RTT, times × K",
+            )
+        )
+    rows.append(("kernel congestion controls", ", ".join(f"{a} → {b}" for a, b in stats["congestion_controls"].items())))
+    for q, d in sorted(((stats.get("delay_line") or {}).get("queues") or {}).items()):
+        rows.append(
+            (
+                f"delay line queue {q}",
+                f"{d.get('delay_ms', 0):g} ms, {d.get('packets', 0):,} packets, late mean {d.get('late_mean_ms', 0):.3f} / "
+                f"p99 {d.get('late_p99_ms', 0):.3f} / max {d.get('late_max_ms', 0):.3f} ms",
+            )
+        )
+    return rows
 
 
 def _wait_listening(flows: list[_Flow], timeout: float = 10.0) -> None:
     """Waits until every iperf3 server listens (one `ss` per receiving namespace)."""
-    from ..netns import host
-
     want: dict[str, set[int]] = {}
     for fl in flows:
         want.setdefault(fl.dst_ns, set()).add(fl.port)
@@ -468,7 +525,7 @@ def _drive(flows, emu, kernel, interval, t0, k, progress, warnings, delay_proc, 
         end_s = max(fl.spec["start_s"] + math.ceil(fl.spec["duration_s"] - 1e-9) for fl in transfers)
     max_rtt = max(fl.rtt_s for fl in flows)
     deadline = end_s + max(5.0, 20 * max_rtt)
-    payload_ratio = emu["mss"] / (emu["mtu"] + 14)
+    payload_ratio = emu["mss"] / constants.qdisc_frame(emu["mtu"])
     pending = sorted(flows, key=lambda x: x.spec["start_s"])
     total = end_s / k
     while True:
@@ -511,8 +568,6 @@ def _drive(flows, emu, kernel, interval, t0, k, progress, warnings, delay_proc, 
 
 def _start_background(d, pair: int, source: dict, emu: dict, seed: int) -> subprocess.Popen:
     """One unresponsive ON/OFF UDP source (:mod:`xferlab.netns.onoff`) from host a{pair} to b{pair}."""
-    import sys
-
     horizon = (emu["end_s"] or max((f["start_s"] + (f["duration_s"] or 0)) for f in emu["flows"])) + 60
     args = [sys.executable, "-m", "xferlab.netns.onoff", "--dst", d.addr("b", pair), "--rate", repr(source["rate_bps"])]
     args += ["--mean-on", repr(source["mean_on_s"]), "--mean-off", repr(source["mean_off_s"])]
@@ -537,8 +592,6 @@ def _stop_background(procs: list[subprocess.Popen]) -> list[int]:
 
 
 def _start_delay(d, binary: str, stats_file: Path) -> subprocess.Popen:
-    from ..netns import topology as topo
-
     args = [binary, "--stats", str(stats_file), "--rt-priority", "50"]
     if topo.rps_mask():  # the end hosts' receive work runs on the other CPUs
         args += ["--cpu", str(topo.DELAY_CPU)]
@@ -605,11 +658,6 @@ def _late(stats: dict) -> str | None:
 
 
 def _tables(flows: list[_Flow], outputs: dict, emu: dict, t0: float, sampler: _Sampler) -> dict:
-    import pyarrow as pa
-
-    from ..importers import iperf3 as ip3
-    from ..importers import xfer as xf
-
     perf, moved = [], []
     for fl in flows:
         f = fl.spec

@@ -4,17 +4,26 @@ from __future__ import annotations
 
 import json
 
-from . import BackendError, BackendRun, Progress
+from ..trace import Provenance, Trace
+from .base import BackendError, Progress
+
+try:
+    from .. import _sim
+except ImportError as _e:  # pragma: no cover - a broken install: said when a run is asked for
+    _sim = None
+    _MISSING = str(_e)
 
 NAME = "sim"
 
 
 def _module():
-    try:
-        from .. import _sim
-    except ImportError as e:  # pragma: no cover - a broken install
-        raise BackendError(f"the simulator extension is not built ({e}); run `make install`") from None
+    if _sim is None:  # pragma: no cover
+        raise BackendError(f"the simulator extension is not built ({_MISSING}); run `make install`")
     return _sim
+
+
+def version() -> str:
+    return _module().__version__
 
 
 def variants() -> list[str]:
@@ -104,8 +113,24 @@ def expected_end_s(resolved: dict) -> float | None:
     return None
 
 
-def run(scenario, resolved: dict, progress: Progress | None = None) -> BackendRun:
+def unsupported(resolved: dict) -> str | None:
+    """What of a resolved scenario the simulator cannot run yet, said plainly (None: all)."""
+    for f in resolved["flows"]:
+        lim = f.get("limiter") or {}
+        if lim.get("kind") in ("cwnd_clamp", "sleep_timer"):
+            return f"the {lim['kind'].replace('_', ' ')} mechanism"
+        if lim.get("profile"):
+            return "a rate that changes over time (a multi-rate or preemptive plan)"
+        if f.get("start_after"):
+            return "a start signalled by another transfer's completion (schedule.time_control.sync: signal or broker)"
+    return None
+
+
+def run(scenario, resolved: dict, progress: Progress | None = None) -> Trace:
     sim = _module()
+    missing_feature = unsupported(resolved)
+    if missing_feature:
+        raise BackendError(f"the simulator does not implement {missing_feature} yet")
     implemented = set(sim.variants())
     missing = sorted({f["variant"] for f in resolved["flows"]} - implemented)
     if missing:
@@ -122,8 +147,19 @@ def run(scenario, resolved: dict, progress: Progress | None = None) -> BackendRu
         out = sim.run(json.dumps(sim_config(resolved)), callback, chunk)
     except ValueError as e:
         raise BackendError(f"simulator: {e}") from None
-    return BackendRun(
-        tables=dict(out["tables"]),
-        stats=dict(out["stats"]),
+    stats = dict(out["stats"])
+    provenance = Provenance(
+        producer=NAME,
+        setup=[
+            ("simulated events", f"{stats['events']:,}".replace(",", " ")),
+            ("simulated packets", f"{stats['packets']:,}".replace(",", " ")),
+        ],
+        stats=stats,
+    )
+    return Trace.build(
+        dict(out["tables"]),
+        resolved,
+        provenance,
+        end_s=stats["end_s"],
         versions={"xferlab-sim": sim.__version__},
     )

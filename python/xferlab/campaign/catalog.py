@@ -22,7 +22,10 @@ import os
 import shutil
 from pathlib import Path
 
-from .. import runfolder
+import duckdb
+
+from .. import registry, runfolder
+from .. import scenario as sc
 from .spec import Campaign, CampaignError, RunSpec
 
 FORMAT = "xferlab-campaign/1"
@@ -33,36 +36,9 @@ LOCK = ".lock"
 #: Names a campaign folder may hold; anything else makes it foreign.
 KNOWN = {MANIFEST, CATALOG, CATALOG + ".wal", RUNS, "report", LOCK}
 
-#: Scalar metrics stored as columns: column → path in metrics.json.
-METRIC_COLUMNS: dict[str, tuple[str, ...]] = {
-    "aggregate_goodput_mbps": ("aggregate_goodput_mbps",),
-    "aggregate_goodput_cov": ("aggregate_goodput_cov",),
-    "aggregate_throughput_mbps": ("aggregate_throughput_mbps",),
-    "ideal_goodput_mbps": ("ideal_goodput_mbps",),
-    "efficiency": ("efficiency",),
-    "deficiency": ("deficiency",),
-    "jain_index": ("jain_index",),
-    "jain_index_per_transfer": ("jain_index_per_transfer",),
-    "mean_flow_goodput_mbps": ("mean_flow_goodput_mbps",),
-    "mean_flow_cov": ("mean_flow_cov",),
-    "retransmissions": ("retransmissions",),
-    "timeouts": ("timeouts",),
-    "bottleneck_drops": ("bottleneck_drops",),
-    "bottleneck_max_queue_pkts": ("bottleneck_max_queue_pkts",),
-    "reverse_goodput_mbps": ("reverse_goodput_mbps",),
-    "completion_count": ("completion", "count"),
-    "completion_incomplete": ("completion", "incomplete"),
-    "completion_mean_s": ("completion", "mean_s"),
-    "completion_std_s": ("completion", "std_s"),
-    "completion_p50_s": ("completion", "p50_s"),
-    "completion_p75_s": ("completion", "p75_s"),
-    "completion_p99_s": ("completion", "p99_s"),
-    "completion_jain_index": ("completion", "jain_index"),
-    "makespan_s": ("completion", "makespan_s"),
-    "makespan_deficiency": ("completion", "makespan_deficiency"),
-}
-INTEGER_METRICS = {"retransmissions", "timeouts", "bottleneck_drops", "bottleneck_max_queue_pkts", "completion_count"}
-INTEGER_METRICS |= {"completion_incomplete"}
+#: Scalar metrics stored as columns (every run metric of the registry): column → path in metrics.json.
+METRIC_COLUMNS: dict[str, tuple[str, ...]] = {m.catalog_column: tuple(m.key.split(".")) for m in registry.RUN_METRICS}
+INTEGER_METRICS = {m.catalog_column for m in registry.RUN_METRICS if m.integer}
 #: Metrics every successful run has, whatever its workload.
 CORE_METRICS = (
     "aggregate_goodput_mbps",
@@ -123,34 +99,41 @@ def _get(m: dict | None, path: tuple[str, ...]):
     return m
 
 
-def _param_values(given: dict) -> dict:
-    from .. import scenario as sc
-
-    s = sc.from_dict(given)
-    r = sc.resolve(s)
-    w = s.workload
+def _param_values(resolved: dict | None, given: dict) -> dict:
+    """The parameter columns of a run: from its run.json's resolved scenario (the levels R and
+    Bg as given); all None when the run failed before resolving."""
+    if not resolved:
+        return dict.fromkeys(PARAM_COLUMNS)
+    w = given.get("workload") or {}
+    c, ca = resolved.get("bottleneck_rate_bps"), resolved.get("access_rate_bps")
     return {
-        "variant": r["variant"],
-        "rtt_ms": r["rtt_s"] * 1e3,
-        "streams": r["streams"],
-        "pairs": r["pairs"],
-        "access_mbps": r["access_rate_bps"] / 1e6,
-        "bottleneck_mbps": r["bottleneck_rate_bps"] / 1e6,
-        "buffer_packets": r["buffer_packets"],
-        "congestion_level": r["pairs"] * r["access_rate_bps"] / r["bottleneck_rate_bps"],
-        "reverse_level": w.reverse,
-        "background_level": w.background.level,
-        "volume_bytes": r["volume_bytes"],
-        "duration_s": r["duration_s"],
+        "variant": resolved["variant"],
+        "rtt_ms": resolved["rtt_s"] * 1e3 if resolved.get("rtt_s") is not None else None,
+        "streams": resolved["streams"],
+        "pairs": resolved["pairs"],
+        "access_mbps": ca / 1e6 if ca else None,
+        "bottleneck_mbps": c / 1e6 if c else None,
+        "buffer_packets": resolved.get("buffer_packets"),
+        "congestion_level": resolved["pairs"] * ca / c if c and ca else None,
+        "reverse_level": float(w.get("reverse") or 0.0),
+        "background_level": float((w.get("background") or {}).get("level") or 0.0),
+        "volume_bytes": resolved.get("volume_bytes"),
+        "duration_s": resolved.get("duration_s"),
     }
+
+
+def _resolve(given: dict) -> dict | None:
+    """A failed run has no run.json: its parameters come from its scenario, resolved again."""
+    try:
+        return sc.resolve(sc.from_dict(given))
+    except sc.ScenarioError:
+        return None
 
 
 class CampaignFolder:
     """An open campaign folder: manifest checked, lock held, catalog open."""
 
     def __init__(self, root: Path, campaign: Campaign | None, force: bool = False, create: bool = True):
-        import duckdb
-
         self.root = Path(root)
         self.campaign = campaign
         self._lock_fd = None
@@ -251,6 +234,7 @@ class CampaignFolder:
     def _init_catalog(self) -> None:
         c = self.campaign
         self.db.execute(_ddl())
+        self._add_new_columns()
         row = self.db.execute("SELECT value FROM meta WHERE key = 'fingerprint'").fetchone()
         if row is None:
             with self.transaction():
@@ -265,6 +249,16 @@ class CampaignFolder:
             m = {"format": FORMAT, **c.manifest(), "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
             runfolder.write_json(self.root / MANIFEST, m)
         self.manifest = self._read_manifest()
+
+    def _add_new_columns(self) -> None:
+        """A catalog written by an older xferlab lacks the metrics added since: add them (null)."""
+        have = {
+            r[0]
+            for r in self.db.execute("SELECT column_name FROM information_schema.columns WHERE table_name = 'runs'").fetchall()
+        }
+        for col in METRIC_COLUMNS:
+            if col not in have:
+                self.db.execute(f"ALTER TABLE runs ADD COLUMN {col} {'BIGINT' if col in INTEGER_METRICS else 'DOUBLE'}")
 
     def _check_tables(self) -> None:
         tables = {r[0] for r in self.db.execute("SELECT table_name FROM information_schema.tables").fetchall()}
@@ -318,7 +312,8 @@ class CampaignFolder:
 
     def record(self, run: RunSpec, status: str, metrics: dict | None = None, error: str | None = None, wall: float | None = None):
         """One row, in one transaction; replaces a failed row of the same run (retry)."""
-        params = _param_values(run.given)
+        meta = self._run_json(run) if status == "ok" else None
+        params = _param_values((meta or {}).get("resolved") or _resolve(run.given), run.given)
         values = {
             "run_key": run.key,
             "point": run.point,
@@ -340,6 +335,13 @@ class CampaignFolder:
         with self.transaction():
             self.db.execute("DELETE FROM runs WHERE run_key = ? AND status <> 'ok'", [run.key])
             self.db.execute(f"INSERT INTO runs ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})", list(values.values()))
+
+    def _run_json(self, run: RunSpec) -> dict | None:
+        try:
+            meta = runfolder.read_json(self.folder_of(run) / runfolder.RUN_FILE)
+        except runfolder.RunFolderError:
+            return None
+        return meta if isinstance(meta, dict) else None
 
     def adopt(self, run: RunSpec) -> None:
         """Records a complete run folder that has no row yet (killed between the two commits)."""

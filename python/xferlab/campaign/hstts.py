@@ -25,10 +25,13 @@ import math
 import os
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
+from rich.table import Table
 
-from ..report import CSS
-from ..scenario import _canonical_variant
+from .. import registry
+from ..report import CSS, img, plt, png
+from ..variants import canonical as canonical_variant
 from .report import load, mean_ci
 from .spec import Campaign, CampaignError, from_dict
 
@@ -55,7 +58,7 @@ def campaign(candidates: list[str], backend: str = "sim", repetitions: int = 3, 
             if not name.strip():
                 continue
             try:
-                c = _canonical_variant(name)
+                c = canonical_variant(name)
             except ValueError as e:
                 raise CampaignError(f"--variant: {e}") from None
             if c not in variants:
@@ -77,13 +80,13 @@ def campaign(candidates: list[str], backend: str = "sim", repetitions: int = 3, 
     return from_dict(data, "hstts")
 
 
-#: Sheet columns: (catalog column, label, how to combine repetitions).
-MEASURES = [
-    ("completion_mean_s", "mean completion time T̄ (s)"),
-    ("completion_std_s", "σ_T (s)"),
-    ("completion_jain_index", "Jain over T"),
-    ("efficiency", "efficiency E = G/C"),
-]
+#: The sheet's measures (registry keys; the catalog's columns hold them): seed 004's T̄, σ_T,
+#: Jain over the completion times and the efficiency E = G/C.
+MEASURES = ["completion.mean_s", "completion.std_s", "completion.jain_index", "efficiency"]
+
+
+def _col(key: str) -> str:
+    return registry.METRICS[key].catalog_column
 
 
 def sheet(folder: Path) -> pd.DataFrame:
@@ -105,7 +108,7 @@ def sheet(folder: Path) -> pd.DataFrame:
             row["variant"] = v
             row["runs"] = len(cand)
             row["incomplete"] = int(cand["completion_incomplete"].fillna(0).sum() + ref["completion_incomplete"].fillna(0).sum())
-            for col, _ in MEASURES:
+            for col in map(_col, MEASURES):
                 row[col], row[col + "_ci"], _n = mean_ci(cand[col])
                 row[col + "_ref"], row[col + "_ref_ci"], _n = mean_ci(ref[col])
             t, tr = row["completion_mean_s"], row["completion_mean_s_ref"]
@@ -116,21 +119,56 @@ def sheet(folder: Path) -> pd.DataFrame:
     return out
 
 
-def _num(v, digits=3) -> str:
+def _pm(key: str, v, ci) -> str:
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return "—"
-    return f"{v:.{digits}g}" if abs(v) < 10 else f"{v:.1f}"
+    return registry.format_ci(key, v, ci)
 
 
-def _pm(v, ci) -> str:
-    return _num(v) if ci is None or math.isnan(ci) else f"{_num(v)} ± {_num(ci, 2)}"
+def _ratio(v) -> str:
+    return "—" if v is None or math.isnan(v) else f"{v:.3f}"
+
+
+def _label(key: str) -> str:
+    return registry.METRICS[key].heading()
+
+
+def fig_sheet(table: pd.DataFrame) -> bytes:
+    """Seed 004's result graph: per scenario, the candidate's mean completion time beside the
+    reference's (mean ± 95 % CI), one panel per candidate."""
+    cands = list(dict.fromkeys(table["variant"]))
+    fig, axs = plt.subplots(
+        len(cands), 1, figsize=(max(6.5, 0.55 * len(table) / max(1, len(cands)) + 3), 3.2 * len(cands)), squeeze=False
+    )
+    col = _col("completion.mean_s")
+    for ax, v in zip(axs[:, 0], cands, strict=True):
+        t = table[table["variant"] == v].reset_index(drop=True)
+        x = np.arange(len(t))
+        for offset, (suffix, name, color) in ((-0.2, ("", v, "C0")), (0.2, ("_ref", REFERENCE, "0.55"))):
+            ax.bar(
+                x + offset,
+                t[col + suffix],
+                width=0.38,
+                yerr=t[col + suffix + "_ci"].fillna(0),
+                capsize=2,
+                color=color,
+                label=name,
+            )
+        labels = [f"{r.rtt_ms:g} ms\nCg {r.congestion_level:g}\nR {r.reverse_level:g}" for r in t.itertuples()]
+        ax.set_xticks(x, labels, fontsize=7)
+        ax.set_ylabel(_label("completion.mean_s"))
+        ax.set_ylim(bottom=0)
+        ax.legend(loc="upper left")
+        ax.set_title(f"{v} beside {REFERENCE}: mean completion time per scenario (mean ± 95 % CI)", fontsize=9)
+    fig.tight_layout()
+    return png(fig)
 
 
 def _write(folder: Path, manifest: dict, table: pd.DataFrame) -> None:
     buf = io.StringIO()
     w = csv.writer(buf)
     cols = ["rtt_ms", "congestion_level", "reverse_level", "pairs", "variant", "runs"]
-    meas = [c for c, _ in MEASURES]
+    meas = [_col(k) for k in MEASURES]
     w.writerow(cols + [x for c in meas for x in (c, c + "_ci", c + "_ref", c + "_ref_ci")] + ["time_ratio", "incomplete"])
     for _, r in table.iterrows():
         w.writerow([r[c] for c in cols] + [r[x] for c in meas for x in (c, c + "_ci", c + "_ref", c + "_ref_ci")]
@@ -138,16 +176,17 @@ def _write(folder: Path, manifest: dict, table: pd.DataFrame) -> None:
     _atomic(folder / "hstts.csv", buf.getvalue())
 
     head = "<tr><th>RTT (ms)</th><th>Cg</th><th>R</th><th>sources</th><th>variant</th>"
-    head += "".join(f"<th>{html.escape(label)}</th><th>Reno</th>" for _, label in MEASURES) + "<th>T̄ / T̄ Reno</th></tr>"
+    head += "".join(f"<th>{html.escape(_label(k))}</th><th>Reno</th>" for k in MEASURES) + "<th>T̄ / T̄ Reno</th></tr>"
     body = ""
     for _, r in table.iterrows():
         body += (
             f"<tr><td>{r['rtt_ms']:g}</td><td>{r['congestion_level']:g}</td><td>{r['reverse_level']:g}</td>"
             f"<td>{r['pairs']}</td><td>{html.escape(r['variant'])}</td>"
         )
-        for c, _ in MEASURES:
-            body += f"<td>{_pm(r[c], r[c + '_ci'])}</td><td>{_pm(r[c + '_ref'], r[c + '_ref_ci'])}</td>"
-        body += f"<td><b>{_num(r['time_ratio'])}</b></td></tr>"
+        for k in MEASURES:
+            c = _col(k)
+            body += f"<td>{_pm(k, r[c], r[c + '_ci'])}</td><td>{_pm(k, r[c + '_ref'], r[c + '_ref_ci'])}</td>"
+        body += f"<td><b>{_ratio(r['time_ratio'])}</b></td></tr>"
     reps = manifest.get("repetitions")
     incomplete = int(table["incomplete"].sum())
     doc = [
@@ -165,23 +204,29 @@ def _write(folder: Path, manifest: dict, table: pd.DataFrame) -> None:
     ]
     if incomplete:
         doc.append(f"<p class=warn>{incomplete} transfer(s) did not complete: their times are left out.</p>")
-    doc += [f"<table><thead>{head}</thead><tbody>{body}</tbody></table>", "</body></html>"]
+    doc += [f'<div style="overflow-x:auto"><table class=sheet><thead>{head}</thead><tbody>{body}</tbody></table></div>']
+    doc += [
+        "<h2>Result graph</h2>",
+        img(folder, "hstts", fig_sheet(table), "candidate beside Reno per scenario"),
+        "</body></html>",
+    ]
     _atomic(folder / "hstts.html", "".join(doc))
     _atomic(folder / "hstts.md", markdown(table, manifest))
 
 
 def markdown(table: pd.DataFrame, manifest: dict) -> str:
     """The sheet as a Markdown table (mean over repetitions; ± the 95 % CI half-width)."""
-    labels = " | ".join(f"{label} | Reno" for _, label in MEASURES)
+    labels = " | ".join(f"{_label(k)} | Reno" for k in MEASURES)
     lines = [
         f"| RTT (ms) | Cg | R | sources | variant | {labels} | T̄ / T̄ Reno |",
         "|" + "---:|" * 4 + "---|" + "---:|" * (2 * len(MEASURES) + 1),
     ]
     for _, r in table.iterrows():
         cells = [f"{r['rtt_ms']:g}", f"{r['congestion_level']:g}", f"{r['reverse_level']:g}", str(r["pairs"]), r["variant"]]
-        for c, _ in MEASURES:
-            cells += [_pm(r[c], r[c + "_ci"]), _pm(r[c + "_ref"], r[c + "_ref_ci"])]
-        cells.append(f"**{_num(r['time_ratio'])}**")
+        for k in MEASURES:
+            c = _col(k)
+            cells += [_pm(k, r[c], r[c + "_ci"]), _pm(k, r[c + "_ref"], r[c + "_ref_ci"])]
+        cells.append(f"**{_ratio(r['time_ratio'])}**")
         lines.append("| " + " | ".join(cells) + " |")
     note = f"{manifest.get('repetitions')} repetition(s) per scenario and variant, {manifest.get('backend')} backend."
     if int(table["incomplete"].sum()):
@@ -196,15 +241,14 @@ def _atomic(path: Path, text: str) -> None:
 
 
 def print_sheet(table: pd.DataFrame, console) -> None:
-    from rich.table import Table
-
     t = Table(title="HSTTS: candidate beside Reno (mean over repetitions)", header_style="bold")
     for label in ("RTT ms", "Cg", "R", "variant", "T̄ s", "Reno", "σ_T s", "Reno", "J(T)", "Reno", "E", "Reno", "T̄/Reno"):
         t.add_column(label, justify="right")
     for _, r in table.iterrows():
         cells = [f"{r['rtt_ms']:g}", f"{r['congestion_level']:g}", f"{r['reverse_level']:g}", r["variant"]]
-        for c, _ in MEASURES:
-            cells += [_num(r[c]), _num(r[c + "_ref"])]
-        cells.append(_num(r["time_ratio"]))
+        for k in MEASURES:
+            c = _col(k)
+            cells += [registry.fmt(k, r[c]), registry.fmt(k, r[c + "_ref"])]
+        cells.append(_ratio(r["time_ratio"]))
         t.add_row(*cells)
     console.print(t)

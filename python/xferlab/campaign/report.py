@@ -15,17 +15,15 @@ import math
 import os
 from pathlib import Path
 
+import duckdb
 import numpy as np
 import pandas as pd
+from scipy import stats
 
-from .. import models
-from ..report import CSS, _fmt, _img, _png, plt
+from .. import models, registry
+from ..report import CSS, img, plt, png
 from .catalog import CampaignFolder
 from .spec import CampaignError
-
-#: Two-sided 95 % quantiles of Student's t for 1..30 degrees of freedom (then 1.96).
-_T975 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131]
-_T975 += [2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042]
 
 #: Sweep fields → the catalog column that holds their resolved value (numbers, not strings).
 AXIS_COLUMNS = {
@@ -52,21 +50,23 @@ AXIS_LABELS = {
     "bottleneck_mbps": "C (Mbit/s)",
     "access_mbps": "Ca (Mbit/s)",
 }
-#: Metrics summarised per point: column → label.
-SUMMARY = {
-    "aggregate_goodput_mbps": "total goodput G (Mbit/s)",
-    "mean_flow_goodput_mbps": "mean flow goodput (Mbit/s)",
-    "jain_index": "Jain index",
-    "mean_flow_cov": "mean flow CoV",
-    "efficiency": "efficiency G/C",
-    "completion_mean_s": "mean completion time (s)",
-    "completion_p99_s": "p99 completion time (s)",
-}
+#: Metrics summarised per point (registry keys; their catalog columns hold the values).
+SUMMARY = [
+    "aggregate_goodput_mbps",
+    "mean_flow_goodput_mbps",
+    "jain_index",
+    "mean_flow_cov",
+    "efficiency",
+    "completion.mean_s",
+    "completion.p99_s",
+]
+#: catalog column → registry key
+_KEY = {m.catalog_column: m.key for m in registry.RUN_METRICS}
 
 
 def t975(n: int) -> float:
-    """Two-sided 95 % Student quantile for a mean of n samples."""
-    return _T975[n - 2] if 2 <= n <= 31 else 1.96
+    """Two-sided 95 % Student quantile for a mean of n samples (n − 1 degrees of freedom)."""
+    return float(stats.t.ppf(0.975, n - 1)) if n >= 2 else math.nan
 
 
 def mean_ci(values) -> tuple[float, float, int]:
@@ -79,10 +79,16 @@ def mean_ci(values) -> tuple[float, float, int]:
     return float(a.mean()), t975(a.size) * float(a.std(ddof=1)) / math.sqrt(a.size), int(a.size)
 
 
+def _col(key: str) -> str:
+    return registry.METRICS[key].catalog_column
+
+
+def _heading(col: str) -> str:
+    return registry.METRICS[_KEY[col]].heading() if col in _KEY else col
+
+
 def load(folder: Path) -> tuple[dict, pd.DataFrame]:
     """The manifest and the runs table of a campaign folder."""
-    import duckdb
-
     try:
         with CampaignFolder(Path(folder), None) as f:
             df = f.db.sql("SELECT * FROM runs ORDER BY point, repetition").to_arrow_table().to_pandas()
@@ -119,11 +125,28 @@ def points_table(ok: pd.DataFrame, axes: list[str], counts: pd.DataFrame) -> pd.
         keys = keys if isinstance(keys, tuple) else (keys,)
         row = dict(zip(axes, keys, strict=True))
         row["runs"] = len(g)
-        for col in SUMMARY:
+        for col in map(_col, SUMMARY):
             m, h, _ = mean_ci(g[col])
             row[col], row[col + "_ci"] = m, h
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def _yerr(g: pd.DataFrame, y: str) -> np.ndarray:
+    """Asymmetric error bars: the 95 % CI clipped to the metric's valid range (a Jain index
+    never above 1, a goodput never below 0)."""
+    mid, half = g[y].to_numpy(dtype=float), g[y + "_ci"].fillna(0).to_numpy(dtype=float)
+    key = _KEY.get(y)
+    if key is None:
+        return np.vstack([half, half])
+    bounds = [registry.clip(key, m - h, m + h) for m, h in zip(mid, half, strict=True)]
+    return np.vstack([mid - np.array([lo for lo, _ in bounds]), np.array([hi for _, hi in bounds]) - mid])
+
+
+def _log_if_wide(ax, values: pd.Series) -> None:
+    """A log x axis when the values span more than a decade (RTTs 0.1–100 ms), as everywhere."""
+    if values.max() > 10 * max(values.min(), 1e-9):
+        ax.set_xscale("log")
 
 
 def _errorbar_lines(ax, table: pd.DataFrame, x: str, y: str, series: list[str]) -> None:
@@ -131,23 +154,22 @@ def _errorbar_lines(ax, table: pd.DataFrame, x: str, y: str, series: list[str]) 
     for keys, g in groups:
         keys = keys if isinstance(keys, tuple) else (keys,)
         g = g.sort_values(x)
-        ax.errorbar(g[x], g[y], yerr=g[y + "_ci"].fillna(0), marker="o", ms=3, capsize=3, lw=1, label=_series_name(keys, series))
+        ax.errorbar(g[x], g[y], yerr=_yerr(g, y), marker="o", ms=3, capsize=3, lw=1, label=_series_name(keys, series))
 
 
 def fig_vs_rtt(table: pd.DataFrame, axes: list[str]) -> bytes:
     series = [a for a in axes if a != "rtt_ms"]
-    metrics = [("mean_flow_goodput_mbps", "mean flow goodput (Mbit/s)"), ("jain_index", "Jain index"), ("mean_flow_cov", "CoV")]
+    metrics = ["mean_flow_goodput_mbps", "jain_index", "mean_flow_cov"]
     fig, axs = plt.subplots(1, 3, figsize=(11, 3.4))
-    for ax, (col, label) in zip(axs, metrics, strict=True):
-        _errorbar_lines(ax, table, "rtt_ms", col, series)
+    for ax, key in zip(axs, metrics, strict=True):
+        _errorbar_lines(ax, table, "rtt_ms", _col(key), series)
         ax.set_xlabel("RTT (ms)")
-        ax.set_ylabel(label)
-        if table["rtt_ms"].max() > 10 * max(table["rtt_ms"].min(), 1e-9):
-            ax.set_xscale("log")
+        ax.set_ylabel(registry.METRICS[key].heading())
+        _log_if_wide(ax, table["rtt_ms"])
     axs[0].legend(title=", ".join(map(_label, series)) or None)
     fig.suptitle("Metrics against RTT (mean ± 95 % CI over repetitions; seed 002 fig. 10)")
     fig.tight_layout()
-    return _png(fig)
+    return png(fig)
 
 
 def fig_vs_streams(table: pd.DataFrame, ok: pd.DataFrame, axes: list[str]) -> bytes:
@@ -164,7 +186,7 @@ def fig_vs_streams(table: pd.DataFrame, ok: pd.DataFrame, axes: list[str]) -> by
     ax.set_ylabel("total goodput (Mbit/s)")
     ax.set_title("Total goodput against streams (seed 002 fig. 4)")
     ax.legend(title=", ".join(map(_label, series)) or None)
-    return _png(fig)
+    return png(fig)
 
 
 def _completion_times(g: pd.DataFrame) -> list[float]:
@@ -208,14 +230,94 @@ def fig_completion(ok: pd.DataFrame, table: pd.DataFrame, axes: list[str]) -> by
                 keys = keys if isinstance(keys, tuple) else (keys,)
                 g = g.sort_values("rtt_ms")
                 name = f"{_series_name(keys, series)} p{q[12:14]}"
-                ax.errorbar(g["rtt_ms"], g[q], yerr=g[q + "_ci"].fillna(0), ls=style, marker="o", ms=3, capsize=3, lw=1,
+                ax.errorbar(g["rtt_ms"], g[q], yerr=_yerr(g, q), ls=style, marker="o", ms=3, capsize=3, lw=1,
                             color=f"C{i % 10}", label=name)  # fmt: skip
         ax.set_xlabel("RTT (ms)")
+        _log_if_wide(ax, qt["rtt_ms"])
         ax.set_ylabel("completion time (s)")
         ax.set_title("75th and 99th percentiles (seed 001 fig. 12)")
         ax.legend(fontsize=6)
     fig.tight_layout()
-    return _png(fig)
+    return png(fig)
+
+
+def makespan_table(ok: pd.DataFrame, axes: list[str]) -> pd.DataFrame:
+    """Per sweep point, the makespans over its repetitions as seed 001 judges a schedule:
+    the deficiency of the mean (Table 2) and of the 99th percentile (Table 3) against the
+    ideal (Σ v)/r_TP, the standard deviation (fig. 11b), and the slot to reserve for 75 % and
+    99 % completion (fig. 12: the 75th and 99th percentiles)."""
+    rows = []
+    groups = ok.groupby(axes, sort=True, dropna=False) if axes else [((), ok)]
+    for keys, g in groups:
+        keys = keys if isinstance(keys, tuple) else (keys,)
+        m = g["makespan_s"].dropna().to_numpy(dtype=float)
+        ideal = float(g["ideal_makespan_s"].median()) if g["ideal_makespan_s"].notna().any() else math.nan
+        if not m.size:
+            continue
+        p75, p99 = np.percentile(m, [75, 99])
+        rows.append(
+            {
+                **dict(zip(axes, keys, strict=True)),
+                "runs": int(m.size),
+                "ideal_makespan_s": ideal,
+                "makespan_s": float(m.mean()),
+                "mean_deficiency": float(m.mean()) / ideal - 1,
+                "p99_deficiency": float(p99) / ideal - 1,
+                "std_s": float(m.std(ddof=1)) if m.size > 1 else math.nan,
+                "slot_p75_s": float(p75),
+                "slot_p99_s": float(p99),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+#: Columns of the makespan table: (column, heading, format).
+MAKESPAN_COLUMNS = [
+    ("runs", "runs", "{:.0f}"),
+    ("ideal_makespan_s", "ideal makespan (s)", "{:.2f}"),
+    ("makespan_s", "mean makespan (s)", "{:.2f}"),
+    ("mean_deficiency", "deficiency of the mean (Table 2)", "{:.1%}"),
+    ("p99_deficiency", "deficiency of the p99 (Table 3)", "{:.1%}"),
+    ("std_s", "σ (s, fig. 11b)", "{:.3f}"),
+    ("slot_p75_s", "slot for 75 % (s)", "{:.2f}"),
+    ("slot_p99_s", "slot for 99 % (s)", "{:.2f}"),
+]
+
+
+def _makespan_html(t: pd.DataFrame, axes: list[str]) -> str:
+    head = "".join(f"<th>{html.escape(_label(a))}</th>" for a in axes)
+    head += "".join(f"<th>{html.escape(h)}</th>" for _, h, _ in MAKESPAN_COLUMNS)
+    body = ""
+    for _, r in t.iterrows():
+        cells = [html.escape(f"{r[a]:g}" if isinstance(r[a], float) else str(r[a])) for a in axes]
+        cells += ["—" if pd.isna(r[c]) else html.escape(f.format(r[c])) for c, _, f in MAKESPAN_COLUMNS]
+        body += "<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>"
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def fig_makespan_vs_rtt(t: pd.DataFrame, axes: list[str]) -> bytes:
+    """Seed 001 figs. 11b and 12: the makespan's standard deviation, and the slots for 75 %
+    and 99 % completion, against the RTT, one line per other sweep point."""
+    series = [a for a in axes if a != "rtt_ms"]
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 3.6))
+    groups = t.groupby(series, sort=True) if series else [((), t)]
+    for i, (keys, g) in enumerate(groups):
+        keys = keys if isinstance(keys, tuple) else (keys,)
+        g = g.sort_values("rtt_ms")
+        name = _series_name(keys, series)
+        a1.plot(g["rtt_ms"], g["std_s"], marker="o", ms=3, lw=1, color=f"C{i % 10}", label=name)
+        a2.plot(g["rtt_ms"], g["slot_p75_s"], marker="o", ms=3, lw=1, color=f"C{i % 10}", label=f"{name} p75")
+        a2.plot(g["rtt_ms"], g["slot_p99_s"], marker="s", ms=3, lw=1, ls="--", color=f"C{i % 10}", label=f"{name} p99")
+    for ax, what in ((a1, "σ of the makespan (s)"), (a2, "makespan percentile (s)")):
+        ax.set_xlabel("RTT (ms)")
+        ax.set_ylabel(what)
+        _log_if_wide(ax, t["rtt_ms"])
+    a1.set_title("standard deviation over repetitions (seed 001 fig. 11b)", fontsize=9)
+    a2.set_title("slot to reserve for 75 % / 99 % completion (seed 001 fig. 12)", fontsize=9)
+    a1.legend(fontsize=6)
+    a2.legend(fontsize=6)
+    fig.tight_layout()
+    return png(fig)
 
 
 def _xticks(ax, labels: list[str], first: int) -> None:
@@ -236,26 +338,31 @@ def fig_goodput_distribution(ok: pd.DataFrame, axes: list[str]) -> bytes:
     _xticks(ax, labels, 1)
     ax.set_ylabel("flow mean goodput (Mbit/s)")
     ax.set_title(f"Distribution of the flows' mean goodputs over all repetitions ({', '.join(map(_label, axes)) or 'all runs'})")
-    return _png(fig)
+    return png(fig)
 
 
 def fig_points(table: pd.DataFrame, axes: list[str]) -> bytes:
     """Fallback when neither RTT nor streams is swept: total goodput per point."""
     labels = [_series_name(tuple(r[a] for a in axes), axes) for _, r in table.iterrows()]
     fig, ax = plt.subplots(figsize=(max(6, 0.45 * len(labels) + 2), 3.6))
-    ax.bar(range(len(labels)), table["aggregate_goodput_mbps"], yerr=table["aggregate_goodput_mbps_ci"].fillna(0), capsize=3)
+    ax.bar(range(len(labels)), table["aggregate_goodput_mbps"], yerr=_yerr(table, "aggregate_goodput_mbps"), capsize=3)
     _xticks(ax, labels, 0)
     ax.set_ylabel("total goodput (Mbit/s)")
     ax.set_title("Total goodput per sweep point (mean ± 95 % CI)")
-    return _png(fig)
+    return png(fig)
 
 
-def _cell(v, ci=None) -> str:
+def _cell(col: str, v, ci=None) -> str:
+    """A mean with its 95 % CI, each with the metric's own significant digits."""
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return "—"
+    key = _KEY.get(col)
+    if key is None:
+        return html.escape(registry.format_value(v) if isinstance(v, (float, np.floating)) else str(v))
+    d = registry.METRICS[key]
     if ci is None or (isinstance(ci, float) and math.isnan(ci)):
-        return _fmt(float(v) if isinstance(v, (float, np.floating)) else v)
-    return f"{_fmt(float(v))} ± {_fmt(float(ci), 2)}"
+        return html.escape(d.format(float(v) if isinstance(v, (float, np.floating)) else v))
+    return f"{html.escape(d.format(float(v)))} ± {html.escape(registry.format_value(float(ci), 2))}"
 
 
 def render(folder: Path) -> Path:
@@ -285,27 +392,7 @@ def render(folder: Path) -> Path:
     if planned - len(df) > 0:
         parts.append("<p class=warn>The campaign is incomplete: run the same <code>xferlab campaign run</code> to finish it.</p>")
     if len(ok):
-        table = points_table(ok, axes, df)
-        volume = ok["completion_mean_s"].notna().any()
-        cols = [*axes, "runs", *[c for c in SUMMARY if volume or not c.startswith("completion")]]
-        head = "".join(f"<th>{html.escape(_label(c) if c in axes else SUMMARY.get(c, c))}</th>" for c in cols)
-        body = ""
-        for _, r in table.iterrows():
-            body += "<tr>" + "".join(f"<td>{_cell(r[c], r.get(c + '_ci'))}</td>" for c in cols) + "</tr>"
-        parts += ["<h2>Sweep points</h2>", f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"]
-        parts.append("<h2>Figures</h2>")
-        figs = []
-        if "rtt_ms" in axes and table["rtt_ms"].nunique() > 1:
-            figs.append(("vs_rtt", fig_vs_rtt(table, axes), "metrics against RTT per variant"))
-        if "streams" in axes and table["streams"].nunique() > 1:
-            figs.append(("vs_streams", fig_vs_streams(table, ok, axes), "total goodput against streams with Altman's model"))
-        if volume:
-            figs.append(("completion", fig_completion(ok, table, axes), "completion-time CDFs and percentiles"))
-        if not figs:
-            figs.append(("points", fig_points(table, axes), "total goodput per sweep point"))
-        figs.append(("distribution", fig_goodput_distribution(ok, axes), "goodput distributions"))
-        for name, data, alt in figs:
-            parts.append(_img(out, name, data, alt))
+        parts += _results_html(out, ok, axes, df)
     if len(failed):
         rows = "".join(
             f"<tr><td>{html.escape(r.run_key)}</td><td>{html.escape(str(json.loads(r.params)))}</td><td>{r.repetition}</td>"
@@ -332,3 +419,40 @@ def render(folder: Path) -> Path:
     tmp.write_text("".join(parts))
     os.replace(tmp, path)
     return path
+
+
+def _results_html(out: Path, ok: pd.DataFrame, axes: list[str], df: pd.DataFrame) -> list[str]:
+    """The sweep-point table, the makespan table of scheduled runs, and the figures."""
+    parts: list[str] = []
+    table = points_table(ok, axes, df)
+    volume = ok["completion_mean_s"].notna().any()
+    cols = [*axes, "runs", *[_col(k) for k in SUMMARY if volume or not k.startswith("completion")]]
+    head = "".join(f"<th>{html.escape(_label(c) if c in axes else _heading(c))}</th>" for c in cols)
+    body = ""
+    for _, r in table.iterrows():
+        body += "<tr>" + "".join(f"<td>{_cell(c, r[c], r.get(c + '_ci'))}</td>" for c in cols) + "</tr>"
+    parts += ["<h2>Sweep points</h2>", f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"]
+    # Seed 001's makespan table judges a schedule: shown for runs planned from requests.
+    scheduled = "requests_rejected" in ok and ok["requests_rejected"].notna().any() and ok["makespan_s"].notna().any()
+    mk = makespan_table(ok, axes) if scheduled else pd.DataFrame()
+    if len(mk):
+        parts += [
+            "<h2>Makespans (seed 001)</h2>",
+            "<p class=muted>The makespan of each repetition (first start to last completion) against the ideal "
+            "(Σ v)/r_TP; the slot a scheduler should reserve for 75 % and 99 % completion.</p>",
+            _makespan_html(mk, axes),
+        ]
+    parts.append("<h2>Figures</h2>")
+    figs = []
+    if len(mk) and "rtt_ms" in axes and mk["rtt_ms"].nunique() > 1:
+        figs.append(("makespan", fig_makespan_vs_rtt(mk, axes), "makespan spread and slots against RTT"))
+    if "rtt_ms" in axes and table["rtt_ms"].nunique() > 1:
+        figs.append(("vs_rtt", fig_vs_rtt(table, axes), "metrics against RTT per variant"))
+    if "streams" in axes and table["streams"].nunique() > 1:
+        figs.append(("vs_streams", fig_vs_streams(table, ok, axes), "total goodput against streams with Altman's model"))
+    if volume:
+        figs.append(("completion", fig_completion(ok, table, axes), "completion-time CDFs and percentiles"))
+    if not figs:
+        figs.append(("points", fig_points(table, axes), "total goodput per sweep point"))
+    figs.append(("distribution", fig_goodput_distribution(ok, axes), "goodput distributions"))
+    return parts + [img(out, name, data, alt) for name, data, alt in figs]

@@ -2,26 +2,39 @@
 
 Workers compute a run and write its run folder (atomically, through the engine); the
 parent alone writes the catalog, one transaction per finished run, as results arrive.
+
+A run that fails — whatever raised (a Rust panic included) or even a worker process that
+dies under it — is recorded as failed with its reason, and the campaign goes on.
 """
 
 from __future__ import annotations
 
+import ctypes
+import multiprocessing as mp
 import os
+import re
 import signal
 import sys
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from .. import backends, engine, limits
+from .. import scenario as sc
+from ..backends import BackendError
+from ..runfolder import RunFolderError
 from .catalog import CampaignFolder
 from .spec import Campaign, CampaignError, RunSpec
 
 #: Backends that emulate on this host and so run one at a time.
 EXCLUSIVE_BACKENDS = {"netns"}
+#: Errors that are the user's to fix: their message alone says it all.
+_USER_ERRORS = (sc.ScenarioError, BackendError, RunFolderError)
 
 
 @dataclass
@@ -44,28 +57,34 @@ class Summary:
     workers: int
 
 
+def failure_reason(e: BaseException) -> str:
+    """One run's failure, as text (picklable, for the catalog's error column)."""
+    if isinstance(e, _USER_ERRORS):
+        return f"{type(e).__name__}: {e}"
+    if type(e).__name__ == "PanicException":  # pyo3: a panic in the simulator
+        return f"the simulator crashed (a bug of xferlab, please report it): panic: {e}"
+    if isinstance(e, MemoryError):
+        return "out of memory"
+    tail = "".join(traceback.format_exception(type(e), e, e.__traceback__)[-3:])
+    return f"{type(e).__name__}: {e}\n{tail}".strip()
+
+
 def execute(task: dict) -> dict:
     """Runs one campaign run in a worker; never raises (a failure is a result)."""
-    from .. import engine
-    from .. import scenario as sc
-
     t0 = time.perf_counter()
     try:
         s = sc.from_dict(task["given"], task["key"])
         m = engine.run(s, task["given"], Path(task["out"]), backend=task["backend"], force=True)
         return {"key": task["key"], "status": "ok", "metrics": m, "wall": time.perf_counter() - t0}
-    except Exception as e:  # noqa: BLE001 - any failure of one run is recorded, not fatal
-        msg = f"{type(e).__name__}: {e}"
-        if not isinstance(e, (sc.ScenarioError,)):
-            msg += "\n" + "".join(traceback.format_exception(e)[-3:])
-        return {"key": task["key"], "status": "failed", "error": msg.strip(), "wall": time.perf_counter() - t0}
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as e:  # noqa: BLE001 - a Rust panic is a BaseException; any failure is a result
+        return {"key": task["key"], "status": "failed", "error": failure_reason(e), "wall": time.perf_counter() - t0}
 
 
 def _die_with_parent(parent: int) -> None:
     """Worker initialiser: a SIGKILLed campaign takes its workers with it (Linux)."""
     if sys.platform.startswith("linux"):
-        import ctypes
-
         try:
             libc = ctypes.CDLL("libc.so.6", use_errno=True)
             libc.prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
@@ -81,6 +100,145 @@ def _tasks(folder: CampaignFolder, runs: list[RunSpec]) -> list[dict]:
     return [{"key": r.key, "given": r.given, "out": str(folder.folder_of(r)), "backend": folder.campaign.backend} for r in runs]
 
 
+# ----------------------------------------------------------------------------- Dask
+
+
+def parse_dask(address: str) -> tuple[str, int | None]:
+    """``local`` / ``local:N`` → ("local", N or None); a scheduler address → (address, None).
+    Checked before anything is created."""
+    address = address.strip()
+    if address == "local":
+        return "local", None
+    if address.startswith("local:"):
+        n = address.split(":", 1)[1]
+        if not n.isdigit() or not 1 <= int(n) <= limits.WORKERS_MAX.value:
+            raise CampaignError(
+                f"--dask {address}: expected local:N with N from 1 to {int(limits.WORKERS_MAX.value)} worker processes"
+            )
+        return "local", int(n)
+    if not re.fullmatch(r"([a-z][a-z0-9+.-]*://)?[A-Za-z0-9_.\-\[\]:]+(:\d{1,5})?/?", address):
+        raise CampaignError(f"--dask {address!r}: expected a scheduler address such as tcp://host:8786, or local[:N]")
+    return address, None
+
+
+@contextmanager
+def dask_client(address: str, log) -> Iterator:
+    """A connected Dask client (and its LocalCluster), or CampaignError before anything is
+    written: an unreachable scheduler leaves no campaign folder behind."""
+    target, n = parse_dask(address)
+    try:
+        # Imported here, not at the top: only --dask needs it, and it costs 2.4 s of start-up
+        # (measured on a loaded 2-core machine) that every other command would pay.
+        from distributed import Client, LocalCluster
+    except ImportError:
+        raise CampaignError("--dask needs the distributed package: pip install 'dask[distributed]'") from None
+    cluster = None
+    try:
+        if target == "local":
+            n = n or os.cpu_count() or 1
+            cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None)
+            client = Client(cluster)
+        else:
+            client = Client(target, timeout="20s")
+    except (OSError, TimeoutError, ValueError, TypeError) as e:
+        if cluster is not None:
+            cluster.close()
+        raise CampaignError(f"--dask {address}: cannot reach the scheduler ({e})") from None
+    try:
+        if log:
+            n_workers = len(client.scheduler_info().get("workers", {}))
+            log(f"Dask: {client.scheduler.address}, {n_workers} worker(s)")
+        yield client
+    finally:
+        client.close()
+        if cluster is not None:
+            cluster.close()
+
+
+def _run_dask(client, tasks: list[dict], finish) -> int:
+    from distributed import as_completed  # --dask only (see dask_client)
+
+    n_workers = len(client.scheduler_info().get("workers", {})) or 1
+    futures = {client.submit(execute, t, pure=False): t["key"] for t in tasks}
+    for fut in as_completed(futures):
+        try:
+            res = fut.result()
+        except Exception as e:  # noqa: BLE001 - a lost worker fails this run, not the campaign
+            res = {"key": futures[fut], "status": "failed", "error": f"Dask: {type(e).__name__}: {e}"}
+        finish(res)
+    return n_workers
+
+
+# ----------------------------------------------------------------------------- local pool
+
+
+def _pool(workers: int) -> ProcessPoolExecutor:
+    # spawn: the parent holds a DuckDB connection and threads that must not be forked.
+    return ProcessPoolExecutor(
+        max_workers=workers, mp_context=mp.get_context("spawn"), initializer=_die_with_parent, initargs=(os.getpid(),)
+    )
+
+
+def _kill(pool: ProcessPoolExecutor) -> None:
+    for proc in list((getattr(pool, "_processes", None) or {}).values()):
+        proc.kill()
+    pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _isolated(task: dict) -> dict:
+    """Runs one task alone in a fresh worker: its own failure, even a dead process, is
+    then surely its own."""
+    pool = _pool(1)
+    try:
+        return pool.submit(execute, task).result()
+    except BrokenProcessPool:
+        return {
+            "key": task["key"],
+            "status": "failed",
+            "error": "the worker process died during this run (killed, out of memory, or a crash of the simulator)",
+        }
+    finally:
+        _kill(pool)
+
+
+def _run_pool(workers: int, tasks: list[dict], finish) -> None:
+    pool = _pool(min(workers, len(tasks)))
+    suspects: list[dict] = []  # in flight when a worker died: each rerun alone
+    try:
+        pending: dict = {}
+        queue = list(reversed(tasks))
+        # Keep at most 2 × workers submitted so that a kill loses little queued work.
+        while queue or pending:
+            while queue and len(pending) < 2 * workers:
+                t = queue.pop()
+                pending[pool.submit(execute, t)] = t
+            finished, _ = wait(pending, return_when=FIRST_COMPLETED)
+            broken = False
+            for f in finished:
+                t = pending.pop(f)
+                try:
+                    finish(f.result())
+                except BrokenProcessPool:
+                    suspects.append(t)
+                    broken = True
+            if broken:
+                suspects.extend(pending.values())
+                pending.clear()
+                _kill(pool)
+                pool = _pool(min(workers, len(tasks)))
+        for t in suspects:
+            finish(_isolated(t))
+    except BaseException:
+        # Interrupted: stop the workers now, before the folder's lock is released, so that
+        # no run of this campaign is still being written when the command returns.
+        _kill(pool)
+        raise
+    pool.shutdown(wait=True)
+
+
+# ----------------------------------------------------------------------------- a campaign
+
+
 def run(
     campaign: Campaign,
     out: Path,
@@ -93,35 +251,23 @@ def run(
     log: Callable[[str], None] | None = None,
 ) -> Summary:
     """Runs (or resumes) ``campaign`` into the folder ``out``."""
-    from .. import backends
-
     backends.get(campaign.backend)  # BackendError for an unknown name, before anything is written
     workers = workers or os.cpu_count() or 1
-    if workers < 1:
-        raise CampaignError("--workers must be at least 1")
+    if not 1 <= workers <= limits.WORKERS_MAX.value:
+        raise CampaignError(f"--workers {workers}: expected 1 to {int(limits.WORKERS_MAX.value)} ({limits.WORKERS_MAX.reason})")
     if campaign.backend in EXCLUSIVE_BACKENDS:
         if (workers > 1 or dask) and log:
             log(f"backend {campaign.backend} emulates on this host: one run at a time (--workers 1, no Dask)")
         workers, dask = 1, None
+    if dask:
+        parse_dask(dask)
     t0 = time.perf_counter()
-    with CampaignFolder(out, campaign, force=force) as folder:
-        done = folder.recorded()
-        by_key = {r.key: r for r in campaign.runs}
-        todo, adopted, skipped = [], 0, 0
-        for r in campaign.ordered():
-            status = done.get(r.key)
-            if status == "ok" or (status == "failed" and not retry_failed):
-                skipped += 1
-                continue
-            if status is None and folder.complete_folder(r):
-                folder.adopt(r)
-                adopted += 1
-                continue
-            folder.clear_partial(r)
-            todo.append(r)
+    with _maybe_dask(dask, log) as client, CampaignFolder(out, campaign, force=force) as folder:
+        todo, skipped, adopted = _plan(folder, campaign, retry_failed)
         if on_start:
             on_start(len(campaign.runs), skipped + adopted)
         counts = {"ok": 0, "failed": 0}
+        by_key = {r.key: r for r in campaign.runs}
 
         def finish(res: dict) -> None:
             o = Outcome(res["key"], res["status"], res.get("metrics"), res.get("error"), res.get("wall"))
@@ -134,89 +280,38 @@ def run(
                 on_result(r, o)
 
         tasks = _tasks(folder, todo)
-        if not tasks:
-            pass
-        elif dask:
-            workers = _run_dask(dask, tasks, finish, log)
-        elif workers == 1:
+        if tasks and client is not None:
+            workers = _run_dask(client, tasks, finish)
+        elif tasks and workers == 1:
             for t in tasks:
                 finish(execute(t))
-        else:
+        elif tasks:
             _run_pool(workers, tasks, finish)
-        return Summary(
-            planned=len(campaign.runs),
-            skipped=skipped,
-            adopted=adopted,
-            ok=counts["ok"],
-            failed=counts["failed"],
-            wall_seconds=time.perf_counter() - t0,
-            workers=workers,
-        )
+        return Summary(len(campaign.runs), skipped, adopted, counts["ok"], counts["failed"], time.perf_counter() - t0, workers)
 
 
-def _run_pool(workers: int, tasks: list[dict], finish) -> None:
-    import multiprocessing as mp
-
-    # spawn: the parent holds a DuckDB connection and threads that must not be forked.
-    ctx = mp.get_context("spawn")
-    pool = ProcessPoolExecutor(
-        max_workers=min(workers, len(tasks)), mp_context=ctx, initializer=_die_with_parent, initargs=(os.getpid(),)
-    )
-    try:
-        pending = set()
-        queue = list(reversed(tasks))
-        # Keep at most 2 × workers submitted so that a kill loses little queued work.
-        while queue or pending:
-            while queue and len(pending) < 2 * workers:
-                pending.add(pool.submit(execute, queue.pop()))
-            finished, pending = wait(pending, return_when=FIRST_COMPLETED)
-            for f in finished:
-                try:
-                    res = f.result()
-                except BrokenProcessPool:
-                    raise CampaignError(
-                        "a worker process died (out of memory? killed?); the finished runs are recorded: "
-                        "run the same command again to resume"
-                    ) from None
-                finish(res)
-    except BaseException:
-        # Interrupted: stop the workers now, before the folder's lock is released, so that
-        # no run of this campaign is still being written when the command returns.
-        for proc in list(getattr(pool, "_processes", {}).values()):
-            proc.kill()
-        pool.shutdown(wait=False, cancel_futures=True)
-        raise
-    pool.shutdown(wait=True)
+@contextmanager
+def _maybe_dask(dask: str | None, log):
+    if not dask:
+        yield None
+        return
+    with dask_client(dask, log) as client:
+        yield client
 
 
-def _run_dask(address: str, tasks: list[dict], finish, log) -> int:
-    try:
-        from distributed import Client, LocalCluster, as_completed
-    except ImportError:
-        raise CampaignError("--dask needs the distributed package: pip install 'dask[distributed]'") from None
-    cluster = None
-    if address == "local" or address.startswith("local:"):
-        n = int(address.split(":", 1)[1]) if ":" in address else (os.cpu_count() or 1)
-        cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None)
-        client = Client(cluster)
-    else:
-        try:
-            client = Client(address, timeout="20s")
-        except (OSError, TimeoutError, ValueError) as e:
-            raise CampaignError(f"--dask {address}: cannot reach the scheduler ({e})") from None
-    try:
-        n_workers = len(client.scheduler_info().get("workers", {})) or 1
-        if log:
-            log(f"Dask: {client.scheduler.address}, {n_workers} worker(s)")
-        futures = {client.submit(execute, t, pure=False): t["key"] for t in tasks}
-        for fut in as_completed(futures):
-            try:
-                res = fut.result()
-            except Exception as e:  # noqa: BLE001 - a lost worker fails this run, not the campaign
-                res = {"key": futures[fut], "status": "failed", "error": f"Dask: {type(e).__name__}: {e}"}
-            finish(res)
-        return n_workers
-    finally:
-        client.close()
-        if cluster is not None:
-            cluster.close()
+def _plan(folder: CampaignFolder, campaign: Campaign, retry_failed: bool) -> tuple[list[RunSpec], int, int]:
+    """What is left to run: (runs to do, runs already recorded, complete folders adopted)."""
+    done = folder.recorded()
+    todo, adopted, skipped = [], 0, 0
+    for r in campaign.ordered():
+        status = done.get(r.key)
+        if status == "ok" or (status == "failed" and not retry_failed):
+            skipped += 1
+            continue
+        if status is None and folder.complete_folder(r):
+            folder.adopt(r)
+            adopted += 1
+            continue
+        folder.clear_partial(r)
+        todo.append(r)
+    return todo, skipped, adopted

@@ -26,13 +26,13 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import math
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from .. import datafile, limits
 from .. import scenario as sc
 from ..scenario import ScenarioError
 
@@ -86,7 +86,12 @@ class Campaign:
     shuffle_seed: int
     backend: str
     source: str
+    labels: dict[str, dict[str, str]] = field(default_factory=dict)  # field → canonical value → label
     runs: list[RunSpec] = field(default_factory=list)
+    #: Estimated simulator time of all runs on one core (scenario.cost), shown before a start.
+    sim_wall_s: float = 0.0
+    #: Experiment time of all runs (what an emulation takes in real time).
+    span_s: float = 0.0
 
     @property
     def swept(self) -> list[str]:
@@ -102,6 +107,7 @@ class Campaign:
                 "zip": self.zipped,
                 "repetitions": self.repetitions,
                 "backend": self.backend,
+                **({"labels": self.labels} if self.labels else {}),
             }
         )
 
@@ -114,6 +120,7 @@ class Campaign:
             "scenario": self.base,
             "sweep": self.axes,
             "zip": self.zipped,
+            "labels": self.labels,
             "repetitions": self.repetitions,
             "runs": len(self.runs),
             "source": self.source,
@@ -136,17 +143,29 @@ def _points(axes: dict[str, list], zipped: dict[str, list]) -> list[dict]:
     return [{**c, **z} for c in cart for z in rows]
 
 
-def _axis_map(value: Any, what: str, source: str) -> dict[str, list]:
+#: Top-level scenario fields a sweep may vary whole (besides section.field paths).
+_WHOLE_FIELDS = {"seed", "schedule", "requests"}
+
+
+def _axis_map(value: Any, what: str, source: str, labels: dict[str, dict[str, str]]) -> dict[str, list]:
+    """Axes as field → values. An axis given as a mapping ``{label: value}`` names its values
+    (``schedule: {ifs: {strategy: ifs}, spaghetti-pacing: {…}}``): reports show the labels,
+    recorded in ``labels[field][canonical value]``."""
     if value is None:
         return {}
     if not isinstance(value, dict):
         raise CampaignError(f"{source}: {what}: expected a mapping of field → list of values")
     out = {}
     for k, v in value.items():
-        if not isinstance(k, str) or "." not in k and k != "seed":
-            raise CampaignError(f"{source}: {what}: {k!r}: expected section.field, e.g. topology.rtt")
+        if not isinstance(k, str) or "." not in k and k not in _WHOLE_FIELDS:
+            raise CampaignError(
+                f"{source}: {what}: {k!r}: expected section.field (e.g. topology.rtt) or schedule, requests, seed"
+            )
+        if isinstance(v, dict) and v:
+            labels[k] = {_canonical(x): str(name) for name, x in v.items()}
+            v = list(v.values())
         if not isinstance(v, list) or not v:
-            raise CampaignError(f"{source}: {what}.{k}: expected a non-empty list of values")
+            raise CampaignError(f"{source}: {what}.{k}: expected a non-empty list of values (or a mapping label → value)")
         if len({_canonical(x) for x in v}) != len(v):
             raise CampaignError(f"{source}: {what}.{k}: a value is listed twice")
         out[k] = v
@@ -157,6 +176,10 @@ def from_dict(data: Any, source: str = "<campaign>", base_dir: Path | None = Non
     """Validates a campaign (as read from YAML) and expands it into its runs."""
     if not isinstance(data, dict):
         raise CampaignError(f"{source}: expected a mapping (name, scenario, sweep, repetitions, ...)")
+    try:
+        data = datafile.plain(data, source)
+    except datafile.DataFileError as e:
+        raise CampaignError(str(e)) from None
     unknown = sorted(set(data) - set(FIELDS))
     if unknown:
         raise CampaignError(f"{source}: unknown field(s) {', '.join(unknown)} (known: {', '.join(FIELDS)})")
@@ -173,7 +196,7 @@ def from_dict(data: Any, source: str = "<campaign>", base_dir: Path | None = Non
         except ScenarioError as e:
             raise CampaignError(f"{source}: scenario: {e}") from None
     elif isinstance(scen, dict):
-        base = json.loads(json.dumps(scen))
+        base = scen
     else:
         raise CampaignError(f"{source}: scenario: expected a scenario file path or an inline scenario mapping")
     overrides = data.get("set") or {}
@@ -181,24 +204,32 @@ def from_dict(data: Any, source: str = "<campaign>", base_dir: Path | None = Non
         raise CampaignError(f"{source}: set: expected a mapping of section.field → value")
     for k, v in overrides.items():
         try:
-            sc._set_path(base, str(k), v, source)
+            sc.set_path(base, str(k), v, source)
         except ScenarioError as e:
             raise CampaignError(str(e)) from None
-    axes = _axis_map(data.get("sweep"), "sweep", source)
-    zipped = _axis_map(data.get("zip"), "zip", source)
+    labels: dict[str, dict[str, str]] = {}
+    axes = _axis_map(data.get("sweep"), "sweep", source, labels)
+    zipped = _axis_map(data.get("zip"), "zip", source, labels)
     if zipped and len({len(v) for v in zipped.values()}) != 1:
         raise CampaignError(f"{source}: zip: all lists must have the same length")
     both = set(axes) & set(zipped)
     if both:
         raise CampaignError(f"{source}: {', '.join(sorted(both))} is both in sweep and zip")
     reps = data.get("repetitions", 1)
-    if not isinstance(reps, int) or isinstance(reps, bool) or not 1 <= reps <= 10_000:
-        raise CampaignError(f"{source}: repetitions: expected an integer from 1 to 10000")
+    max_reps = int(limits.REPETITIONS_MAX.value)
+    if not isinstance(reps, int) or isinstance(reps, bool) or not 1 <= reps <= max_reps:
+        raise CampaignError(f"{source}: repetitions: expected an integer from 1 to {max_reps}, got {reps!r}")
+    n_points = math.prod(len(v) for v in axes.values()) * (len(next(iter(zipped.values()))) if zipped else 1)
+    if n_points * reps > limits.CAMPAIGN_RUNS_MAX.value:
+        raise CampaignError(
+            f"{source}: {n_points} sweep point(s) × {reps} repetition(s) = "
+            + limits.too_big("", n_points * reps, limits.CAMPAIGN_RUNS_MAX, " runs").strip()
+        )
     order = data.get("order", "sequential")
     if order not in ("sequential", "random"):
         raise CampaignError(f"{source}: order: expected sequential or random")
     shuffle_seed = data.get("shuffle_seed", 0)
-    if not isinstance(shuffle_seed, int):
+    if not isinstance(shuffle_seed, int) or isinstance(shuffle_seed, bool):
         raise CampaignError(f"{source}: shuffle_seed: expected an integer")
     backend = data.get("backend", "sim")
     if not isinstance(backend, str):
@@ -214,6 +245,7 @@ def from_dict(data: Any, source: str = "<campaign>", base_dir: Path | None = Non
         shuffle_seed=shuffle_seed,
         backend=backend,
         source=source,
+        labels=labels,
     )
     c.runs = expand(c)
     return c
@@ -222,18 +254,21 @@ def from_dict(data: Any, source: str = "<campaign>", base_dir: Path | None = Non
 def expand(c: Campaign) -> list[RunSpec]:
     runs, keys = [], set()
     for p, point in enumerate(_points(c.axes, c.zipped)):
-        params = dict(point)
+        params = {k: c.labels.get(k, {}).get(_canonical(v), v) for k, v in point.items()}
         overrides = list(point.items())
-        label = ", ".join(f"{k}={v}" for k, v in point.items()) or "the scenario"
+        label = ", ".join(f"{k}={v}" for k, v in params.items()) or "the scenario"
         try:
             s = sc.from_dict(c.base, f"{c.source} ({label})", overrides)
+            cost = sc.resolve(s)["cost"]  # what `run` would refuse is refused now, before any run
         except ScenarioError as e:
-            raise CampaignError(str(e)) from None
+            raise CampaignError(f"{c.source} ({label}): {e}" if label not in str(e) else str(e)) from None
+        c.sim_wall_s += cost["sim_wall_s"] * c.repetitions
+        c.span_s += cost["span_s"] * c.repetitions
         for k in range(c.repetitions):
             seed = derive_seed(s.seed, k)
             given = json.loads(json.dumps(c.base))
             for path, value in overrides:
-                sc._set_path(given, path, value, c.source)
+                sc.set_path(given, path, value, c.source)
             given["seed"] = seed
             scenario = s.model_copy(update={"seed": seed})
             key = _digest({"scenario": scenario.model_dump(mode="json"), "repetition": k, "backend": c.backend})
@@ -248,13 +283,11 @@ def load(path: str | Path, overrides: dict | None = None) -> Campaign:
     """Reads a campaign file; ``overrides`` replace its top-level fields (e.g. repetitions)."""
     p = Path(path)
     try:
-        data = yaml.safe_load(p.read_text())
-    except FileNotFoundError:
-        raise CampaignError(f"{p}: no such file") from None
-    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as e:
-        raise CampaignError(f"{p}: cannot read: {e}") from None
-    except yaml.YAMLError as e:
-        raise CampaignError(f"{p}: not valid YAML: {e}") from None
+        data = datafile.load(p, "campaign")
+    except datafile.DataFileError as e:
+        raise CampaignError(str(e)) from None
+    if isinstance(data, dict) and "workload" in data and "scenario" not in data:
+        raise CampaignError(f"{p}: this is a scenario, not a campaign: run it with `xferlab run {p}`")
     if isinstance(data, dict) and overrides:
         data.update(overrides)
     return from_dict(data, str(p), p.parent)

@@ -28,10 +28,12 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from .common import ImportLogError, flow_row, goodput_rows, read_log, rebin, table
+from ..constants import LINUX_MSS
+from ..trace import Provenance, Trace, table
+from .common import ImportLogError, flow_row, goodput_rows, imported_info, malformed, read_log, rebin, unknown
 
-#: Linux MSS over a 1500-byte MTU with timestamps, when the document does not say.
-DEFAULT_MSS = 1448
+#: Linux's MSS over a 1500-byte MTU with timestamps, when the document does not say.
+DEFAULT_MSS = LINUX_MSS
 
 
 @dataclass
@@ -66,7 +68,7 @@ def load_docs(path: str | Path) -> list[dict]:
     unreadable, not JSON, not iperf3, or an iperf3 error report."""
     p = Path(path)
     text = read_log(p)
-    decoder = json.JSONDecoder()
+    decoder = json.JSONDecoder(parse_constant=_no_constant(p))
     docs, i = [], 0
     while True:
         while i < len(text) and text[i].isspace():
@@ -84,6 +86,7 @@ def load_docs(path: str | Path) -> list[dict]:
         where = f"{p}" + (f" (document {n})" if len(docs) > 1 else "")
         if not isinstance(doc, dict) or "start" not in doc or "intervals" not in doc:
             raise ImportLogError(f"{where}: not iperf3 JSON output (no 'start' and 'intervals')")
+        _check_values(doc, where)
         if doc.get("error"):
             raise ImportLogError(f"{where}: iperf3 reported an error: {doc['error']}")
         ts = doc["start"].get("test_start", {})
@@ -94,6 +97,44 @@ def load_docs(path: str | Path) -> list[dict]:
         if not doc.get("end") or not doc["end"].get("streams"):
             raise ImportLogError(f"{where}: the test did not finish (no 'end' section)")
     return docs
+
+
+#: Numbers the importer reads: counters, times and sizes (non-negative, below 2**63).
+_NUMBERS = {"bytes", "seconds", "start", "end", "snd_cwnd", "rtt", "rttvar", "retransmits", "tcp_mss", "tcp_mss_default"}
+_NUMBERS |= {"timesecs", "min_rtt", "max_rtt", "mean_rtt", "num_streams", "bits_per_second"}
+#: Sections whose shape the importer relies on.
+_SHAPES = {"start": dict, "end": dict, "intervals": list, "streams": list, "test_start": dict, "timestamp": dict}
+_SHAPES |= {"connected": list}
+
+
+def _no_constant(p: Path):
+    def refuse(name: str):
+        raise ImportLogError(f"{p}: {name} is not a number iperf3 writes (a corrupt or edited file?)")
+
+    return refuse
+
+
+def _check_values(node, where: str, path: str = "") -> None:
+    """Refuses, naming the place, the values the importer reads when they have the wrong
+    type or are out of range (negative, ≥ 2**63): a corrupt or hand-edited document."""
+    stack = [(node, path, 0)]
+    while stack:
+        v, at, depth = stack.pop()
+        if depth > 64:
+            raise ImportLogError(f"{where}: {at}: nested too deeply for iperf3 output")
+        items = v.items() if isinstance(v, dict) else enumerate(v) if isinstance(v, list) else ()
+        for k, x in items:
+            here = f"{at}.{k}" if at else str(k)
+            shaped = k in _SHAPES and isinstance(x, _SHAPES[k])  # "start", "end": sections and numbers
+            if k in _NUMBERS and x is not None and not shaped:
+                if isinstance(x, bool) or not isinstance(x, (int, float)):
+                    raise ImportLogError(f"{where}: {here}: expected a number, got {str(x)[:40]!r}")
+                if not 0 <= x < 2**63:
+                    raise ImportLogError(f"{where}: {here}: {x:.4g} is out of range for iperf3 output")
+            elif k in _SHAPES and x is not None and not shaped:
+                raise ImportLogError(f"{where}: {here}: expected a {_SHAPES[k].__name__}, got {type(x).__name__}")
+            if isinstance(x, (dict, list)):
+                stack.append((x, here, depth + 1))
 
 
 def is_reverse(doc: dict) -> bool:
@@ -212,7 +253,7 @@ def tables_from_runs(entries: list[Iperf3Flow], *, goodput_interval_s: float, en
         sent = int(tx_end.get("bytes") or 0)
         tx_ivs = _stream_intervals(sender, i) if sender is not None else []
         retrans = tx_end.get("retransmits")
-        if retrans is None:
+        if retrans is None and tx_ivs:
             retrans = sum(int(v.get("retransmits") or 0) for v in tx_ivs)
         completion = None
         if e.volume_bytes is not None:
@@ -228,8 +269,8 @@ def tables_from_runs(entries: list[Iperf3Flow], *, goodput_interval_s: float, en
                 end=end,
                 bytes=received,
                 completion_time=completion,
-                segments_sent=math.ceil(sent / mss) if sent else 0,
-                retransmissions=int(retrans or 0),
+                segments_sent=math.ceil(sent / mss) if sent else None,
+                retransmissions=int(retrans) if retrans is not None else None,
             )
         )
         goodput += goodput_rows(e.flow_id, rebin(rx, goodput_interval_s, start, end), goodput_interval_s)
@@ -244,12 +285,12 @@ def tables_from_runs(entries: list[Iperf3Flow], *, goodput_interval_s: float, en
                     "t": t,
                     "flow_id": e.flow_id,
                     "cwnd": round(int(v["snd_cwnd"]) / mss),
-                    "ssthresh": None,
-                    "srtt_ms": float(v.get("rtt") or 0) / 1e3,
-                    "rto_ms": math.nan,
-                    "in_flight": 0,
+                    "ssthresh": None,  # iperf3 reports neither ssthresh, the RTO, in-flight data nor the state
+                    "srtt_ms": float(v["rtt"]) / 1e3 if v.get("rtt") is not None else None,
+                    "rto_ms": None,
+                    "in_flight": None,
                     "retransmissions": total,
-                    "ca_state": 0,
+                    "ca_state": None,
                 }
             )
     tcp.sort(key=lambda r: (r["t"], r["flow_id"]))
@@ -312,73 +353,60 @@ def entries_from_docs(docs: list[dict], offsets: list[float] | None = None) -> l
     return entries
 
 
-def import_run(
+def import_trace(
     paths: list[Path],
-    out: Path,
     *,
     name: str | None = None,
     capacity_bps: float | None = None,
     goodput_interval_s: float = 0.5,
     offsets: list[float] | None = None,
-    force: bool = False,
-) -> dict:
-    """``xferlab import iperf3``: the iperf3 tests of ``paths`` (in order) as one run folder
-    at ``out``; returns the metrics."""
-    from .common import synthetic_resolved, unknown_metrics, write_run
-
+) -> Trace:
+    """``xferlab import iperf3``: the iperf3 tests of ``paths`` (in order) as one Trace."""
     docs, files = [], []
     for p in paths:
-        got = load_docs(p)
+        with malformed(str(p), "iperf3 output"):
+            got = load_docs(p)
         docs += got
         files += [str(p)] * len(got)
-    entries = entries_from_docs(docs, offsets)
-    tables = tables_from_runs(entries, goodput_interval_s=goodput_interval_s, end_s=None)
+    where = str(paths[0]) if len(paths) == 1 else f"{paths[0]} (and {len(paths) - 1} more)"
+    with malformed(where, "iperf3 output"):
+        entries = entries_from_docs(docs, offsets)
+        tables = tables_from_runs(entries, goodput_interval_s=goodput_interval_s, end_s=None)
     end_s = max(tables["flows"].column("end").to_pylist())
     name = name or Path(paths[0]).stem
-    mss = doc_mss(docs[0])
-    resolved = synthetic_resolved(
+    info = imported_info(
         name=name,
         flows=tables["flows"],
         goodput_interval_s=goodput_interval_s,
         capacity_bps=capacity_bps,
         rtt_s=doc_min_rtt_s(docs),
-        mss=mss,
+        mss=doc_mss(docs[0]),
         end_s=end_s,
     )
-    sides_used = sorted(set(goodput_side(entries).values()))
-    given = {
-        "name": name,
-        "import": {
-            "format": "iperf3",
-            "files": [str(p) for p in paths],
-            "capacity_bps": capacity_bps,
-            "goodput_interval_s": goodput_interval_s,
-            "offsets_s": offsets,
-        },
-    }
-    imported = {
-        "format": "iperf3",
-        "files": [str(Path(p).resolve()) for p in paths],
-        "tests": [
-            {"file": f, "pair": k, "start_s": e.start_s, "streams": n_streams(e.doc), "reverse": is_reverse(e.doc)}
-            for k, (f, e) in enumerate(
-                zip(files, [next(x for x in entries if x.pair == k) for k in range(len(docs))], strict=True)
-            )
-        ],
-        "goodput_side": " and ".join(sides_used) + " intervals",
-        "aligned_by": "offsets given" if offsets is not None else "start.timestamp.timesecs (1 s resolution)",
-        "note": (
-            "iperf3 reports neither ssthresh, RTO, data in flight nor timeouts, and there are no bottleneck counters: "
-            "those metrics are shown as —."
-        ),
-    }
     has_sender = all(sides(d)[0] is not None for d in docs)
-    resolved["unknown_metrics"] = unknown_metrics(link=False, timeouts=False, retransmissions=has_sender)
-    return write_run(
-        out,
-        tables=tables,
-        resolved=resolved,
-        given=given,
-        imported=imported,
-        force=force,
+    tests = [next(x for x in entries if x.pair == k) for k in range(len(docs))]
+    provenance = Provenance(
+        producer="import",
+        source="iperf3",
+        setup=[
+            ("goodput measured by", " and ".join(sorted(set(goodput_side(entries).values()))) + " intervals"),
+            ("tests aligned by", "offsets given" if offsets is not None else "start.timestamp.timesecs (1 s resolution)"),
+            ("RTT", "the smallest any sender saw" if info.rtt_s else "unknown"),
+            ("bottleneck capacity", "given (--capacity)" if capacity_bps else "unknown (no --capacity)"),
+        ],
+        unknown={
+            **unknown(retransmissions=has_sender, source="iperf3"),
+            "tcp.ssthresh": "iperf3 does not report it",
+            "tcp.rto_ms": "iperf3 does not report it",
+            "tcp.in_flight": "iperf3 does not report it",
+            "tcp.ca_state": "iperf3 does not report it",
+        },
+        files=[str(Path(p).resolve()) for p in paths],
+        stats={
+            "tests": [
+                {"file": f, "pair": k, "start_s": e.start_s, "streams": n_streams(e.doc), "reverse": is_reverse(e.doc)}
+                for k, (f, e) in enumerate(zip(files, tests, strict=True))
+            ]
+        },
     )
+    return Trace.build(tables, info, provenance, end_s=end_s)

@@ -23,7 +23,9 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from .common import ImportLogError, goodput_rows, read_log, rebin, table
+from ..constants import LINUX_MSS
+from ..trace import Provenance, Trace, table
+from .common import ImportLogError, goodput_rows, imported_info, malformed, read_log, rebin, unknown
 
 #: Congestion controls ss prints as a bare word in the info line.
 CONGESTION_CONTROLS = {
@@ -67,9 +69,10 @@ def _num(info: dict, key: str, default=None):
     if v is None:
         return default
     try:
-        return float(v.split("/")[0].rstrip("ms"))
+        x = float(v.split("/")[0].rstrip("ms"))
     except ValueError:
         return default
+    return x if math.isfinite(x) and 0 <= x < 2**63 else default
 
 
 def parse(path: str | Path) -> tuple[list[float], dict[tuple[str, str], Socket]]:
@@ -84,6 +87,10 @@ def parse(path: str | Path) -> tuple[list[float], dict[tuple[str, str], Socket]]
             continue
         m = _TIME.match(line)
         if m:
+            if len(m.group(1)) > 24 or float(m.group(1)) > 1e11:
+                raise ImportLogError(f"{p}:{n}: {m.group(1)[:30]!r} is not a Unix time in seconds (date +%s.%N)")
+            if times and float(m.group(1)) < times[-1]:
+                raise ImportLogError(f"{p}:{n}: the timestamp goes back in time ({m.group(1)} after {times[-1]:.6f})")
             times.append(float(m.group(1)))
             current = None
             continue
@@ -140,6 +147,55 @@ def _host(addr: str) -> str:
     return addr.rsplit(":", 1)[0]
 
 
+def _intervals(f: Flow, times: list[float], t0: float) -> tuple[float, float, list[tuple[float, float, float]]]:
+    """A flow's first and last sight and the bytes it moved between snapshots (run time), from
+    the receiver's ``bytes_received`` or, without it, the sender's ``bytes_acked``."""
+    counted = f.receiver if f.receiver is not None else f.sender
+    counter = "bytes_received" if f.receiver is not None else "bytes_acked"
+    seen = [x.t for x in counted.samples]
+    first = seen[0]
+    before = [t for t in times if t < first]
+    # The data counted at the first sight moved since the previous snapshot; at the very
+    # first snapshot its start is unknown and it is left out.
+    start = before[-1] if before else first
+    prev_t, prev_b = (start, 0.0) if before else (first, _num(counted.samples[0].info, counter, 0.0))
+    ivs = []
+    for x in counted.samples:
+        b = _num(x.info, counter, prev_b)
+        if x.t > prev_t:
+            ivs.append((prev_t - t0, x.t - t0, max(0.0, b - prev_b)))
+        prev_t, prev_b = x.t, b
+    return start, seen[-1], ivs
+
+
+def _tcp_rows(f: Flow, fid: int, t0: float, mss_seen: list, rtt_seen: list) -> list[dict]:
+    """The sending socket's samples (none when only the receiver was logged)."""
+    rows = []
+    for x in f.sender.samples if f.sender else []:
+        i = x.info
+        if "cwnd" not in i:
+            continue
+        if "mss" in i:
+            mss_seen.append(int(_num(i, "mss")))
+        if "minrtt" in i:
+            rtt_seen.append(_num(i, "minrtt") / 1e3)
+        ssthresh = _num(i, "ssthresh")
+        rows.append(
+            {
+                "t": x.t - t0,
+                "flow_id": fid,
+                "cwnd": int(_num(i, "cwnd", 0)),
+                "ssthresh": int(ssthresh) if ssthresh is not None else None,
+                "srtt_ms": _num(i, "rtt"),
+                "rto_ms": _num(i, "rto"),
+                "in_flight": int(_num(i, "unacked", 0)),  # ss omits unacked:0
+                "retransmissions": int(_retrans_total(i)),
+                "ca_state": None,  # ss does not show it
+            }
+        )
+    return rows
+
+
 def tables_from_log(path: str | Path, *, goodput_interval_s: float, min_bytes: int = 65536) -> tuple[dict[str, pa.Table], dict]:
     """The Trace tables of an ss log, and what was learnt on the way (t0, MSS, RTT…)."""
     times, sockets = parse(path)
@@ -159,24 +215,9 @@ def tables_from_log(path: str | Path, *, goodput_interval_s: float, min_bytes: i
         pair = pairs.setdefault(key, len(pairs))
         stream = stream_of[key]
         stream_of[key] += 1
-        counted = f.receiver if f.receiver is not None else f.sender
-        counter = "bytes_received" if f.receiver is not None else "bytes_acked"
-        seen = [x.t for x in counted.samples]
-        first = seen[0]
-        before = [t for t in times if t < first]
-        # The data counted at the first sight moved since the previous snapshot; at the
-        # very first snapshot its start is unknown and it is left out.
-        start = before[-1] if before else first
-        prev_t, prev_b = (start, 0.0) if before else (first, _num(counted.samples[0].info, counter, 0.0))
-        ivs = []
-        for x in counted.samples:
-            b = _num(x.info, counter, prev_b)
-            if x.t > prev_t:
-                ivs.append((prev_t - t0, x.t - t0, max(0.0, b - prev_b)))
-            prev_t, prev_b = x.t, b
-        end = seen[-1]
+        start, end, ivs = _intervals(f, times, t0)
         sent = f.sender.samples[-1].info if f.sender else {}
-        variant = next((x.info["cc"] for x in (f.sender or counted).samples if "cc" in x.info), "unknown")
+        variant = next((x.info["cc"] for x in (f.sender or f.receiver).samples if "cc" in x.info), "unknown")
         rows.append(
             {
                 "flow_id": fid,
@@ -189,37 +230,13 @@ def tables_from_log(path: str | Path, *, goodput_interval_s: float, min_bytes: i
                 "start": start - t0,
                 "end": end - t0,
                 "bytes": int(sum(b for _, _, b in ivs)),
-                "volume_bytes": None,
-                "completion_time": None,
-                "segments_sent": int(_num(sent, "data_segs_out", 0)),
-                "retransmissions": int(_retrans_total(sent)),
-                "fast_recoveries": 0,
-                "timeouts": 0,
+                "segments_sent": int(_num(sent, "data_segs_out", 0)) if f.sender else None,
+                "retransmissions": int(_retrans_total(sent)) if f.sender else None,
+                # volume, completion, fast recoveries and timeouts: ss does not tell (null)
             }
         )
         goodput += goodput_rows(fid, rebin(ivs, goodput_interval_s, start - t0, end - t0), goodput_interval_s)
-        for x in f.sender.samples if f.sender else []:
-            i = x.info
-            if "cwnd" not in i:
-                continue
-            if "mss" in i:
-                mss_seen.append(int(_num(i, "mss")))
-            if "minrtt" in i:
-                rtt_seen.append(_num(i, "minrtt") / 1e3)
-            ssthresh = _num(i, "ssthresh")
-            tcp.append(
-                {
-                    "t": x.t - t0,
-                    "flow_id": fid,
-                    "cwnd": int(_num(i, "cwnd", 0)),
-                    "ssthresh": int(ssthresh) if ssthresh is not None else None,
-                    "srtt_ms": _num(i, "rtt", math.nan),
-                    "rto_ms": _num(i, "rto", math.nan),
-                    "in_flight": int(_num(i, "unacked", 0)),
-                    "retransmissions": int(_retrans_total(i)),
-                    "ca_state": 0,
-                }
-            )
+        tcp += _tcp_rows(f, fid, t0, mss_seen, rtt_seen)
     tcp.sort(key=lambda r: (r["t"], r["flow_id"]))
     learnt = {
         "t0_unix_s": t0,
@@ -230,12 +247,7 @@ def tables_from_log(path: str | Path, *, goodput_interval_s: float, min_bytes: i
         "goodput_side": sorted({"receiver (bytes_received)" if f.receiver else "sender (bytes_acked)" for f in flows}),
         "has_sender": all(f.sender is not None for f in flows),
     }
-    tables = {
-        "flows": table("flows", rows),
-        "goodput": table("goodput", goodput),
-        "link": table("link", []),
-        "tcp": table("tcp", tcp),
-    }
+    tables = {"flows": table("flows", rows), "goodput": table("goodput", goodput), "tcp": table("tcp", tcp)}
     return tables, learnt
 
 
@@ -247,52 +259,37 @@ def _retrans_total(info: dict) -> float:
     return float(v.split("/")[-1])
 
 
-def import_run(
+def import_trace(
     path: Path,
-    out: Path,
     *,
     name: str | None = None,
     capacity_bps: float | None = None,
     goodput_interval_s: float = 0.5,
     min_bytes: int = 65536,
-    force: bool = False,
-) -> dict:
-    """``xferlab import ss``: one ss log as a run folder at ``out``; returns the metrics."""
-    from .common import synthetic_resolved, unknown_metrics, write_run
-    from .iperf3 import DEFAULT_MSS
-
-    tables, learnt = tables_from_log(path, goodput_interval_s=goodput_interval_s, min_bytes=min_bytes)
-    name = name or Path(path).stem
-    resolved = synthetic_resolved(
-        name=name,
+) -> Trace:
+    """``xferlab import ss``: one ss log as a Trace."""
+    with malformed(str(path), "ss log"):
+        tables, learnt = tables_from_log(path, goodput_interval_s=goodput_interval_s, min_bytes=min_bytes)
+    info = imported_info(
+        name=name or Path(path).stem,
         flows=tables["flows"],
         goodput_interval_s=goodput_interval_s,
         capacity_bps=capacity_bps,
         rtt_s=learnt["rtt_s"],
-        mss=learnt["mss"] or DEFAULT_MSS,
+        mss=learnt["mss"] or LINUX_MSS,
         end_s=learnt["end_s"],
     )
-    given = {
-        "name": name,
-        "import": {"format": "ss", "files": [str(path)], "capacity_bps": capacity_bps, "goodput_interval_s": goodput_interval_s},
-    }
-    imported = {
-        "format": "ss",
-        "files": [str(Path(path).resolve())],
-        "t0_unix_s": learnt["t0_unix_s"],
-        "snapshots": learnt["snapshots"],
-        "goodput_side": " and ".join(learnt["goodput_side"]),
-        "note": (
-            "ss gives no timeouts, fast recoveries or congestion state, and there are no bottleneck counters: "
-            "those metrics are shown as —."
-        ),
-    }
-    resolved["unknown_metrics"] = unknown_metrics(link=False, timeouts=False, retransmissions=learnt["has_sender"])
-    return write_run(
-        out,
-        tables=tables,
-        resolved=resolved,
-        given=given,
-        imported=imported,
-        force=force,
+    provenance = Provenance(
+        producer="import",
+        source="ss",
+        setup=[
+            ("goodput measured by", " and ".join(learnt["goodput_side"])),
+            ("snapshots", str(learnt["snapshots"])),
+            ("RTT", "the smallest minrtt seen" if info.rtt_s else "unknown"),
+            ("bottleneck capacity", "given (--capacity)" if capacity_bps else "unknown (no --capacity)"),
+        ],
+        unknown={**unknown(retransmissions=learnt["has_sender"], source="ss"), "tcp.ca_state": "ss does not show it"},
+        files=[str(Path(path).resolve())],
+        stats={"t0_unix_s": learnt["t0_unix_s"], "snapshots": learnt["snapshots"]},
     )
+    return Trace.build(tables, info, provenance, end_s=learnt["end_s"])

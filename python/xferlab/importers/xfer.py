@@ -21,7 +21,9 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from .common import ImportLogError, flow_row, goodput_rows, read_log, rebin, table
+from ..constants import LINUX_MSS
+from ..trace import table
+from .common import ImportLogError, flow_row, goodput_rows, read_log, rebin
 
 
 @dataclass
@@ -37,7 +39,7 @@ class XferFlow:
     volume_bytes: int | None = None
     source: str = ""
     sink: str = ""
-    mss: int = 1448
+    mss: int = LINUX_MSS
 
 
 def load(path: str | Path) -> dict:
@@ -92,11 +94,11 @@ def tables_from_xfer(entries: list[XferFlow], *, goodput_interval_s: float) -> d
                     "flow_id": e.flow_id,
                     "cwnd": int(r.get("cwnd") or 0),
                     "ssthresh": r.get("ssthresh"),
-                    "srtt_ms": float(r.get("srtt_ms") or 0.0),
-                    "rto_ms": float("nan"),
-                    "in_flight": 0,
+                    "srtt_ms": float(r["srtt_ms"]) if r.get("srtt_ms") is not None else None,
+                    "rto_ms": None,  # xfer's trace holds neither the RTO, in-flight data nor the state
+                    "in_flight": None,
                     "retransmissions": int(r.get("retransmissions") or 0),
-                    "ca_state": 0,
+                    "ca_state": None,
                 }
             )
     return {"flows": table("flows", flows), "goodput": table("goodput", goodput), "tcp": table("tcp", tcp)}

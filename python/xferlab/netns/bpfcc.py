@@ -21,17 +21,14 @@ import platform
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+from .. import variants
+from ..variants import VARIANTS, needs_bpf
 from . import host
 
-#: The project's variant names (the simulator's) that need a BPF program, and its kernel name.
-KERNEL_NAMES = {
-    "bic": "xl_bic",
-    "highspeed": "xl_highspeed",
-    "htcp": "xl_htcp",
-    "scalable": "xl_scalable",
-}
+#: The project's variant names that need a BPF program, and its kernel name (xferlab.variants).
+KERNEL_NAMES = {name: v.kernel for name, v in VARIANTS.items() if needs_bpf(name)}
 #: Variants built into the kernel under their own name.
-BUILT_IN = ("reno", "cubic", "bbr")
+BUILT_IN = tuple(name for name in VARIANTS if not needs_bpf(name))
 
 #: Where the BPF sources live (the repository's ``bpf/``).
 SOURCE_DIR = Path(__file__).resolve().parents[3] / "bpf"
@@ -45,13 +42,7 @@ CLANG_FLAGS = ["-O2", "-g", "-target", "bpf", "-D__TARGET_ARCH_x86"]
 
 def kernel_name(variant: str) -> str:
     """The name to give ``setsockopt(TCP_CONGESTION)`` or ``iperf3 -C`` for a project variant."""
-    if variant in BUILT_IN:
-        return variant
-    try:
-        return KERNEL_NAMES[variant]
-    except KeyError:
-        known = ", ".join([*BUILT_IN, *KERNEL_NAMES])
-        raise ValueError(f"unknown congestion control {variant!r} (known: {known})") from None
+    return variants.kernel_name(variant)
 
 
 def available() -> list[str]:
@@ -116,14 +107,14 @@ def unregister(names: Iterable[str]) -> None:
         raise host.HostError(f"could not unregister congestion control(s) {', '.join(left)}")
 
 
-def register(variants: Iterable[str]) -> list[str]:
+def register(wanted: Iterable[str]) -> list[str]:
     """Registers the BPF programs the variants need; returns their kernel names.
 
     Built-in variants need nothing.  A name already registered (a leftover of a crashed run)
     is unregistered first, so the program registered is the one just built.  If one fails,
     those registered by this call are unregistered again.
     """
-    names = list(dict.fromkeys(kernel_name(v) for v in variants if v not in BUILT_IN))
+    names = list(dict.fromkeys(kernel_name(v) for v in wanted if v not in BUILT_IN))
     if not names:
         return []
     host.require_root()
@@ -148,13 +139,13 @@ def register(variants: Iterable[str]) -> list[str]:
 
 
 @contextlib.contextmanager
-def registered(variants: Iterable[str]) -> Iterator[list[str]]:
-    """Registers what ``variants`` need for the body and always unregisters it on exit.
+def registered(wanted: Iterable[str]) -> Iterator[list[str]]:
+    """Registers what the ``wanted`` variants need for the body and always unregisters it on exit.
 
     Yields the kernel names registered (empty when all variants are built in).  Hold
     :func:`host.host_lock` around it: registration is host-global.
     """
-    names = register(variants)
+    names = register(wanted)
     try:
         yield names
     finally:

@@ -5,6 +5,10 @@ namespaces, BPF congestion controls are ``xl_*``) and is created while holding t
 (:func:`host_lock`).  Holding the lock proves that no other xferlab emulation is running, so
 whatever carries the prefix at that moment is a leftover of a crashed run and may be removed
 (:func:`cleanup_leftovers`).  Nothing without the prefix is ever touched.
+
+Namespaces are created, listed, entered and removed with pyroute2's ``netns`` module (what
+``ip netns`` does, without a process per call), and configured over rtnetlink with an
+``IPRoute`` whose socket lives in the namespace (:func:`rtnl`).
 """
 
 from __future__ import annotations
@@ -15,9 +19,13 @@ import fcntl
 import os
 import shutil
 import signal
+import socket
 import subprocess
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+
+from pyroute2 import IPRoute
+from pyroute2 import netns as nslib
 
 #: Prefix of every network namespace the backend creates.
 PREFIX = "xl-"
@@ -85,8 +93,8 @@ def sh(args: Sequence[str], ns: str | None = None, check: bool = True, timeout: 
 
 
 def namespaces() -> list[str]:
-    out = sh(["ip", "netns", "list"], check=False)
-    return [line.split()[0] for line in out.splitlines() if line.strip()]
+    """Names of the host's named network namespaces (``ip netns list``)."""
+    return sorted(nslib.listnetns())
 
 
 def own_namespaces() -> list[str]:
@@ -94,8 +102,8 @@ def own_namespaces() -> list[str]:
 
 
 def pids_in_namespace(ns: str) -> list[int]:
-    out = sh(["ip", "netns", "pids", ns], check=False)
-    return [int(x) for x in out.split() if x.isdigit()]
+    """PIDs of the processes inside ``ns`` (``ip netns pids``)."""
+    return nslib.ns_pids().get(ns, [])
 
 
 def kill_pids(pids: Sequence[int], sig: int = signal.SIGKILL) -> None:
@@ -109,7 +117,67 @@ def delete_namespace(ns: str) -> None:
     if not ns.startswith(PREFIX):  # never touch what is not ours
         raise ValueError(f"refusing to delete namespace {ns!r}: not created by xferlab")
     kill_pids(pids_in_namespace(ns))
-    sh(["ip", "netns", "del", ns], check=False)
+    with contextlib.suppress(FileNotFoundError):  # already gone (or never fully created)
+        nslib.remove(ns)
+
+
+def create_namespace(ns: str) -> None:
+    """Creates the named network namespace ``ns`` (``ip netns add``); fails if it exists."""
+    if not ns.startswith(PREFIX):
+        raise ValueError(f"refusing to create namespace {ns!r}: xferlab's names start with {PREFIX!r}")
+    # pyroute2 forks a child that unshares and bind-mounts the namespace, then SIGKILLs it.
+    # The child is a copy of this process: with SIGINT and SIGTERM blocked across the fork it
+    # can never run this process's Python handlers (and go on as a second copy of it); here
+    # they wait the few ms until the mask is restored.
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    try:
+        nslib.create(ns)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+@contextlib.contextmanager
+def in_namespace(ns: str) -> Iterator[None]:
+    """Runs the body with the calling thread inside namespace ``ns``, then brings it back.
+
+    Only this thread moves (``setns``), so other threads are unaffected; sockets opened in the
+    body stay in ``ns`` after it, and ``/proc/sys/net`` reads and writes in the body are ``ns``'s.
+    Raises ``FileNotFoundError`` if ``ns`` does not exist (it is never created here)."""
+    home = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
+    try:
+        try:
+            nslib.setns(ns, flags=0)
+            yield
+        finally:  # also when setns failed or a signal came right after it: going home is harmless
+            nslib.setns(home)
+    finally:
+        os.close(home)
+
+
+def rtnl(ns: str) -> IPRoute:
+    """An rtnetlink handle (pyroute2 ``IPRoute``) on namespace ``ns``; close it when done.
+
+    Its socket is opened with this thread inside ``ns`` and handed to pyroute2, so its requests
+    go to ``ns``; use it from this thread (pyroute2 refuses another).  Not ``IPRoute(netns=ns)``:
+    that forks a child per socket and stops it with SIGTERM, and a forked copy of a process with
+    a Python SIGTERM handler (the backend's) can survive that and run on as a second copy of the
+    parent (seen: the copy took the parent's netlink answers and the build hung)."""
+    with in_namespace(ns):
+        sock = socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, socket.NETLINK_ROUTE)
+    try:
+        return IPRoute(use_socket=sock, groups=0)  # groups=0: no event subscriptions
+    except BaseException:
+        sock.close()
+        raise
+
+
+def set_sysctls(ns: str, values: dict[str, str]) -> None:
+    """Writes network sysctls (``net.ipv4.ip_forward`` …) of namespace ``ns`` (``sysctl -w``)."""
+    with in_namespace(ns):
+        for key, value in values.items():
+            if not key.startswith("net."):  # only these are per namespace
+                raise ValueError(f"{key}: not a per-namespace network sysctl")
+            Path("/proc/sys", *key.split(".")).write_text(f"{value}\n")
 
 
 def own_bpf_congestion_controls() -> list[str]:

@@ -2,20 +2,41 @@
 
 Spawning ``tc -s`` at every link interval costs milliseconds of CPU and, worse, its reading
 time is unknown to a few tens of ms on a loaded host, which shows up as throughput spikes.
-Here a NETLINK_ROUTE socket is opened inside the router's namespace once (``setns`` of the
-calling thread, then back) and each sample is one ``RTM_GETQDISC`` dump, timestamped when
-the kernel's answer arrives.
+Here a NETLINK_ROUTE socket is opened inside the router's namespace once and each sample is
+one ``RTM_GETQDISC`` dump, timestamped when the kernel's answer arrives.
+
+Two readers, one interface (``read() -> (time, {bytes, packets, drops, qlen, backlog})``):
+
+* :class:`QdiscReader`, the link sampler's (every link interval, 20 ms at the finest, for the
+  whole run): the request is packed and the answer walked with ``struct``, and only the
+  counters of the one qdisc asked for are decoded.
+* :class:`LibraryQdiscReader`: the same dump through pyroute2, which decodes every attribute
+  of every qdisc of the namespace.  Used for one-off reads (:func:`qdisc_stats`) and as a
+  second, independent parser in the tests.
+
+Why the sampler does not use pyroute2: a sample costs 36× more through it, which the sampler,
+at every link interval for the whole run, cannot pay on a 2-core host whose delay line needs a
+core (``benches/qstats_cost.py``: 4 pairs, 7 qdiscs per dump, 1500 samples of each reader
+interleaved every 20 ms, load average 4.7–6.4; BENCHMARKS.md "netns: qdisc sampling"):
+
+================================  ==============================  =============================
+reader                            µs per sample: min / med / p99  both links every 20 ms
+================================  ==============================  =============================
+QdiscReader (struct)              29 / 38 / 169                   0.4 % of a core
+LibraryQdiscReader (IPRoute)      829 / 1357 / 5713               13.6 % of a core
+pyroute2 IPRSocket, put/get       359 / 416 / 4893                4.2 % of a core
+================================  ==============================  =============================
 """
 
 from __future__ import annotations
 
-import ctypes
 import os
 import socket
 import struct
 import time
 
-CLONE_NEWNET = 0x40000000
+from . import host
+
 NETLINK_ROUTE = 0
 RTM_NEWQDISC, RTM_GETQDISC = 36, 38
 NLM_F_REQUEST, NLM_F_DUMP = 0x1, 0x300
@@ -27,32 +48,19 @@ _TCMSG = struct.Struct("=BxxxiIII")  # family, ifindex, handle, parent, info
 _RTATTR = struct.Struct("=HH")
 _TC_STATS = struct.Struct("=QIIIIIII")  # bytes, packets, drops, overlimits, bps, pps, qlen, backlog
 
-_libc = ctypes.CDLL(None, use_errno=True)
-
-
-def _setns(fd: int) -> None:
-    if _libc.setns(fd, CLONE_NEWNET) != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"setns: {os.strerror(err)}")
-
 
 class QdiscReader:
     """Reads the counters of the qdisc of kind ``kind`` on ``dev`` in namespace ``ns``."""
 
     def __init__(self, ns: str, dev: str, kind: str = "pfifo"):
         self.kind = kind
-        target = os.open(f"/run/netns/{ns}", os.O_RDONLY)
-        home = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
-        try:
-            _setns(target)
+        with host.in_namespace(ns):  # the socket, once opened, stays in ns
+            self.sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_ROUTE)
             try:
-                self.sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_ROUTE)
                 self.ifindex = socket.if_nametoindex(dev)
-            finally:
-                _setns(home)
-        finally:
-            os.close(target)
-            os.close(home)
+            except OSError:
+                self.sock.close()
+                raise
         self.sock.bind((0, 0))
         self.seq = 0
 
@@ -107,3 +115,48 @@ class QdiscReader:
             return None
         b, p, drops, _, _, _, qlen, backlog = stats
         return {"bytes": b, "packets": p, "drops": drops, "qlen": qlen, "backlog": backlog}
+
+
+class LibraryQdiscReader:
+    """:class:`QdiscReader` through pyroute2 (``IPRoute.get_qdiscs``, ``TCA_STATS2``); read it from
+    the thread that opened it (:func:`host.rtnl`)."""
+
+    def __init__(self, ns: str, dev: str, kind: str = "pfifo"):
+        self.kind = kind
+        self.ipr = host.rtnl(ns)
+        try:
+            (link,) = self.ipr.link("get", ifname=dev)
+        except Exception:
+            self.ipr.close()
+            raise
+        self.ifindex = link["index"]
+
+    def close(self) -> None:
+        self.ipr.close()
+
+    def read(self) -> tuple[float, dict | None]:
+        # The kernel fills the first part of a dump while handling the request, so the time
+        # it is sent is when the counters were read.
+        stamp = time.monotonic()
+        for msg in self.ipr.get_qdiscs(index=self.ifindex):
+            if msg["index"] != self.ifindex or msg.get_attr("TCA_KIND") != self.kind:
+                continue
+            stats = msg.get_attr("TCA_STATS2")
+            basic, queue = stats.get_attr("TCA_STATS_BASIC"), stats.get_attr("TCA_STATS_QUEUE")
+            return stamp, {
+                "bytes": basic["bytes"],
+                "packets": basic["packets"],
+                "drops": queue["drops"],
+                "qlen": queue["qlen"],
+                "backlog": queue["backlog"],
+            }
+        return stamp, None
+
+
+def qdisc_stats(ns: str, dev: str, kind: str = "pfifo") -> dict | None:
+    """One reading of the counters of the ``kind`` qdisc on ``dev`` in ``ns`` (None if it has none)."""
+    reader = LibraryQdiscReader(ns, dev, kind)
+    try:
+        return reader.read()[1]
+    finally:
+        reader.close()

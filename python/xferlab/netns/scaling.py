@@ -19,8 +19,12 @@ metrics compare directly with a simulator run; the run folder records K.
 
 from __future__ import annotations
 
-import copy
 import math
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..trace import RunInfo, columns_of_kind, scaled
 
 #: Bottleneck rate this kind of host emulates with a punctual delay line even when shared
 #: with other work (BENCHMARKS.md "netns backend: capacity at 100 ms": 733 Mbit/s at
@@ -54,67 +58,22 @@ def auto_factor(resolved: dict, capacity_bps: float = DEFAULT_CAPACITY_BPS) -> f
     return nice_ceiling(demand_bps(resolved) / capacity_bps)
 
 
-_RATE_KEYS = ("access_rate_bps", "bottleneck_rate_bps", "rate_bps", "line_rate_bps")
-_TIME_KEYS = (
-    "rtt_s",
-    "start_s",
-    "duration_s",
-    "end_s",
-    "rto_min_s",
-    "goodput_interval_s",
-    "link_interval_s",
-    "tcp_interval_s",
-    "mean_on_s",
-    "mean_off_s",
-    "tick_s",
-    "ideal_completion_s",
-)
-
-
 def scale_resolved(resolved: dict, k: float) -> dict:
-    """A copy of ``resolved`` with rates ÷ k and times × k (buffers, volumes, packets unchanged)."""
-    if k == 1:
-        return copy.deepcopy(resolved)
-
-    def walk(x):
-        if isinstance(x, dict):
-            out = {}
-            for key, v in x.items():
-                if key in _RATE_KEYS and isinstance(v, (int, float)):
-                    out[key] = v / k
-                elif key in _TIME_KEYS and isinstance(v, (int, float)):
-                    out[key] = v * k
-                else:
-                    out[key] = walk(v)
-            return out
-        if isinstance(x, list):
-            return [walk(v) for v in x]
-        return x
-
-    return walk(resolved)
-
-
-#: Per table: columns that are times (÷ k back to the scenario's units) and rates (× k).
-_TABLE_TIMES = {
-    "flows": ("start", "end", "completion_time"),
-    "goodput": ("t",),
-    "link": ("t",),
-    "tcp": ("t", "srtt_ms", "rto_ms"),
-}
-_TABLE_RATES = {"goodput": ("goodput_mbps",), "link": ("throughput_mbps",)}
+    """A copy of ``resolved`` with rates ÷ k and times × k (buffers, volumes, packets unchanged),
+    by the resolved scenario's typed fields (:func:`xferlab.trace.scaled`)."""
+    return scaled(RunInfo.model_validate(resolved), k).dump()
 
 
 def unscale_tables(tables: dict, k: float) -> dict:
-    """Converts the trace of a run dilated by ``k`` back to the scenario's own units."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
+    """Converts the trace of a run dilated by ``k`` back to the scenario's own units: the
+    columns the contract marks as times ÷ k, as rates × k."""
     if k == 1:
         return dict(tables)
     out = {}
     for name, table in tables.items():
         t = table if isinstance(table, pa.Table) else pa.Table.from_batches([table])
-        for col, factor in [(c, 1 / k) for c in _TABLE_TIMES.get(name, ())] + [(c, k) for c in _TABLE_RATES.get(name, ())]:
+        factors = [(c, 1 / k) for c in columns_of_kind(name, "time")] + [(c, k) for c in columns_of_kind(name, "rate")]
+        for col, factor in factors:
             if col in t.column_names:
                 i = t.column_names.index(col)
                 field = t.schema.field(i)

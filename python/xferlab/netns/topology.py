@@ -18,14 +18,31 @@ once per round trip.  Bernoulli loss, when asked, is an iptables ``statistic`` r
 before the delay line.
 
 All names carry the run's prefix (``xl-<id>-``) so a crashed run's leftovers can be found.
+
+Namespaces, veths, addresses, routes, qdiscs, classes and filters are made over rtnetlink with
+pyroute2 (one socket per namespace, opened as the namespace is created), offloads with its
+ethtool ioctls, sysctls by writing ``/proc/sys`` from inside the namespace.  Two things stay
+commands: the iptables rules (the delay line's NFQUEUE and the loss rule's ``statistic`` match
+are xtables extensions, this kernel has no nft ``queue``, and pyroute2 speaks no xtables) and
+the RPS mask (a sysfs file, and sysfs shows the namespace it was mounted in, so it takes the
+fresh mount that ``ip netns exec`` makes).
 """
 
 from __future__ import annotations
 
+import contextlib
+import fnmatch
 import math
+import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from . import host
+from pyroute2 import IPRoute
+from pyroute2.ethtool.ioctl import EthtoolError, IoctlEthtool
+from pyroute2.netlink.exceptions import NetlinkError
+from pyroute2.protocols import ETH_P_IP
+
+from . import host, qstats
 
 #: Packets of queue on each access link (the seeds' hosts: txqueuelen 1000).
 ACCESS_QUEUE = 1000
@@ -68,8 +85,9 @@ class DumbbellSpec:
     token_buckets: list[FlowClass] = field(default_factory=list)
 
 
-def _rate(bps: float) -> str:
-    return f"{max(1, int(round(bps)))}bit"
+def _rate(bps: float) -> int:
+    """A rate in bytes per second, as ``tc`` stores ``rate Nbit`` (N / 8, rounded down)."""
+    return max(1, int(round(bps)) // 8)
 
 
 #: What an Ethernet link spends per frame beyond what a qdisc counts (IP + 14-byte header):
@@ -77,15 +95,26 @@ def _rate(bps: float) -> str:
 #: simulator does; per-flow token buckets do not (seed 001's convention: qdisc frames).
 WIRE_OVERHEAD = 24
 
+#: tc handles (``major:minor`` is ``major << 16 | minor``): the HTB root ``1:``, the link's
+#: class ``1:1``, the rest-of-traffic class ``1:2`` beside per-flow buckets ``1:100``…, and
+#: the link's pfifo ``10:``.
+HTB_ROOT, LINK_CLASS, REST_CLASS, BUCKET_CLASS0, LINK_FIFO = 0x10000, 0x10001, 0x10002, 0x10100, 0x100000
 
-def _link_class(rate_bps: float, burst: int, frame: int, overhead: int = WIRE_OVERHEAD) -> list[str]:
+#: The offloads turned off on every veth, as feature-name patterns: what ``ethtool -K DEV
+#: tso off gso off gro off tx off`` turns off (ethtool's ``off_flag_def``).
+OFFLOADS = ("tx-tcp*-segmentation", "tx-generic-segmentation", "rx-gro", "tx-checksum-*")
+
+
+def _link_class(rate_bps: float, burst: int, frame: int, overhead: int = WIRE_OVERHEAD) -> dict:
     """HTB class options of a link at ``rate_bps`` of wire time (``overhead`` bytes per frame)."""
-    return ["rate", _rate(rate_bps), "burst", str(burst), "cburst", str(burst), "quantum", str(frame)] + [
-        "overhead",
-        str(overhead),
-        "mtu",
-        str(max(1600, frame + overhead + 64)),
-    ]
+    return {
+        "rate": _rate(rate_bps),
+        "burst": burst,
+        "cburst": burst,
+        "quantum": frame,
+        "overhead": overhead,
+        "mtu": max(1600, frame + overhead + 64),
+    }
 
 
 class Dumbbell:
@@ -118,46 +147,75 @@ class Dumbbell:
 
     # Build --------------------------------------------------------------------------------
     def build(self, delay: bool = True) -> None:
-        """Creates everything; ``delay=False`` leaves out the delay line's rules (tests)."""
-        s = self.spec
-        for name in self.namespaces():
-            host.sh(["ip", "netns", "add", name])
-            self.created.append(name)
-        for r in (self.left, self.right):
-            host.sh(["ip", "-n", r, "link", "set", "lo", "up"])
-            host.sh(["sysctl", "-q", "-w", "net.ipv4.ip_forward=1"], ns=r)
-        # The core link between the routers.
-        host.sh(["ip", "link", "add", "core", "netns", self.left, "type", "veth", "peer", "name", "core", "netns", self.right])
-        self._iface(self.left, "core", "10.0.0.1/30")
-        self._iface(self.right, "core", "10.0.0.2/30")
-        host.sh(["ip", "-n", self.left, "route", "add", "10.2.0.0/16", "via", "10.0.0.2"])
-        host.sh(["ip", "-n", self.right, "route", "add", "10.1.0.0/16", "via", "10.0.0.1"])
-        for k, path in enumerate(s.paths):
-            for side, router in (("a", self.left), ("b", self.right)):
-                hns = self.ns(side, k)
-                host.sh(["ip", "link", "add", f"h{k}", "netns", router, "type", "veth", "peer", "name", "eth0", "netns", hns])
-                net = f"10.{1 if side == 'a' else 2}.{k}"
-                self._iface(router, f"h{k}", f"{net}.254/24")
-                self._iface(hns, "eth0", f"{net}.1/24")
-                host.sh(["ip", "-n", hns, "link", "set", "lo", "up"])
-                route = ["ip", "-n", hns, "route", "add", "default", "via", f"{net}.254", "dev", "eth0"]
-                route += ["initcwnd", str(s.initial_cwnd), "rto_min", f"{max(1, round(s.rto_min_s * 1000))}ms"]
-                if not s.delayed_ack:
-                    route += ["quickack", "1"]
-                host.sh(route)
-                self._tcp_sysctls(hns)
-                self._steer(hns)
-                self._access_link(hns, path.access_rate_bps, side)
-        self._bottleneck(self.left)
-        self._bottleneck(self.right)
+        """Creates everything; ``delay=False`` leaves out the delay line's rules (tests).
+
+        What was created is in ``created`` as it goes: call :meth:`teardown` whatever happens."""
+        with contextlib.ExitStack() as sockets:  # one rtnetlink socket per namespace, for the build
+            nl: dict[str, IPRoute] = {}
+            for name in self.namespaces():
+                with _step(f"namespace {name}"):
+                    self.created.append(name)  # first: teardown removes it even if creating it fails midway
+                    try:
+                        host.create_namespace(name)
+                    except FileExistsError:
+                        self.created.pop()  # not this run's: leave it
+                        raise host.HostError(f"namespace {name} exists already") from None
+                    nl[name] = sockets.enter_context(host.rtnl(name))
+            with _step("routers and core link"):
+                self._core(nl)
+            for k, path in enumerate(self.spec.paths):
+                for side, router in (("a", self.left), ("b", self.right)):
+                    with _step(f"host {side}{k}"):
+                        self._host(nl, router, side, k, path)
+            for router in (self.left, self.right):
+                with _step(f"bottleneck in {router}"):
+                    self._bottleneck(nl[router])
         if delay:
             self._delay_rules()
 
-    def _iface(self, ns: str, dev: str, cidr: str) -> None:
-        host.sh(["ip", "-n", ns, "addr", "add", cidr, "dev", dev])
-        host.sh(["ip", "-n", ns, "link", "set", dev, "mtu", str(self.spec.mtu), "up"])
+    def _core(self, nl: dict[str, IPRoute]) -> None:
+        """The routers (forwarding) and the core link between them, with routes across it."""
+        for r in (self.left, self.right):
+            nl[r].link("set", ifname="lo", state="up")
+            host.set_sysctls(r, {"net.ipv4.ip_forward": "1"})
+        nl[self.left].link("add", ifname="core", kind="veth", peer={"ifname": "core", "net_ns_fd": self.right})
+        self._iface(nl[self.left], self.left, "core", "10.0.0.1", 30)
+        self._iface(nl[self.right], self.right, "core", "10.0.0.2", 30)
+        nl[self.left].route("add", dst="10.2.0.0/16", gateway="10.0.0.2")
+        nl[self.right].route("add", dst="10.1.0.0/16", gateway="10.0.0.1")
+
+    def _host(self, nl: dict[str, IPRoute], router: str, side: str, k: int, path: PathSpec) -> None:
+        """Host ``side``/``k``: its veth to ``router`` (``h{k}`` there, ``eth0`` here), route,
+        TCP sysctls, receive steering and access link."""
+        hns = self.ns(side, k)
+        nl[router].link("add", ifname=f"h{k}", kind="veth", peer={"ifname": "eth0", "net_ns_fd": hns})
+        net = f"10.{1 if side == 'a' else 2}.{k}"
+        self._iface(nl[router], router, f"h{k}", f"{net}.254", 24)
+        eth0 = self._iface(nl[hns], hns, "eth0", f"{net}.1", 24)
+        nl[hns].link("set", ifname="lo", state="up")
+        self._default_route(nl[hns], eth0, f"{net}.254")
+        self._tcp_sysctls(hns)
+        self._steer(hns)
+        self._access_link(nl[hns], eth0, hns, path.access_rate_bps)
+
+    def _iface(self, nl: IPRoute, ns: str, dev: str, addr: str, prefixlen: int) -> int:
+        """Addresses ``dev``, sets its MTU, brings it up, turns its offloads off; its ifindex."""
+        (link,) = nl.link("get", ifname=dev)
+        index = link["index"]
+        nl.addr("add", index=index, address=addr, prefixlen=prefixlen)
+        nl.link("set", index=index, mtu=self.spec.mtu, state="up")
         # No super-packets: a queue of B packets must hold B wire packets (EMULATION.md).
-        host.sh(["ethtool", "-K", dev, "tso", "off", "gso", "off", "gro", "off", "tx", "off"], ns=ns, check=False)
+        offloads_off(ns, dev)
+        return index
+
+    def _default_route(self, nl: IPRoute, eth0: int, gateway: str) -> None:
+        """The host's default route, carrying its TCP knobs as route metrics (``ip route …
+        initcwnd N rto_min T quickack 1``).  ``rto_min`` acts only when locked, as ``ip`` does."""
+        s = self.spec
+        metrics = {"initcwnd": s.initial_cwnd, "rto_min": max(1, round(s.rto_min_s * 1000)), "lock": 1 << RTAX_RTO_MIN}
+        if not s.delayed_ack:
+            metrics["quickack"] = 1
+        nl.route("add", dst="0.0.0.0/0", gateway=gateway, oif=eth0, metrics=metrics)
 
     def _steer(self, ns: str) -> None:
         """Sends the host's receive processing (its TCP) to CPUs other than the delay line's
@@ -168,75 +226,71 @@ class Dumbbell:
             host.sh(["sh", "-c", f"echo {mask} > /sys/class/net/eth0/queues/rx-0/rps_cpus"], ns=ns, check=False)
 
     def _tcp_sysctls(self, ns: str) -> None:
-        s = self.spec
-        buf = str(int(s.sock_buf_bytes))
-        for key, value in (
-            ("net.ipv4.tcp_rmem", f"4096 131072 {buf}"),
-            ("net.ipv4.tcp_wmem", f"4096 16384 {buf}"),
-            ("net.ipv4.tcp_no_metrics_save", "1"),
-        ):
-            host.sh(["sysctl", "-q", "-w", f"{key}={value}"], ns=ns)
+        buf = str(int(self.spec.sock_buf_bytes))
+        host.set_sysctls(
+            ns,
+            {
+                "net.ipv4.tcp_rmem": f"4096 131072 {buf}",
+                "net.ipv4.tcp_wmem": f"4096 16384 {buf}",
+                "net.ipv4.tcp_no_metrics_save": "1",
+            },
+        )
 
     def _frame(self) -> int:
         return self.spec.mtu + 14
 
-    def _access_link(self, ns: str, rate_bps: float, side: str) -> None:
+    def _access_link(self, nl: IPRoute, eth0: int, ns: str, rate_bps: float) -> None:
         frame = self._frame()
         burst = max(10 * frame, int(rate_bps / 8 * 1e-3))  # 10 frames or 1 ms at the rate
-        tc = ["tc", "-n", ns]
         buckets = [b for b in self.spec.token_buckets if b.host == ns]
         # With per-flow token buckets under the link, the rest (ACKs, control) gets a leaf of its own, 1:2.
-        host.sh(tc + ["qdisc", "add", "dev", "eth0", "root", "handle", "1:", "htb", "default", "2" if buckets else "1"])
-        host.sh(
-            tc + ["class", "add", "dev", "eth0", "parent", "1:", "classid", "1:1", "htb"] + _link_class(rate_bps, burst, frame)
-        )
+        nl.tc("add", "htb", eth0, HTB_ROOT, default=(REST_CLASS if buckets else LINK_CLASS) & 0xFFFF)
+        nl.tc("add-class", "htb", eth0, LINK_CLASS, parent=HTB_ROOT, **_link_class(rate_bps, burst, frame))
         if not buckets:
-            host.sh(tc + ["qdisc", "add", "dev", "eth0", "parent", "1:1", "handle", "10:", "pfifo", "limit", str(ACCESS_QUEUE)])
+            nl.tc("add", "pfifo", eth0, LINK_FIFO, parent=LINK_CLASS, limit=ACCESS_QUEUE)
             return
-        leaves = [("1:2", 1e6, rate_bps, burst, None)]
+        leaves = [(REST_CLASS, 1e6, rate_bps, burst, None)]
         for i, b in enumerate(buckets):
             # A per-flow token bucket (seed 001's HTB limiter) under the access link.
-            leaves.append((f"1:{100 + i}", b.rate_bps, b.rate_bps, b.burst_bytes, b.port))
+            leaves.append((BUCKET_CLASS0 + i, b.rate_bps, b.rate_bps, b.burst_bytes, b.port))
         for cid, rate, ceil, bucket, port in leaves:
-            host.sh(
-                tc
-                + [
-                    "class",
-                    "add",
-                    "dev",
-                    "eth0",
-                    "parent",
-                    "1:1",
-                    "classid",
-                    cid,
-                    "htb",
-                    "rate",
-                    _rate(rate),
-                    "ceil",
-                    _rate(ceil),
-                ]
-                + ["burst", str(bucket), "cburst", str(bucket), "quantum", str(frame)]
+            nl.tc(
+                "add-class",
+                "htb",
+                eth0,
+                cid,
+                parent=LINK_CLASS,
+                rate=_rate(rate),
+                ceil=_rate(ceil),
+                burst=bucket,
+                cburst=bucket,
+                quantum=frame,
             )
-            host.sh(tc + ["qdisc", "add", "dev", "eth0", "parent", cid, "pfifo", "limit", str(ACCESS_QUEUE)])
+            nl.tc("add", "pfifo", eth0, 0, parent=cid, limit=ACCESS_QUEUE)
             if port is not None:
-                host.sh(
-                    tc
-                    + ["filter", "add", "dev", "eth0", "parent", "1:", "protocol", "ip", "prio", "1", "u32"]
-                    + ["match", "ip", "dport", str(port), "0xffff", "flowid", cid]
+                # u32 on the IPv4 destination port (``match ip dport PORT 0xffff``: a 20-byte IP
+                # header, then the port at bytes 2-3 of the transport header).
+                nl.tc(
+                    "add-filter",
+                    "u32",
+                    eth0,
+                    parent=HTB_ROOT,
+                    prio=1,
+                    protocol=ETH_P_IP,
+                    target=cid,
+                    keys=[f"0x{port:08x}/0x0000ffff+20"],
                 )
 
-    def _bottleneck(self, router: str) -> None:
+    def _bottleneck(self, nl: IPRoute) -> None:
         s = self.spec
         frame = self._frame()
         burst = s.bottleneck_burst_bytes or BOTTLENECK_BURST_PKTS * frame
-        tc = ["tc", "-n", router]
-        host.sh(tc + ["qdisc", "add", "dev", "core", "root", "handle", "1:", "htb", "default", "1"])
-        host.sh(
-            tc
-            + ["class", "add", "dev", "core", "parent", "1:", "classid", "1:1", "htb"]
-            + _link_class(s.bottleneck_rate_bps, burst, frame, 0 if s.bottleneck_burst_bytes else WIRE_OVERHEAD)
-        )
-        host.sh(tc + ["qdisc", "add", "dev", "core", "parent", "1:1", "handle", "10:", "pfifo", "limit", str(s.buffer_pkts)])
+        (link,) = nl.link("get", ifname="core")
+        core = link["index"]
+        nl.tc("add", "htb", core, HTB_ROOT, default=LINK_CLASS & 0xFFFF)
+        overhead = 0 if s.bottleneck_burst_bytes else WIRE_OVERHEAD
+        nl.tc("add-class", "htb", core, LINK_CLASS, parent=HTB_ROOT, **_link_class(s.bottleneck_rate_bps, burst, frame, overhead))
+        nl.tc("add", "pfifo", core, LINK_FIFO, parent=LINK_CLASS, limit=s.buffer_pkts)
 
     def _delay_rules(self) -> None:
         s = self.spec
@@ -262,20 +316,13 @@ class Dumbbell:
 
     # Observation --------------------------------------------------------------------------
     def bottleneck_stats(self, reverse: bool = True) -> dict[str, dict]:
-        """Counters of the bottleneck queues (``tc -s``): bytes, packets, drops, backlog (qlen)."""
-        import json
-
-        out = {}
+        """Counters of the bottleneck queues (their pfifo): bytes, packets, drops, qlen, backlog."""
         links = (("bottleneck", self.left), ("reverse", self.right)) if reverse else (("bottleneck", self.left),)
+        out = {}
         for name, router in links:
-            text = host.sh(["tc", "-s", "-j", "-n", router, "qdisc", "show", "dev", "core"], check=False)
-            try:
-                qdiscs = json.loads(text or "[]")
-            except ValueError:
-                continue
-            leaf = next((q for q in qdiscs if q.get("kind") == "pfifo"), None)
-            if leaf is not None:
-                out[name] = leaf
+            q = qstats.qdisc_stats(router, "core")
+            if q is not None:
+                out[name] = q
         return out
 
     # Teardown -----------------------------------------------------------------------------
@@ -285,14 +332,42 @@ class Dumbbell:
         self.created.clear()
 
 
+@contextlib.contextmanager
+def _step(what: str) -> Iterator[None]:
+    """Turns a netlink or ethtool error in a build step into one line, as `ip`/`tc` would say it."""
+    try:
+        yield
+    except (NetlinkError, EthtoolError, OSError) as e:
+        raise host.HostError(f"building the dumbbell: {what}: {e}") from e
+
+
+#: Route metric numbers (linux/rtnetlink.h): the lock bit of ``rto_min``.
+RTAX_RTO_MIN = 13
+
+
+def offloads_off(ns: str, dev: str) -> None:
+    """Turns off :data:`OFFLOADS` on ``dev`` in ``ns`` (ETHTOOL_SFEATURES, as ``ethtool -K``).
+
+    Only features the device can change are asked for; turning a feature off never fails to
+    take effect, so the kernel answers without ETHTOOL_F_WISH."""
+    with host.in_namespace(ns):
+        ethtool = IoctlEthtool(dev)  # its socket stays in ns
+    try:
+        features = ethtool.get_features()
+        for name in list(features.keys()):
+            if features.is_available(name) and any(fnmatch.fnmatchcase(name, p) for p in OFFLOADS):
+                features[name] = False
+        ethtool.set_features(features)
+    finally:
+        ethtool.close()
+
+
 #: The CPU the delay line is pinned to; the end hosts' receive work goes to the others.
 DELAY_CPU = 0
 
 
 def rps_mask() -> str | None:
     """Hex mask of every CPU but the delay line's, or None on a single-CPU host."""
-    import os
-
     cpus = sorted(os.sched_getaffinity(0))
     others = [c for c in cpus if c != DELAY_CPU]
     if not others or DELAY_CPU not in cpus:

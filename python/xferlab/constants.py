@@ -1,0 +1,27 @@
+"""Sizes and numbers that the whole project shares, each named once with its source."""
+
+from __future__ import annotations
+
+#: Ethernet header (destination, source, EtherType): what a qdisc counts beyond the IP packet.
+ETH_HEADER = 14
+#: Frame check sequence, preamble + start-of-frame delimiter, inter-frame gap (IEEE 802.3).
+ETH_FCS, ETH_PREAMBLE, ETH_IFG = 4, 8, 12
+#: Wire bytes per frame beyond the IP packet: 14 + 4 + 8 + 12 (seed 001 §3.3, figure 7).
+FRAME_OVERHEAD = ETH_HEADER + ETH_FCS + ETH_PREAMBLE + ETH_IFG
+#: IPv4 + TCP headers without options, and the TCP timestamps option (RFC 7323) Linux uses.
+IP_TCP_HEADERS = 40
+TCP_TIMESTAMPS = 12
+#: Ethernet's usual MTU.
+DEFAULT_MTU = 1500
+#: Linux's MSS over a 1500-byte MTU with timestamps: when a log does not say.
+LINUX_MSS = DEFAULT_MTU - IP_TCP_HEADERS - TCP_TIMESTAMPS
+
+
+def qdisc_frame(mtu: int) -> int:
+    """Bytes a qdisc (HTB, TBF) counts for a full-size packet: IP + the Ethernet header."""
+    return mtu + ETH_HEADER
+
+
+def bdp_packets(rate_bps: float, rtt_s: float, mtu: int) -> float:
+    """Bandwidth-delay product in MTU-size packets: C × RTT / (8 × MTU)."""
+    return rate_bps * rtt_s / (8 * mtu)

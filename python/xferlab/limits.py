@@ -1,0 +1,79 @@
+"""The bounds of what xferlab accepts, each with the reason a user is told.
+
+One place for every limit a scenario, a campaign or an import is checked against: the
+scenario model (:mod:`xferlab.scenario`) and the campaign expansion read them from here,
+so that what ``xferlab check`` accepts is what ``xferlab run`` can run — in bounded memory,
+and in a time that is shown up front. A limit is a :class:`Limit`: its value and why.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Limit:
+    value: float
+    reason: str
+
+    def __float__(self) -> float:
+        return float(self.value)
+
+
+# ----------------------------------------------------------------- quantities of a scenario
+
+RATE_MAX_BPS = Limit(10e12, "ten times the fastest Ethernet")
+RATE_MIN_BPS = Limit(1e3, "below 1 kbit/s one packet takes seconds")
+RTT_MAX_S = Limit(10.0, "beyond any real path (a geostationary satellite hop is about 0.6 s)")
+#: Durations, start times, jitter, stagger, ON/OFF periods, metric windows.
+TIME_MAX_S = Limit(1e6, "about 11.6 days of experiment time")
+#: The whole run: start times, stagger × pairs, the duration or the volume at the ideal rate.
+SPAN_MAX_S = Limit(2e6, "about 23 days of experiment time")
+#: Durations that must be positive (a run's, an RTT, an ON/OFF period).
+TIME_MIN_S = Limit(1e-6, "shorter than any event a packet network resolves")
+RTO_MIN_MAX_S = Limit(120.0, "Linux's largest retransmission timeout (TCP_RTO_MAX)")
+INTERVAL_MIN_S = Limit(1e-6, "finer than one packet's time on the fastest link")
+VOLUME_MAX_BYTES = Limit(10**15, "1 PB per transfer")
+#: A socket buffer (window cap) or a token bucket's depth.
+SIZE_MAX_BYTES = Limit(10**12, "1 TB")
+BUFFER_MAX_PACKETS = Limit(100_000_000, "150 GB of queue at a 1500-byte MTU, beyond any router")
+PAIRS_MAX = Limit(100_000, "each pair is a sender and a receiver with their own state")
+STREAMS_MAX = Limit(10_000, "parallel streams per transfer")
+#: Flows of a run: pairs × streams plus reverse sources.
+FLOWS_MAX = Limit(100_000, "each flow costs memory and a series in every table of the trace")
+BACKGROUND_SOURCES_MAX = Limit(10_000, "each background source is an event stream of its own")
+#: Rows of one trace table (a flow's samples times the flows).
+SAMPLES_MAX = Limit(20_000_000, "a trace table must fit in memory (about 1 GB)")
+#: Packets a run may carry through its bottleneck(s) (data moved, plus background and
+#: reverse traffic): about 150 TB, some hours of simulation. Below this a long run is
+#: estimated up front and shown in progress.
+PACKETS_MAX = Limit(1e11, "about 150 TB through the bottleneck, hours of simulation")
+
+# ----------------------------------------------------------------- imports
+
+LOG_MAX_BYTES = Limit(2**30, "1 GiB of log; split longer captures")
+
+# ----------------------------------------------------------------- campaigns
+
+CAMPAIGN_RUNS_MAX = Limit(100_000, "a campaign's catalog and folders; split a larger study into campaigns")
+REPETITIONS_MAX = Limit(10_000, "repetitions of one point")
+WORKERS_MAX = Limit(1024, "worker processes on one machine")
+
+# ----------------------------------------------------------------- the simulator's speed
+
+#: Simulated packets per wall second on one core, for estimates shown to a user (the
+#: slowest of BENCHMARKS.md's figures, rounded down: 1 000 flows, 251 ns per packet).
+SIM_PACKETS_PER_S = 3.0e6
+#: Runs estimated to take longer than this say so, with the estimate, before they start.
+ANNOUNCE_AFTER_S = 30.0
+
+
+def too_big(what: str, value: float, limit: Limit, unit: str = "") -> str:
+    """The message for ``value`` over ``limit``: what, how much, the bound and why."""
+    return f"{what} {_fmt(value)}{unit} is over the limit of {_fmt(limit.value)}{unit} ({limit.reason})"
+
+
+def _fmt(x: float) -> str:
+    if isinstance(x, int) or float(x).is_integer() and abs(x) < 1e15:
+        return f"{int(x):,}".replace(",", " ")
+    return f"{x:.3g}"

@@ -1,0 +1,114 @@
+"""The Trace contract (trace.py): every producer's output has exactly its schema, unknowns are
+null (not 0), older run folders are upgraded, and a broken trace is refused before it is
+written."""
+
+import json
+import shutil
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from xferlab import engine, runfolder
+from xferlab import scenario as sc
+from xferlab.backends import sim
+from xferlab.importers import iperf3, ss
+from xferlab.trace import SCHEMAS, TRACE_VERSION, Provenance, Trace, TraceError
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = ROOT / "tests" / "data"
+
+
+def _sim_trace(**overrides) -> Trace:
+    s, _ = sc.load(ROOT / "scenarios" / "quick.yaml", ["workload.duration=2s", *[f"{k}={v}" for k, v in overrides.items()]])
+    return sim.run(s, sc.resolve(s))
+
+
+def test_the_simulator_writes_exactly_the_contracts_schema():
+    # Nullability is declared per column by the simulator itself (crates/sim/src/trace.rs),
+    # not inferred from whether this particular run had nulls: the same for every run.
+    for tr in (_sim_trace(), _sim_trace(**{"workload.duration": "null", "workload.volume": "20MB"})):
+        for name, schema in SCHEMAS.items():
+            assert tr.table(name).schema.equals(schema, check_metadata=False), name
+        tr.validate()
+
+
+def test_the_simulator_before_conforming_declares_the_same_nullability():
+    s, _ = sc.load(ROOT / "scenarios" / "quick.yaml", ["workload.duration=1s"])
+    out = sim._module().run(json.dumps(sim.sim_config(sc.resolve(s))), None, 1.0)
+    for name, batch in out["tables"].items():
+        for f in SCHEMAS[name]:
+            got = batch.schema.field(f.name)
+            assert (got.type, got.nullable) == (f.type, f.nullable), (name, f.name, got)
+
+
+@pytest.mark.parametrize("make", ["iperf3", "ss"])
+def test_importers_produce_the_contract_with_nulls_for_what_logs_do_not_tell(make):
+    tr = iperf3.import_trace([DATA / "iperf3_p2_server.json"]) if make == "iperf3" else ss.import_trace(DATA / "ss_tinH.log")
+    tr.validate()
+    tcp = tr.df("tcp")
+    assert tcp["ca_state"].isna().all()  # neither iperf3 nor ss tells the congestion state
+    flows = tr.df("flows")
+    assert flows["timeouts"].isna().all() and flows["fast_recoveries"].isna().all()
+    assert tr.link.num_rows == 0 and "link" in tr.provenance.unknown
+
+
+def test_a_broken_trace_is_refused_before_anything_is_written(tmp_path):
+    tr = _sim_trace()
+    bad = tr.flows.set_column(0, tr.flows.schema.field(0), pa.array([7] * tr.flows.num_rows, pa.uint32()))
+    broken = Trace(flows=bad, goodput=tr.goodput, link=tr.link, tcp=tr.tcp, run=dict(tr.run))
+    engine.stamp(broken, scenario={"name": "x"}, seed=1)
+    with pytest.raises(TraceError, match="flow_id appears twice"):
+        engine.save(broken, tmp_path / "r")
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_null_where_the_contract_says_always_known_is_refused():
+    tr = _sim_trace()
+    with pytest.raises(TraceError, match="cwnd"):
+        Trace.build(
+            {"tcp": tr.tcp.set_column(2, "cwnd", pa.nulls(tr.tcp.num_rows, pa.uint32()))},
+            tr.info,
+            Provenance(producer="x"),
+        )
+
+
+def _as_version_1(folder: Path) -> None:
+    """Rewrites a run folder of an import as version 1 wrote it: no version, made-up zeros for
+    what iperf3 does not report, the producer's details in run.json's own keys."""
+    run = json.loads((folder / "run.json").read_text())
+    prov = run.pop("provenance")
+    run.pop("trace_version")
+    run["imported"] = {"format": prov["source"], "files": prov["files"], "goodput_side": "receiver intervals"}
+    run["resolved"]["unknown_metrics"] = ["timeouts", "bottleneck_drops"]
+    (folder / "run.json").write_text(json.dumps(run))
+    tcp = pq.read_table(folder / "trace" / "tcp.parquet")
+    for col in ("in_flight", "ca_state"):
+        i = tcp.column_names.index(col)
+        tcp = tcp.set_column(i, col, pa.array([0] * tcp.num_rows, tcp.column(i).type))
+    pq.write_table(tcp, folder / "trace" / "tcp.parquet")
+    (folder / "trace" / "run.parquet").unlink()
+
+
+def test_a_version_1_run_folder_is_upgraded_on_reading(tmp_path):
+    tr = iperf3.import_trace([DATA / "iperf3_p2_server.json"], capacity_bps=1e9)
+    engine.save(engine.stamp(tr, scenario={"name": "old"}, seed=None), tmp_path / "r")
+    _as_version_1(tmp_path / "r")
+    up = runfolder.load_trace(tmp_path / "r")
+    assert up.run["trace_version"] == TRACE_VERSION
+    assert up.df("tcp")["in_flight"].isna().all() and up.df("tcp")["ca_state"].isna().all()
+    assert up.provenance.source == "iperf3" and up.provenance.unknown["timeouts"] == "not in the imported logs"
+    up.validate()
+    m = engine.rerender(tmp_path / "r")  # the report of an old folder, from the upgraded trace
+    assert m["timeouts"] is None and m["aggregate_goodput_mbps"] > 0
+
+
+def test_a_folder_from_a_newer_xferlab_is_refused(tmp_path):
+    tr = _sim_trace()
+    engine.save(engine.stamp(tr, scenario={"name": "new"}, seed=1), tmp_path / "r")
+    run = json.loads((tmp_path / "r" / "run.json").read_text())
+    run["trace_version"] = TRACE_VERSION + 1
+    (tmp_path / "r" / "run.json").write_text(json.dumps(run))
+    with pytest.raises(runfolder.RunFolderError, match="newer than this xferlab"):
+        runfolder.load_trace(tmp_path / "r")
+    shutil.rmtree(tmp_path / "r")

@@ -39,8 +39,8 @@ sys.path.insert(0, str(ROOT / "python"))
 
 import yaml  # noqa: E402
 from xferlab import backends, metrics, models, scenario  # noqa: E402
-from xferlab.importers.common import table  # noqa: E402
-from xferlab.trace import Trace  # noqa: E402
+from xferlab.trace import Provenance, Trace  # noqa: E402
+from xferlab.trace import table as trace_table  # noqa: E402
 
 NS3_DIR = ROOT / "benches" / "ns3"
 BUILD = NS3_DIR / "build.sh"
@@ -143,13 +143,12 @@ def run_sim(s: scenario.Scenario, resolved: dict, folder: Path) -> tuple[dict | 
     """xferlab's simulator on the resolved scenario: (metrics, wall s, refusal or None)."""
     t0 = time.perf_counter()
     try:
-        out = backends.get("sim").run(s, resolved)
+        trace = backends.get("sim").run(s, resolved)
     except backends.BackendError as e:
         return None, 0.0, str(e)
     wall = time.perf_counter() - t0
-    trace = Trace.from_batches(out.tables, {"end_s": out.stats["end_s"]})
     trace.write(folder / "sim")
-    return metrics.compute(trace, resolved), wall, None
+    return metrics.compute(trace), wall, None
 
 
 def run_ns3(resolved: dict, folder: Path, reuse: bool, extra: tuple[str, ...] = ()) -> dict:
@@ -231,12 +230,13 @@ def ns3_trace(res: dict, resolved: dict) -> Trace:
         }
         for t, b, n, d, q, qmax in res["link"]
     ]
-    return Trace(
-        flows=table("flows", flows),
-        goodput=table("goodput", goodput),
-        link=table("link", link),
-        tcp=table("tcp", tcp),
-        run={"end_s": res["end_s"], "backend": "ns-3", "ns3_version": res["ns3_version"]},
+    tables = {"flows": flows, "goodput": goodput, "link": link, "tcp": tcp}
+    return Trace.build(
+        {name: trace_table(name, rows) for name, rows in tables.items()},
+        resolved,
+        Provenance(producer="ns-3"),
+        end_s=res["end_s"],
+        versions={"ns-3": res["ns3_version"]},
     )
 
 
@@ -270,7 +270,7 @@ def run_case(case: Case, reuse: bool, extra: tuple[str, ...] = ()) -> Row:
     resolved = scenario.resolve(s)
     folder = RESULTS / (case.name + ("+diag" if extra else ""))
     res = run_ns3(resolved, folder, reuse, extra)
-    m_ns3 = metrics.compute(ns3_trace(res, resolved), resolved)
+    m_ns3 = metrics.compute(ns3_trace(res, resolved))
     m_sim, wall, refusal = run_sim(s, resolved, folder)
     return Row(case, m_sim, refusal, wall, m_ns3, res, resolved["ideal_goodput_mbps"], ns3_ceiling_mbps(resolved))
 

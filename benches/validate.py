@@ -21,6 +21,9 @@ sys.path.insert(0, str(ROOT / "python"))
 
 import yaml  # noqa: E402
 from xferlab import backends, metrics, models, scenario  # noqa: E402
+from xferlab.campaign import load as load_campaign  # noqa: E402
+from xferlab.campaign import report as creport  # noqa: E402
+from xferlab.campaign import runner  # noqa: E402
 from xferlab.demo import TABLE2_VARIANTS  # noqa: E402
 
 PAPER = yaml.safe_load((ROOT / "python/xferlab/data/seed_results.yaml").read_text())
@@ -263,6 +266,41 @@ def seed001_ifs(quick: bool) -> str:
     return "\n".join(rows)
 
 
+#: Seed 001's strategies as the shipped campaign labels them → seed_results.yaml's keys.
+SEED001_LABELS = {"IFS": "ifs", "ViFi": "vifi", "SS (pacing)": "ss_pspacer", "SS (token bucket)": "ss_htb"}
+
+
+def seed001_tables(quick: bool) -> str:
+    """Seed 001 Tables 2 and 3: scenarios/campaigns/seed001-tables.yaml on the simulator
+    (full volumes), run into results/seed001-tables/ (resumable: a rerun finishes it), the
+    deficiency of the mean and of the 99th percentile makespan beside the seed's."""
+    reps = 2 if quick else SEED001_REPETITIONS
+    camp = load_campaign(ROOT / "scenarios/campaigns/seed001-tables.yaml", {"repetitions": reps})
+    out = ROOT / "results" / ("seed001-tables-quick" if quick else "seed001-tables")
+    runner.run(camp, out, workers=2)
+    manifest, df = creport.load(out)
+    ok = df[df["status"] == "ok"].copy()
+    axes = creport.axes_of(manifest, ok)
+    t = creport.makespan_table(ok, axes)
+    paper = PAPER["flow_scheduling_1gbe"]
+    rows = [
+        "| strategy | RTT | runs | Table 2 (mean), paper | sim | Table 3 (p99), paper | sim | σ (s) | slot for 99 % (s) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for label, key in SEED001_LABELS.items():
+        for j, rtt in enumerate(paper["rtt_ms"]):
+            r = t[(t["axis:schedule"] == label) & (t["rtt_ms"].round(3) == round(rtt, 3))]
+            if r.empty:
+                continue
+            r = r.iloc[0]
+            rows.append(
+                f"| {label} | {rtt:g} ms | {r['runs']:.0f} | {paper['mean_completion_deficiency_pct'][key][j]:.1f} % "
+                f"| {100 * r['mean_deficiency']:.1f} % | {paper['p99_completion_deficiency_pct'][key][j]:.1f} % "
+                f"| {100 * r['p99_deficiency']:.1f} % | {r['std_s']:.2f} | {r['slot_p99_s']:.1f} |"
+            )
+    return "\n".join(rows)
+
+
 def table2_2006(quick: bool) -> str:
     """§4b's full-rate runs with the 2006 sender beside the Linux 6 one."""
     paper = PAPER["variants_vs_rtt_gtrcnet10"]
@@ -363,6 +401,7 @@ CASES = {
     "ns2": ns2,
     "table2_2006": table2_2006,
     "seed001_ifs": seed001_ifs,
+    "seed001_tables": seed001_tables,
     "netns_ns2": netns_ns2,
     "netns_variants": netns_variants,
     "netns_fidelity": netns_fidelity,
@@ -371,7 +410,10 @@ CASES = {
 
 
 #: What runs by default: the simulator cases (the netns ones need root and real time).
-SIM_CASES = [c for c in CASES if not c.startswith("netns")]
+#: Repetitions per point of seed001_tables (the seed: 100; about 25 s of wall time per run).
+SEED001_REPETITIONS = 10
+#: Cases that need root (netns) or long campaigns: run by name, or with --all.
+SIM_CASES = [c for c in CASES if not c.startswith("netns") and c != "seed001_tables"]
 
 
 def write(name: str, table: str) -> None:

@@ -98,7 +98,7 @@ def load(folder: Path) -> tuple[dict, pd.DataFrame]:
     return manifest, df
 
 
-def _axes(manifest: dict, df: pd.DataFrame) -> list[str]:
+def axes_of(manifest: dict, df: pd.DataFrame) -> list[str]:
     """Columns of df that hold the swept axes (a column per axis, numbers where possible)."""
     cols = []
     for field in [*manifest.get("sweep", {}), *manifest.get("zip", {})]:
@@ -373,8 +373,8 @@ def render(folder: Path) -> Path:
     out.mkdir(exist_ok=True)
     ok = df[df["status"] == "ok"].copy()
     failed = df[df["status"] != "ok"]
-    axes = _axes(manifest, ok)
-    _axes(manifest, failed := failed.copy())
+    axes = axes_of(manifest, ok)
+    axes_of(manifest, failed := failed.copy())
     df.drop(columns=[c for c in df.columns if c.startswith("axis:")]).to_parquet(out / "runs.parquet", index=False)
 
     parts = [

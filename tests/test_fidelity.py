@@ -5,11 +5,13 @@ tolerances are the fidelity suite's, widened where a loaded machine moves the ke
 side (goodput ±8 % instead of ±5 %; the slow-start exit cwnd ±25 % instead of ±20 %).
 """
 
+import os
 import sys
 from pathlib import Path
 
 import pytest
 from test_netns import needs_host
+from xferlab.backends.netns import LATE_MEAN_MS
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benches"))
 import fidelity  # noqa: E402
@@ -31,13 +33,28 @@ def test_sim_retransmits_only_what_it_lost(case):
     assert sim["timeouts"] == 0
 
 
+def _kernel_run(case) -> tuple[dict, bool]:
+    """The netns side, rerun once when the emulation may not have been faithful (the delay
+    line late, or more runnable tasks than the machine has cores to give the emulated hosts):
+    (summary, whether it was faithful)."""
+    for _ in range(2):
+        net = fidelity.run_netns(case, "duration", duration_s=8)
+        busy = os.getloadavg()[0] > 1.5 * (os.cpu_count() or 1)
+        faithful = (net.get("late_mean_ms") or 0.0) <= LATE_MEAN_MS and not busy
+        if faithful:
+            break
+    return net, faithful
+
+
 @needs_host
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.key)
 def test_sim_beside_the_kernel(case):
     sim = fidelity.run_sim(case, "duration", duration_s=8)
-    net = fidelity.run_netns(case, "duration", duration_s=8)
-    assert sim["goodput_mbps"] == pytest.approx(net["goodput_mbps"], rel=0.08)
-    if case.variant == "reno":
+    net, faithful = _kernel_run(case)
+    # On a machine too loaded for the emulation (the run's report flags it) the kernel's
+    # goodput is the machine's, not the path's: only a gross disagreement is caught then.
+    assert sim["goodput_mbps"] == pytest.approx(net["goodput_mbps"], rel=0.08 if faithful else 0.5), net
+    if case.variant == "reno" and faithful:
         # Reno leaves slow start at its first loss, where and when the kernel does.
         assert sim["ss_cwnd"] == pytest.approx(net["ss_cwnd"], rel=0.25)
         assert sim["ss_time_s"] == pytest.approx(net["ss_time_s"], rel=0.25)

@@ -2,8 +2,12 @@
 
 use crate::chunkset;
 use crate::fsinfo;
+use crate::limiter::{Controller, Gate, Limiter, RateChange, RateControl, RatePlan, Targets};
+use crate::profile::Profile;
 use crate::proto::*;
+use crate::signal;
 use crate::sock;
+use crate::start::{unix_now, Schedule};
 use crate::trace;
 use crate::util::{hex, human_bytes, random_bytes};
 use anyhow::{anyhow, bail, Context, Result};
@@ -49,6 +53,17 @@ pub struct SendOpts {
     /// bytes went out, and wait for their connections to close.
     pub fault_stall_after: Option<u64>,
     pub args: Vec<String>,
+    /// `--rate-profile` (else `--rate`/`--deadline` make a one-step plan).
+    pub profile: Option<Profile>,
+    pub limiter: Limiter,
+    pub timer_hz: u32,
+    /// When the data starts: `--start-at`, `--start-after-signal`.
+    pub start_at: Option<f64>,
+    pub connect_ahead: Duration,
+    pub start_after_signal: Option<String>,
+    /// `--signal-done`: tell this listener once the transfer is committed.
+    pub signal_done: Option<SocketAddr>,
+    pub signal_token: String,
 }
 
 pub enum SrcSpec {
@@ -92,6 +107,11 @@ pub(crate) struct Outcome {
     pub mode: Mode,
     pub tcp: Vec<trace::TcpRow>,
     pub e2e: Option<String>,
+    /// The rate plan followed (None: unlimited), and its steps as applied.
+    pub plan: Option<RatePlan>,
+    pub changes: Vec<RateChange>,
+    /// Unix time the receiver's verdict arrived.
+    pub end_unix: f64,
 }
 
 #[derive(Debug)]
@@ -112,10 +132,7 @@ impl<E: Into<anyhow::Error>> From<E> for AttemptError {
 
 pub fn send(o: SendOpts) -> Result<()> {
     let t0 = Instant::now();
-    let start_unix = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs_f64())
-        .unwrap_or(0.0);
+    let start_unix = unix_now();
     let addr = (o.host.as_str(), o.port)
         .to_socket_addrs()
         .with_context(|| format!("resolving {}:{}", o.host, o.port))?
@@ -127,11 +144,13 @@ pub fn send(o: SendOpts) -> Result<()> {
     // A trace that cannot be written must stop us before anything is sent,
     // not after the data is committed.
     let mut trace_file = o.json.as_deref().map(TraceFile::create).transpose()?;
+    let mut sched = schedule(&o)?;
+    sched.before_connect();
     let mut attempt = 0;
     let out = loop {
         let r = match &o.src {
             SrcSpec::Pull(dest) => crate::pull::pull_once(&o, dest, addr, t0),
-            _ => attempt_once(&o, addr, t0, attempt),
+            _ => attempt_once(&o, addr, t0, attempt, &mut sched),
         };
         match r {
             Ok(out) => break out,
@@ -146,6 +165,10 @@ pub fn send(o: SendOpts) -> Result<()> {
             Err(e) => return Err(e.err),
         }
     };
+    // Committed: the next transfer may start (first, before any reporting).
+    let signalled = o
+        .signal_done
+        .map(|a| signal::send_signal(a, &o.signal_token, &o.auth, out.end_unix));
     let d = &out.done;
     if !o.quiet {
         eprintln!(
@@ -167,20 +190,37 @@ pub fn send(o: SendOpts) -> Result<()> {
         );
     }
     if let Some(tf) = trace_file.as_mut() {
-        let t = trace::build(
-            &o,
-            &out.done,
-            out.mode,
-            out.rate_bps,
-            out.resumed,
-            out.elapsed,
-            start_unix,
-            out.e2e.clone(),
-            out.tcp,
-        );
+        let t = trace::build(&o, &out, start_unix, sched.record(), signalled.as_ref());
         tf.commit(&t)?;
     }
-    Ok(())
+    match signalled.and_then(|s| s.error.map(|e| (s.addr, e))) {
+        Some((addr, e)) => {
+            bail!("the transfer was committed, but the start signal to {addr} failed: {e}")
+        }
+        None => Ok(()),
+    }
+}
+
+/// The start of the data as asked: the signal listener is bound here, before
+/// anything else, so a signal sent while we connect waits for us.
+fn schedule(o: &SendOpts) -> Result<Schedule> {
+    let listener = match &o.start_after_signal {
+        Some(a) => {
+            let l = signal::SignalListener::bind(a, &o.signal_token, &o.auth)?;
+            // Readiness, as `serve` prints its address: a scheduler starts
+            // the previous transfer's signal sender after this line.
+            println!("xfer: waiting for a start signal on {}", l.local_addr());
+            std::io::stdout().flush()?;
+            Some(l)
+        }
+        None => None,
+    };
+    Ok(Schedule::new(
+        o.start_at,
+        o.connect_ahead,
+        listener,
+        o.quiet,
+    ))
 }
 
 /// The `--json` trace, written beside its destination and renamed into
@@ -334,12 +374,73 @@ pub(crate) fn connect(o: &SendOpts, addr: SocketAddr, data: bool) -> Result<TcpS
     Ok(t)
 }
 
+/// What one attempt has set up before its data starts.
+struct Ready {
+    src: Source,
+    mode: Mode,
+    known_size: Option<u64>,
+    /// A failure from here on can be retried (a file that resumes).
+    retriable: bool,
+    ctrl: TcpStream,
+    conns: Vec<Arc<TcpStream>>,
+    /// Chunk ranges the receiver already holds.
+    have: Vec<(u64, u64)>,
+    resumed: u64,
+    /// What the server understands (`FEATURE_*`).
+    features: Vec<String>,
+}
+
+/// The error of an attempt that may be retried (resumed) if `retriable`.
+fn failing(retriable: bool) -> impl Fn(anyhow::Error) -> AttemptError + Copy {
+    move |err| AttemptError { err, retriable }
+}
+
 fn attempt_once(
     o: &SendOpts,
     addr: SocketAddr,
     t0: Instant,
     attempt: u32,
+    sched: &mut Schedule,
 ) -> std::result::Result<Outcome, AttemptError> {
+    let (src, req, known_size, is_file) = plan_request(o, attempt)?;
+    let ready = open_session(o, addr, src, req, known_size, is_file)?;
+    let fail = failing(ready.retriable);
+    // The first attempt waits for its start (a time, a signal) with the
+    // session set up; a retry resumes at once, on the first one's time base.
+    let origin = sched.wait_start().map_err(fail)?;
+    let data_start = Instant::now();
+    let remaining = known_size.map(|s| s.saturating_sub(ready.resumed));
+    let since = if sched.is_scheduled() { origin } else { t0 };
+    let plan = rate_plan(o, remaining, since)?;
+    if plan.as_ref().is_some_and(|p| p.limiter == Limiter::Cwnd)
+        && !ready.features.iter().any(|f| f == FEATURE_WINDOW_CLAMP)
+    {
+        return Err(anyhow!("the server's xfer is too old for --limiter cwnd: update it").into());
+    }
+    let (resumed, mode) = (ready.resumed, ready.mode);
+    let run = DataRun::start(o, ready, plan.clone(), origin, data_start).map_err(fail)?;
+    let (done, e2e, changes) = run.finish(o)?;
+    let elapsed = data_start.elapsed().as_secs_f64();
+    Ok(Outcome {
+        done,
+        resumed,
+        elapsed,
+        rate_bps: plan.as_ref().map(|p| p.profile.steps()[0].rate_bps),
+        mode,
+        tcp: changes.tcp,
+        e2e,
+        plan,
+        changes: changes.rate,
+        end_unix: unix_now(),
+    })
+}
+
+/// Opens the source and builds the request for the receiver; also returns
+/// the size if known and whether the source is a resumable file.
+fn plan_request(
+    o: &SendOpts,
+    attempt: u32,
+) -> std::result::Result<(Source, Request, Option<u64>, bool), AttemptError> {
     let src = open_source(o)?;
     let (known_size, is_file) = match &src {
         Source::File { size, .. } => (Some(*size), true),
@@ -373,9 +474,8 @@ fn attempt_once(
         // The receiver keeps one bit per chunk: say so before connecting.
         check_chunk_count(known_size.unwrap_or(0), o.chunk)?;
     }
-    let session = hex(&random_bytes::<16>()?);
     let req = Request {
-        session: session.clone(),
+        session: hex(&random_bytes::<16>()?),
         streams: o.streams,
         mode,
         chunk: o.chunk,
@@ -396,31 +496,42 @@ fn attempt_once(
         fault_reset_after: o.fault_reset_after.filter(|_| attempt == 0),
         fault_stall_after: None,
     };
+    Ok((src, req, known_size, is_file))
+}
+
+/// Sends the request, reads the receiver's answer, and joins the data
+/// connections to the session.
+fn open_session(
+    o: &SendOpts,
+    addr: SocketAddr,
+    src: Source,
+    req: Request,
+    known_size: Option<u64>,
+    is_file: bool,
+) -> std::result::Result<Ready, AttemptError> {
+    let (session, mode, resume) = (req.session.clone(), req.mode, req.resume);
     let mut ctrl = connect(o, addr, false)?;
     send_msg(&mut ctrl, &Open::Control(req))?;
-    let (have, resumed) = match recv_msg::<_, Reply>(&mut ctrl)? {
+    let (have, resumed, features) = match recv_msg::<_, Reply>(&mut ctrl)? {
         Reply::Accept {
             have,
             resumed_bytes,
+            features,
             ..
-        } => (have, resumed_bytes),
+        } => (have, resumed_bytes, features),
         Reply::Reject(m) => return Err(anyhow!("server refused: {m}").into()),
         Reply::Joined => return Err(anyhow!("protocol error").into()),
     };
     let retriable = resume && is_file;
-    let fail = |e: anyhow::Error| AttemptError { err: e, retriable };
-
+    let fail = failing(retriable);
     let mut conns = Vec::new();
     for i in 0..o.streams {
         let mut c = connect(o, addr, true).map_err(fail)?;
-        send_msg(
-            &mut c,
-            &Open::Data {
-                session: session.clone(),
-                stream: i,
-            },
-        )
-        .map_err(fail)?;
+        let join = Open::Data {
+            session: session.clone(),
+            stream: i,
+        };
+        send_msg(&mut c, &join).map_err(fail)?;
         match recv_msg::<_, Reply>(&mut c).map_err(fail)? {
             Reply::Joined => {}
             Reply::Reject(m) => return Err(fail(anyhow!("server refused data stream: {m}"))),
@@ -428,225 +539,387 @@ fn attempt_once(
         }
         conns.push(Arc::new(c));
     }
+    Ok(Ready {
+        src,
+        mode,
+        known_size,
+        retriable,
+        ctrl,
+        conns,
+        have,
+        resumed,
+        features,
+    })
+}
 
-    let data_start = Instant::now();
-    let remaining = known_size.map(|s| s.saturating_sub(resumed));
-    let rate_bps = target_rate(o, remaining, t0)?;
-    if let Some(r) = rate_bps {
-        let per = pacing_per_socket(o, r);
-        for c in &conns {
-            sock::set_pacing(c.as_ref(), per)?;
-        }
+/// The plan this attempt follows: `--rate-profile`, or the one step of
+/// `--rate` or `--deadline` (from the bytes left and the time left since
+/// `since`). None: unlimited.
+fn rate_plan(
+    o: &SendOpts,
+    remaining: Option<u64>,
+    since: Instant,
+) -> std::result::Result<Option<RatePlan>, AttemptError> {
+    let profile = match &o.profile {
+        Some(p) => Some(p.clone()),
+        None => target_rate(o, remaining, since)?.map(Profile::constant),
+    };
+    Ok(profile.map(|profile| RatePlan {
+        profile,
+        limiter: o.limiter,
+        timer_hz: o.timer_hz,
+    }))
+}
+
+/// What the data phase measured besides the verdict.
+struct Measured {
+    tcp: Vec<trace::TcpRow>,
+    rate: Vec<RateChange>,
+}
+
+/// The data phase of an attempt: senders, the rate controller, the TCP
+/// sampler and the progress bar, all running.
+struct DataRun {
+    ctrl: TcpStream,
+    retriable: bool,
+    data_start: Instant,
+    abort: Arc<AtomicBool>,
+    weak: Vec<Weak<TcpStream>>,
+    sampler_stop: Arc<AtomicBool>,
+    sampler: std::thread::JoinHandle<Vec<trace::TcpRow>>,
+    bar: Option<std::thread::JoinHandle<()>>,
+    controller: Option<Controller>,
+    /// Each worker returns its share of the end-to-end digest; `readers`
+    /// (hashing what the receiver already has) are joined first.
+    readers: Vec<std::thread::JoinHandle<Result<E2e>>>,
+    senders: Vec<std::thread::JoinHandle<Result<E2e>>>,
+    /// A file's identity when opened, to catch one that changes while sent.
+    watched: Option<(Arc<File>, u64, Option<std::time::SystemTime>)>,
+}
+
+impl DataRun {
+    fn start(
+        o: &SendOpts,
+        r: Ready,
+        plan: Option<RatePlan>,
+        origin: Instant,
+        data_start: Instant,
+    ) -> Result<DataRun> {
+        let abort = Arc::new(AtomicBool::new(false));
+        let sent = Arc::new(AtomicU64::new(0));
+        let weak: Vec<Weak<TcpStream>> = r.conns.iter().map(Arc::downgrade).collect();
+        let sampler_stop = Arc::new(AtomicBool::new(false));
+        let sampler = {
+            let (weak, stop, iv) = (weak.clone(), sampler_stop.clone(), o.interval);
+            std::thread::spawn(move || sample_tcp(weak, stop, iv, data_start))
+        };
+        let bar = progress_bar(
+            o,
+            r.known_size,
+            r.resumed,
+            sent.clone(),
+            sampler_stop.clone(),
+        );
+        let ctl = plan.map(|p| RateControl::new(p, o.streams, o.chunk, origin, abort.clone()));
+        let controller = match &ctl {
+            Some(c) => Some(c.start(Targets {
+                socks: weak.clone(),
+                ctrl: match c.limiter() {
+                    Limiter::Cwnd => Some(r.ctrl.try_clone()?),
+                    _ => None,
+                },
+            })),
+            None => None,
+        };
+        let gates = ctl.filter(|c| c.needs_gates());
+        let watched = match &r.src {
+            Source::File { file, size, mtime } => Some((file.clone(), *size, *mtime)),
+            _ => None,
+        };
+        let w = Workers {
+            o,
+            sent: &sent,
+            abort: &abort,
+            gates: gates.as_ref(),
+        };
+        let (readers, senders) = match r.mode {
+            Mode::Stripe => w.spawn_stripe(r.src, r.known_size.unwrap(), &r.have, r.conns),
+            Mode::Stream => w.spawn_stream(r.src, &r.have, r.conns),
+        };
+        Ok(DataRun {
+            ctrl: r.ctrl,
+            retriable: r.retriable,
+            data_start,
+            abort,
+            weak,
+            sampler_stop,
+            sampler,
+            bar,
+            controller,
+            readers,
+            senders,
+            watched,
+        })
     }
 
-    let abort = Arc::new(AtomicBool::new(false));
-    let sent = Arc::new(AtomicU64::new(0));
-    let weak: Vec<Weak<TcpStream>> = conns.iter().map(Arc::downgrade).collect();
-    let sampler_stop = Arc::new(AtomicBool::new(false));
-    let sampler = {
-        let weak = weak.clone();
-        let stop = sampler_stop.clone();
-        let iv = o.interval;
-        std::thread::spawn(move || sample_tcp(weak, stop, iv, data_start))
-    };
-    let bar = progress_bar(o, known_size, resumed, sent.clone(), sampler_stop.clone());
-
-    let chunk = o.chunk as u64;
-    let mut producer_child = None;
-    // A file's identity when opened, to catch one that changes while sent.
-    let watched = match &src {
-        Source::File { file, size, mtime } => Some((file.clone(), *size, *mtime)),
-        _ => None,
-    };
-    // Each worker returns its share of the end-to-end digest.
-    let mut handles = Vec::new();
-    let mut extra = Vec::new();
-    match (mode, src) {
-        (Mode::Stripe, src) => {
-            let size = known_size.unwrap();
-            let n = size.div_ceil(chunk);
-            let missing = chunkset::missing(&have, n);
-            let (file, zero) = match src {
-                Source::File { file, .. } => (Some(file), None),
-                _ => (None, Some(Arc::new(vec![0u8; o.chunk as usize]))),
-            };
-            if o.hash {
-                // Hash what the receiver already has, so the end-to-end
-                // digest also vouches for the resumed part.
-                let skipped = chunkset::missing(&missing, n);
-                let (f, z) = (file.clone(), zero.clone());
-                extra.push(std::thread::spawn(move || -> Result<E2e> {
-                    let mut buf = vec![0u8; chunk as usize];
-                    let mut e2e = E2e::default();
-                    for i in skipped.iter().flat_map(|&(a, b)| a..b) {
-                        let len = chunk.min(size - i * chunk) as usize;
-                        let d: &[u8] = match &f {
-                            Some(f) => {
-                                f.read_exact_at(&mut buf[..len], i * chunk)
-                                    .context("reading source")?;
-                                &buf[..len]
-                            }
-                            None => &z.as_ref().unwrap()[..len],
-                        };
-                        e2e.add(i, chunk_hash(d));
-                    }
-                    Ok(e2e)
-                }));
+    /// Waits for the senders, sends the end-to-end digest, and reads the
+    /// receiver's verdict; checks the digests.
+    fn finish(
+        mut self,
+        o: &SendOpts,
+    ) -> std::result::Result<(Done, Option<String>, Measured), AttemptError> {
+        let fail = failing(self.retriable);
+        let (mut first_err, e2e_sum) = self.join_workers();
+        let rate = self
+            .controller
+            .take()
+            .map(Controller::stop)
+            .unwrap_or_default();
+        if first_err.is_none() {
+            if let Some((f, size, mtime)) = &self.watched {
+                first_err = source_changed(f, *size, *mtime).err();
             }
-            let groups = chunkset::split(&missing, o.streams as usize);
-            for (c, g) in conns.into_iter().zip(groups) {
+        }
+        // The receiver commits (renames into place, lets a consumer finish)
+        // only once our digest arrives and matches its own.
+        if first_err.is_none() {
+            let fin = Finish {
+                e2e: o.hash.then(|| e2e_sum.hex()),
+                data_start_ago: Some(self.data_start.elapsed().as_secs_f64()),
+            };
+            if let Err(e) = send_msg(&mut self.ctrl, &fin) {
+                first_err = Some(e.context("sending end-to-end hash"));
+            }
+        }
+        // The server's verdict explains most failures better than our EPIPE.
+        // Without an error the verdict can take a while (fsync of a big
+        // file); keepalive, not a timeout, catches a receiver host that
+        // vanished. After an error it normally comes at once; the bound is
+        // generous for a loaded machine and only matters for a stuck server.
+        let timeout = first_err.as_ref().map(|_| Duration::from_secs(30));
+        self.ctrl
+            .set_read_timeout(timeout)
+            .map_err(|e| fail(e.into()))?;
+        let done: Result<Done> = recv_msg(&mut self.ctrl);
+        self.sampler_stop.store(true, Ordering::SeqCst);
+        let tcp = self.sampler.join().unwrap_or_default();
+        if let Some(b) = self.bar.take() {
+            let _ = b.join();
+        }
+        let done = verdict(done, first_err, fail)?;
+        let e2e = check_digest(o, &done, &e2e_sum)?;
+        Ok((done, e2e, Measured { tcp, rate }))
+    }
+
+    /// Joins every worker; returns the most telling error (aborting the
+    /// others at the first one) and the sum of their digests.
+    fn join_workers(&mut self) -> (Option<anyhow::Error>, E2e) {
+        let mut first_err: Option<anyhow::Error> = None;
+        let mut e2e_sum = E2e::default();
+        // Readers first: a failing producer must abort the senders.
+        let workers: Vec<_> = self
+            .readers
+            .drain(..)
+            .chain(self.senders.drain(..))
+            .collect();
+        for h in workers {
+            match h.join().unwrap_or_else(|_| Err(anyhow!("worker panicked"))) {
+                Ok(part) => e2e_sum.merge(part),
+                Err(e) => {
+                    // Keep the most telling error: one of our own beats a
+                    // broken send, usually just the consequence of an abort.
+                    let is_send = |e: &anyhow::Error| format!("{e:#}").contains("sending data");
+                    if first_err
+                        .as_ref()
+                        .is_none_or(|f| is_send(f) && !is_send(&e))
+                    {
+                        first_err = Some(e);
+                    }
+                    self.abort.store(true, Ordering::SeqCst);
+                    for w in &self.weak {
+                        if let Some(c) = w.upgrade() {
+                            let _ = c.shutdown(Shutdown::Both);
+                        }
+                    }
+                }
+            }
+        }
+        (first_err, e2e_sum)
+    }
+}
+
+/// The attempt's outcome from the receiver's verdict and our own first
+/// error: a broken send is better explained by the receiver; anything else
+/// (producer failure, read error, injected fault) by us.
+fn verdict(
+    done: Result<Done>,
+    first_err: Option<anyhow::Error>,
+    fail: impl Fn(anyhow::Error) -> AttemptError,
+) -> std::result::Result<Done, AttemptError> {
+    let local_first = first_err
+        .as_ref()
+        .is_some_and(|e| !format!("{e:#}").contains("sending data"));
+    match (done, first_err) {
+        (Ok(_), Some(e)) if local_first => Err(fail(e)),
+        (Ok(d), _) if d.error.is_some() => Err(fail(anyhow!("receiver: {}", d.error.unwrap()))),
+        (Ok(_), Some(e)) | (Err(_), Some(e)) => Err(fail(e)),
+        (Err(e), None) => Err(fail(e.context("receiver closed the control connection"))),
+        (Ok(d), None) => Ok(d),
+    }
+}
+
+/// Our end-to-end digest against the receiver's (None: hashing off).
+fn check_digest(
+    o: &SendOpts,
+    done: &Done,
+    mine: &E2e,
+) -> std::result::Result<Option<String>, AttemptError> {
+    if !o.hash {
+        return Ok(None);
+    }
+    let mine = mine.hex();
+    match &done.e2e {
+        Some(theirs) if *theirs == mine => Ok(Some(mine)),
+        Some(theirs) => Err(anyhow!(
+            "END-TO-END HASH MISMATCH (sent {mine}, received {theirs}); the destination is wrong \
+             (if resuming, the earlier partial data differs: rerun with --no-resume)"
+        )
+        .into()),
+        None => Err(anyhow!("receiver did not report an end-to-end hash").into()),
+    }
+}
+
+type Worker = std::thread::JoinHandle<Result<E2e>>;
+
+/// What the sender threads share.
+struct Workers<'a> {
+    o: &'a SendOpts,
+    sent: &'a Arc<AtomicU64>,
+    abort: &'a Arc<AtomicBool>,
+    /// Set when senders must ask before each piece (pauses, the sleep limiter).
+    gates: Option<&'a Arc<RateControl>>,
+}
+
+impl Workers<'_> {
+    fn gate(&self) -> Option<Gate> {
+        self.gates.map(Gate::new)
+    }
+
+    /// Stripe mode: the missing chunks in one contiguous range per stream.
+    fn spawn_stripe(
+        &self,
+        src: Source,
+        size: u64,
+        have: &[(u64, u64)],
+        conns: Vec<Arc<TcpStream>>,
+    ) -> (Vec<Worker>, Vec<Worker>) {
+        let o = self.o;
+        let chunk = o.chunk as u64;
+        let n = size.div_ceil(chunk);
+        let missing = chunkset::missing(have, n);
+        let (file, zero) = match src {
+            Source::File { file, .. } => (Some(file), None),
+            _ => (None, Some(Arc::new(vec![0u8; o.chunk as usize]))),
+        };
+        let mut readers = Vec::new();
+        if o.hash {
+            // Hash what the receiver already has, so the end-to-end digest
+            // also vouches for the resumed part.
+            let skipped = chunkset::missing(&missing, n);
+            let (f, z) = (file.clone(), zero.clone());
+            readers.push(std::thread::spawn(move || {
+                hash_skipped(&skipped, f, z, chunk, size)
+            }));
+        }
+        let groups = chunkset::split(&missing, o.streams as usize);
+        let senders = conns
+            .into_iter()
+            .zip(groups)
+            .map(|(c, g)| {
                 let ctx = StripeCtx {
                     file: file.clone(),
                     zero: zero.clone(),
                     chunk,
                     size,
                     hash: o.hash,
-                    sent: sent.clone(),
-                    abort: abort.clone(),
+                    sent: self.sent.clone(),
+                    abort: self.abort.clone(),
                     stall_after: o.fault_stall_after,
+                    gate: self.gate(),
                 };
-                handles.push(std::thread::spawn(move || stripe_sender(c, g, ctx)));
-            }
-        }
-        (Mode::Stream, src) => {
-            let skip = have.first().filter(|r| r.0 == 0).map(|r| r.1).unwrap_or(0);
-            let (reader, mem): (Box<dyn Read + Send>, Option<u64>) = match src {
-                Source::File { file, .. } => (Box::new(SharedFile(file, 0)), None),
-                Source::Mem { size } => (Box::new(std::io::empty()), Some(size)),
-                Source::Pipe { reader, child } => {
-                    producer_child = child;
-                    (reader, None)
-                }
-            };
-            let shared = Arc::new(StreamSrc {
-                chunk: chunk as usize,
-                skip,
-                hash: o.hash,
-                abort: abort.clone(),
-                zero: mem.map(|_| vec![0u8; chunk as usize]),
-                expect: o.expect_size,
-                st: Mutex::new(SrcState {
-                    reader,
-                    mem_left: mem,
-                    seq: 0,
-                    read: 0,
-                    total: None,
-                    child: producer_child.take(),
-                    error: None,
-                }),
-            });
-            for c in conns {
-                let (shared, sent) = (shared.clone(), sent.clone());
-                let stall = o.fault_stall_after;
-                handles.push(std::thread::spawn(move || {
-                    stream_sender(c, shared, sent, stall)
-                }));
-            }
-        }
+                std::thread::spawn(move || stripe_sender(c, g, ctx))
+            })
+            .collect();
+        (readers, senders)
     }
 
-    let mut first_err: Option<anyhow::Error> = None;
-    let mut e2e_sum = E2e::default();
-    let mut note = |r: Result<E2e>, abort: &AtomicBool| {
-        if let Ok(part) = &r {
-            e2e_sum.merge(*part);
-        }
-        if let Err(e) = r {
-            // Keep the most telling error: one of our own beats a broken
-            // send, which is usually just the consequence of an abort.
-            let is_send = |e: &anyhow::Error| format!("{e:#}").contains("sending data");
-            if first_err
-                .as_ref()
-                .is_none_or(|f| is_send(f) && !is_send(&e))
-            {
-                first_err = Some(e);
+    /// Stream mode: every stream takes the next chunk of the shared source.
+    fn spawn_stream(
+        &self,
+        src: Source,
+        have: &[(u64, u64)],
+        conns: Vec<Arc<TcpStream>>,
+    ) -> (Vec<Worker>, Vec<Worker>) {
+        let o = self.o;
+        let chunk = o.chunk as usize;
+        let skip = have.first().filter(|r| r.0 == 0).map(|r| r.1).unwrap_or(0);
+        let (reader, mem, child): (Box<dyn Read + Send>, Option<u64>, _) = match src {
+            Source::File { file, .. } => (Box::new(SharedFile(file, 0)), None, None),
+            Source::Mem { size } => (Box::new(std::io::empty()), Some(size), None),
+            Source::Pipe { reader, child } => (reader, None, child),
+        };
+        let shared = Arc::new(StreamSrc {
+            chunk,
+            skip,
+            hash: o.hash,
+            abort: self.abort.clone(),
+            zero: mem.map(|_| vec![0u8; chunk]),
+            expect: o.expect_size,
+            st: Mutex::new(SrcState {
+                reader,
+                mem_left: mem,
+                seq: 0,
+                read: 0,
+                total: None,
+                child,
+                error: None,
+            }),
+        });
+        let senders = conns
+            .into_iter()
+            .map(|c| {
+                let (shared, sent) = (shared.clone(), self.sent.clone());
+                let (stall, gate) = (o.fault_stall_after, self.gate());
+                std::thread::spawn(move || stream_sender(c, shared, sent, stall, gate))
+            })
+            .collect();
+        (Vec::new(), senders)
+    }
+}
+
+/// Hashes the chunks the receiver already has (for the end-to-end digest).
+fn hash_skipped(
+    skipped: &[(u64, u64)],
+    file: Option<Arc<File>>,
+    zero: Option<Arc<Vec<u8>>>,
+    chunk: u64,
+    size: u64,
+) -> Result<E2e> {
+    let mut buf = vec![0u8; chunk as usize];
+    let mut e2e = E2e::default();
+    for i in skipped.iter().flat_map(|&(a, b)| a..b) {
+        let len = chunk.min(size - i * chunk) as usize;
+        let d: &[u8] = match &file {
+            Some(f) => {
+                f.read_exact_at(&mut buf[..len], i * chunk)
+                    .context("reading source")?;
+                &buf[..len]
             }
-            abort.store(true, Ordering::SeqCst);
-            for w in &weak {
-                if let Some(c) = w.upgrade() {
-                    let _ = c.shutdown(Shutdown::Both);
-                }
-            }
-        }
-    };
-    // Readers first: a failing producer must abort the senders.
-    for h in extra {
-        note(
-            h.join().unwrap_or_else(|_| Err(anyhow!("worker panicked"))),
-            &abort,
-        );
+            None => &zero.as_ref().unwrap()[..len],
+        };
+        e2e.add(i, chunk_hash(d));
     }
-    for h in handles {
-        note(
-            h.join().unwrap_or_else(|_| Err(anyhow!("worker panicked"))),
-            &abort,
-        );
-    }
-    if first_err.is_none() {
-        if let Some((f, size, mtime)) = &watched {
-            first_err = source_changed(f, *size, *mtime).err();
-        }
-    }
-    // The receiver commits (renames into place, lets a consumer finish) only
-    // once our digest arrives and matches its own.
-    if first_err.is_none() {
-        let e2e = o.hash.then(|| e2e_sum.hex());
-        if let Err(e) = send_msg(&mut ctrl, &Finish { e2e }) {
-            first_err = Some(e.context("sending end-to-end hash"));
-        }
-    }
-    // The server's verdict explains most failures better than our EPIPE.
-    // Without an error the verdict can take a while (fsync of a big file);
-    // keepalive, not a timeout, catches a receiver host that vanished. After
-    // an error it normally comes at once; the bound is generous for a
-    // loaded machine and only matters for a stuck server.
-    ctrl.set_read_timeout(first_err.as_ref().map(|_| Duration::from_secs(30)))?;
-    let done: Result<Done> = recv_msg(&mut ctrl);
-    let elapsed = data_start.elapsed().as_secs_f64();
-    sampler_stop.store(true, Ordering::SeqCst);
-    let tcp = sampler.join().unwrap_or_default();
-    if let Some(b) = bar {
-        let _ = b.join();
-    }
-    // A broken send is better explained by the receiver; anything else
-    // (producer failure, read error, injected fault) by us.
-    let local_first = first_err
-        .as_ref()
-        .is_some_and(|e| !format!("{e:#}").contains("sending data"));
-    let done = match (done, first_err) {
-        (Ok(_), Some(e)) if local_first => return Err(fail(e)),
-        (Ok(d), _) if d.error.is_some() => {
-            return Err(fail(anyhow!("receiver: {}", d.error.unwrap())))
-        }
-        (Ok(_), Some(e)) | (Err(_), Some(e)) => return Err(fail(e)),
-        (Err(e), None) => return Err(fail(e.context("receiver closed the control connection"))),
-        (Ok(d), None) => d,
-    };
-    let e2e = if o.hash {
-        let mine = e2e_sum.hex();
-        match &done.e2e {
-            Some(theirs) if *theirs == mine => Some(mine),
-            Some(theirs) => {
-                return Err(anyhow!(
-                    "END-TO-END HASH MISMATCH (sent {mine}, received {theirs}); the destination is wrong \
-                     (if resuming, the earlier partial data differs: rerun with --no-resume)"
-                )
-                .into())
-            }
-            None => return Err(anyhow!("receiver did not report an end-to-end hash").into()),
-        }
-    } else {
-        None
-    };
-    Ok(Outcome {
-        done,
-        resumed,
-        elapsed,
-        rate_bps,
-        mode,
-        tcp,
-        e2e,
-    })
+    Ok(e2e)
 }
 
 /// Fails if a file changed (size or modification time) since it was opened:
@@ -713,12 +986,34 @@ pub(crate) struct StripeCtx {
     pub sent: Arc<AtomicU64>,
     pub abort: Arc<AtomicBool>,
     pub stall_after: Option<u64>,
+    /// Asked before each piece of payload (a plan that pauses, the sleep
+    /// limiter); None: write whole frames.
+    pub gate: Option<Gate>,
 }
 
-fn write_frame(c: &TcpStream, hdr: FrameHdr, data: &[u8]) -> Result<()> {
+/// Writes a frame; with a gate, its payload in the pieces the gate admits
+/// (the header goes with the first).
+fn write_frame(c: &TcpStream, hdr: FrameHdr, data: &[u8], gate: Option<&mut Gate>) -> Result<()> {
     let mut w = c;
-    w.write_all(&hdr.encode())?;
-    w.write_all(data)?;
+    let Some(g) = gate.filter(|_| !data.is_empty()) else {
+        w.write_all(&hdr.encode())?;
+        w.write_all(data)?;
+        return Ok(());
+    };
+    let mut rest = data;
+    let mut first = true;
+    while !rest.is_empty() {
+        let n = g.piece().min(rest.len());
+        if !g.admit(n) {
+            bail!("transfer aborted");
+        }
+        if first {
+            w.write_all(&hdr.encode())?;
+            first = false;
+        }
+        w.write_all(&rest[..n])?;
+        rest = &rest[n..];
+    }
     Ok(())
 }
 
@@ -740,7 +1035,7 @@ fn stall_if_due(c: &TcpStream, after: Option<u64>, sent: &AtomicU64) -> Result<(
 pub(crate) fn stripe_sender(
     c: Arc<TcpStream>,
     ranges: Vec<(u64, u64)>,
-    x: StripeCtx,
+    mut x: StripeCtx,
 ) -> Result<E2e> {
     let mut buf = vec![0u8; x.chunk as usize];
     let mut e2e = E2e::default();
@@ -768,6 +1063,7 @@ pub(crate) fn stripe_sender(
                 hash: h,
             },
             data,
+            x.gate.as_mut(),
         )
         .context("sending data")?;
         e2e.add(i, h);
@@ -782,6 +1078,7 @@ pub(crate) fn stripe_sender(
             hash: 0,
         },
         &[],
+        None,
     )
     .context("sending data")?;
     Ok(e2e)
@@ -940,6 +1237,7 @@ pub(crate) fn stream_sender(
     src: Arc<StreamSrc>,
     sent: Arc<AtomicU64>,
     stall_after: Option<u64>,
+    mut gate: Option<Gate>,
 ) -> Result<E2e> {
     let mut buf = Vec::with_capacity(src.chunk);
     let mut e2e = E2e::default();
@@ -967,6 +1265,7 @@ pub(crate) fn stream_sender(
                 hash: h,
             },
             buf,
+            gate.as_mut(),
         )
         .context("sending data")?;
         sent.fetch_add(buf.len() as u64, Ordering::Relaxed);
@@ -984,6 +1283,7 @@ pub(crate) fn stream_sender(
             hash: 0,
         },
         &[],
+        None,
     )
     .context("sending data")?;
     Ok(e2e)

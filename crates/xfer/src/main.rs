@@ -5,11 +5,15 @@ mod chunkset;
 mod client;
 mod fsinfo;
 mod journal;
+mod limiter;
+mod profile;
 mod proto;
 mod pull;
 mod safepath;
 mod server;
+mod signal;
 mod sock;
+mod start;
 mod trace;
 mod util;
 
@@ -160,7 +164,119 @@ Pull: SRC = HOST:PORT:/path, DEST = a local file or '-' (stdout)."
         /// their connections to close (the transfer cannot finish).
         #[arg(long, hide = true)]
         fault_stall_after: Option<String>,
+        #[command(flatten)]
+        plan: PlanArgs,
     },
+}
+
+/// Following a schedule: when the data starts, and its rate over time.
+#[derive(clap::Args)]
+struct PlanArgs {
+    /// Start the data at T: Unix seconds (1795366694.250) or RFC 3339
+    /// (2026-11-22T16:58:14.250Z). The session is set up first; a T already
+    /// past starts at once, saying how late.
+    #[arg(long, value_name = "T")]
+    start_at: Option<String>,
+    /// With --start-at: connect and set up the session this long before T.
+    #[arg(long, value_name = "DUR", default_value = "5s", requires = "start_at")]
+    connect_ahead: String,
+    /// Set up the session, then listen on ADDR (IP:PORT) and start the data
+    /// when the previous transfer's --signal-done arrives.
+    #[arg(long, value_name = "ADDR", conflicts_with = "start_at")]
+    start_after_signal: Option<String>,
+    /// Once this transfer is committed, send the start signal to ADDR
+    /// (HOST:PORT, another xfer's --start-after-signal).
+    #[arg(long, value_name = "ADDR")]
+    signal_done: Option<String>,
+    /// Names the link of a chain; both ends of a signal must give the same.
+    #[arg(long, value_name = "TOKEN", default_value = "start")]
+    signal_token: String,
+    /// Goodput over time: 0s:300M,12.5s:600M,40s:0 (offsets from the data
+    /// start, bit/s as --rate takes them, 0 = pause), or @FILE (a JSON list
+    /// of {"t": s, "rate_bps": x}).
+    #[arg(long, value_name = "SPEC", conflicts_with_all = ["rate", "deadline"])]
+    rate_profile: Option<String>,
+    /// How the rate is enforced: pacing (SO_MAX_PACING_RATE), sleep (a
+    /// userland timer at --timer-hz), cwnd (the receiver's window clamped to
+    /// rate x min RTT).
+    #[arg(long, value_enum, default_value = "pacing")]
+    limiter: limiter::Limiter,
+    /// Timer frequency of --limiter sleep [default: 250].
+    #[arg(long, value_name = "HZ")]
+    timer_hz: Option<u32>,
+}
+
+/// `PlanArgs` checked and parsed (errors are usage errors: exit status 2).
+struct Plan {
+    profile: Option<profile::Profile>,
+    limiter: limiter::Limiter,
+    timer_hz: u32,
+    start_at: Option<f64>,
+    connect_ahead: std::time::Duration,
+    start_after_signal: Option<String>,
+    signal_done: Option<std::net::SocketAddr>,
+    signal_token: String,
+}
+
+impl PlanArgs {
+    fn given(&self) -> Option<&'static str> {
+        [
+            (self.start_at.is_some(), "--start-at"),
+            (self.start_after_signal.is_some(), "--start-after-signal"),
+            (self.signal_done.is_some(), "--signal-done"),
+            (self.rate_profile.is_some(), "--rate-profile"),
+            (self.limiter != limiter::Limiter::Pacing, "--limiter"),
+            (self.timer_hz.is_some(), "--timer-hz"),
+        ]
+        .into_iter()
+        .find_map(|(set, name)| set.then_some(name))
+    }
+
+    /// `rate_given`: --rate or --deadline was given.
+    fn parse(self, rate_given: bool, auth: &Auth) -> Result<Plan> {
+        use util::usage;
+        let profile = self
+            .rate_profile
+            .as_deref()
+            .map(profile::Profile::parse)
+            .transpose()?;
+        let limited = rate_given || profile.is_some();
+        if self.limiter != limiter::Limiter::Pacing && !limited {
+            return Err(usage(
+                "--limiter needs --rate, --deadline or --rate-profile",
+            ));
+        }
+        if self.timer_hz.is_some() && self.limiter != limiter::Limiter::Sleep {
+            return Err(usage("--timer-hz applies to --limiter sleep"));
+        }
+        let timer_hz = self.timer_hz.unwrap_or(250);
+        if !(1..=10_000).contains(&timer_hz) {
+            return Err(usage("--timer-hz must be between 1 and 10000"));
+        }
+        let connect_ahead = match self.connect_ahead.trim() {
+            "0" | "0s" => std::time::Duration::ZERO,
+            d => util::parse_duration(d).map_err(|e| usage(format!("--connect-ahead: {e}")))?,
+        };
+        signal::check_token(&self.signal_token)?;
+        Ok(Plan {
+            profile,
+            limiter: self.limiter,
+            timer_hz,
+            start_at: self
+                .start_at
+                .as_deref()
+                .map(start::parse_start_at)
+                .transpose()?,
+            connect_ahead,
+            start_after_signal: self.start_after_signal,
+            signal_done: self
+                .signal_done
+                .as_deref()
+                .map(|a| signal::resolve(a, auth))
+                .transpose()?,
+            signal_token: self.signal_token,
+        })
+    }
 }
 
 fn load_auth(key_file: &Option<PathBuf>, insecure: bool) -> Result<Auth> {
@@ -268,6 +384,7 @@ fn run() -> Result<()> {
             expect_size,
             fault_reset_after,
             fault_stall_after,
+            plan,
         } => {
             let is_remote = |s: &str| {
                 !std::path::Path::new(s).exists()
@@ -289,6 +406,7 @@ fn run() -> Result<()> {
                         (json.is_some(), "--json"),
                         (expect_size.is_some(), "--expect-size"),
                         (fault_reset_after.is_some(), "--fault-reset-after"),
+                        (plan.given().is_some(), plan.given().unwrap_or_default()),
                     ];
                     if let Some((_, name)) = bad.iter().find(|b| b.0) {
                         bail!("{name} does not apply to a pull (SRC = HOST:PORT:/path)");
@@ -354,6 +472,8 @@ fn run() -> Result<()> {
             if interval.as_millis() < 10 {
                 bail!("--interval must be at least 10ms");
             }
+            let auth = load_auth(&key_file, insecure)?;
+            let plan = plan.parse(rate.is_some() || deadline.is_some(), &auth)?;
             client::send(client::SendOpts {
                 src,
                 host,
@@ -380,7 +500,7 @@ fn run() -> Result<()> {
                     None
                 },
                 retries,
-                auth: load_auth(&key_file, insecure)?,
+                auth,
                 json,
                 interval,
                 progress: !no_progress,
@@ -396,6 +516,14 @@ fn run() -> Result<()> {
                     .map(util::parse_size)
                     .transpose()?,
                 args: std::env::args().collect(),
+                profile: plan.profile,
+                limiter: plan.limiter,
+                timer_hz: plan.timer_hz,
+                start_at: plan.start_at,
+                connect_ahead: plan.connect_ahead,
+                start_after_signal: plan.start_after_signal,
+                signal_done: plan.signal_done,
+                signal_token: plan.signal_token,
             })
         }
     }
@@ -419,7 +547,9 @@ fn into_dir_name(src: &client::SrcSpec, dest: &str) -> Result<String> {
 fn main() {
     if let Err(e) = run() {
         eprintln!("xfer: error: {e:#}");
-        std::process::exit(1);
+        // 2, as clap's own usage errors: the command was wrong, not the run.
+        let usage = e.downcast_ref::<util::UsageError>().is_some();
+        std::process::exit(if usage { 2 } else { 1 });
     }
 }
 

@@ -301,6 +301,10 @@ pub enum Reply {
         /// Pull: size of the file the server will send.
         #[serde(default)]
         size: Option<u64>,
+        /// What this server understands beyond protocol 2's first form
+        /// (`FEATURE_*`): an older server sends none.
+        #[serde(default)]
+        features: Vec<String>,
     },
     Joined,
     Reject(String),
@@ -313,10 +317,40 @@ pub struct Start {
     pub pacing: Option<u64>,
 }
 
+/// The server applies `WindowClamp` messages (the cwnd limiter).
+pub const FEATURE_WINDOW_CLAMP: &str = "window_clamp";
+/// The server reports where the sender's data start falls on its clock
+/// (`Finish::data_start_ago`, `Done::data_start`).
+pub const FEATURE_DATA_START: &str = "data_start";
+
 /// Sent by the client on the control connection after all data.
 #[derive(Serialize, Deserialize, Debug)]
 pub struct Finish {
     pub e2e: Option<String>,
+    /// Seconds from the sender's data start to this message. The receiver
+    /// subtracts it from the message's arrival, which places the data start
+    /// on its own clock one forward delay late, i.e. when data sent at the
+    /// start would arrive: the origin the profile's steps are measured from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_start_ago: Option<f64>,
+}
+
+/// The cwnd limiter: the window each data stream's receiving socket may
+/// advertise (TCP_WINDOW_CLAMP, bytes), indexed by stream. Sent by the
+/// client on the control connection while the data flows.
+#[derive(Serialize, Deserialize, Debug)]
+pub struct WindowClamp {
+    pub window_clamp: Vec<u32>,
+}
+
+/// What a client sends on the control connection after the reply: window
+/// clamps while the data flows, then `Finish`. (Untagged, so a `Finish`
+/// reads as it always did.)
+#[derive(Serialize, Deserialize, Debug)]
+#[serde(untagged)]
+pub enum ClientCtl {
+    Clamp(WindowClamp),
+    Finish(Finish),
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone)]
@@ -344,6 +378,10 @@ pub struct Done {
     pub elapsed: f64,
     pub flows: Vec<FlowReport>,
     pub goodput: Vec<GoodputSample>,
+    /// The sender's data start on the receiver's clock (seconds of session
+    /// time), from `Finish::data_start_ago`; None from an older server.
+    #[serde(default)]
+    pub data_start: Option<f64>,
 }
 
 #[derive(Debug, Clone, Copy)]

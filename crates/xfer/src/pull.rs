@@ -277,6 +277,9 @@ pub(crate) fn pull_once(
         mode,
         tcp,
         e2e,
+        plan: None,
+        changes: Vec::new(),
+        end_unix: crate::start::unix_now(),
     })
 }
 

@@ -15,7 +15,7 @@ use std::os::fd::OwnedFd;
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -267,6 +267,8 @@ struct State {
     writing: bool,
     /// The sender's end-to-end digest (inner None: hashing off), once sent.
     finish: Option<Option<String>>,
+    /// The sender's data start in session time (see `Finish::data_start_ago`).
+    data_start: Option<f64>,
     /// Threads blocked on the reorder window; waking nobody is cheaper.
     window_waiters: u32,
     writer_done: bool,
@@ -278,6 +280,10 @@ struct Slot {
     bytes: AtomicU64,
     first: Mutex<Option<f64>>,
     end: Mutex<Option<f64>>,
+    /// The stream's socket, for window clamps.
+    sock: Mutex<Option<TcpStream>>,
+    /// The window clamp the client asked for (bytes; 0: none).
+    clamp: AtomicU32,
 }
 
 struct Session {
@@ -298,6 +304,8 @@ struct Session {
     /// Payload bytes written out (or accepted by a consumer or the discard
     /// sink) in this session, for the fault hook.
     written: AtomicU64,
+    /// The window clamps' keeper runs (see `keep_clamps`).
+    clamp_keeper: AtomicBool,
 }
 
 impl Session {
@@ -451,6 +459,7 @@ fn handle_control(srv: &Arc<Server>, mut conn: TcpStream, req: Request) -> Resul
             have,
             resumed_bytes,
             size: None,
+            features: vec![FEATURE_WINDOW_CLAMP.into(), FEATURE_DATA_START.into()],
         },
     ) {
         session.fail(format!("{e:#}"));
@@ -459,18 +468,8 @@ fn handle_control(srv: &Arc<Server>, mut conn: TcpStream, req: Request) -> Resul
     // A client that disappears must not leave the session hanging.
     let watcher = {
         let s = session.clone();
-        let mut c = conn.try_clone()?;
-        std::thread::spawn(move || {
-            // The client's only message: its end-to-end digest, once all data
-            // is sent. Nothing is committed before it arrives and matches.
-            if let Ok(f) = recv_request::<_, Finish>(&mut c) {
-                s.state.lock().unwrap().finish = Some(f.e2e);
-                s.cv.notify_all();
-                let mut b = [0u8; 1];
-                let _ = c.read(&mut b);
-            }
-            s.fail("client closed the control connection".into());
-        })
+        let c = conn.try_clone()?;
+        std::thread::spawn(move || watch_control(&s, c))
     };
     let sampler = {
         let s = session.clone();
@@ -501,6 +500,73 @@ fn handle_control(srv: &Arc<Server>, mut conn: TcpStream, req: Request) -> Resul
     let _ = conn.shutdown(Shutdown::Both);
     let _ = watcher.join();
     Ok(())
+}
+
+/// Reads the client's control messages: window clamps while the data flows
+/// (the cwnd limiter), then its end-to-end digest once all data is sent.
+/// Nothing is committed before the digest arrives and matches. The session
+/// fails if the client leaves.
+fn watch_control(s: &Arc<Session>, mut c: TcpStream) {
+    loop {
+        match recv_request::<_, ClientCtl>(&mut c) {
+            Ok(ClientCtl::Clamp(w)) => clamp_windows(s, &w.window_clamp),
+            Ok(ClientCtl::Finish(f)) => {
+                let arrived = s.now();
+                let mut st = s.state.lock().unwrap();
+                st.finish = Some(f.e2e);
+                st.data_start = f
+                    .data_start_ago
+                    .filter(|a| a.is_finite() && *a >= 0.0)
+                    .map(|a| arrived - a);
+                s.cv.notify_all();
+                drop(st);
+                let mut b = [0u8; 1];
+                let _ = c.read(&mut b);
+                break;
+            }
+            Err(_) => break,
+        }
+    }
+    s.fail("client closed the control connection".into());
+}
+
+/// How often the clamp keeper looks at the sockets' window clamps.
+const CLAMP_CHECK: Duration = Duration::from_millis(5);
+
+/// The cwnd limiter: each stream's socket advertises at most its window.
+/// The first clamp also starts the keeper (below).
+fn clamp_windows(s: &Arc<Session>, windows: &[u32]) {
+    for (slot, &w) in s.slots.iter().zip(windows) {
+        slot.clamp.store(w.max(1), Ordering::SeqCst);
+        if let Some(sock) = slot.sock.lock().unwrap().as_ref() {
+            if let Err(e) = crate::sock::clamp_window(sock, w.max(1)) {
+                eprintln!("xfer: session {}: {e:#}", &s.req.session[..8]);
+            }
+        }
+    }
+    if !s.clamp_keeper.swap(true, Ordering::SeqCst) {
+        let s = s.clone();
+        std::thread::spawn(move || keep_clamps(&s));
+    }
+}
+
+/// Linux (6.8 on) resets a socket's window clamp to what its receive buffer
+/// allows whenever it re-measures the payload-to-memory ratio of arriving
+/// packets, which it does on the first full-sized segments: a clamp set
+/// when the data starts is lost within a round trip. So the clamps are
+/// re-set whenever found changed, until the session ends.
+fn keep_clamps(s: &Session) {
+    while !s.stop_sampler.load(Ordering::SeqCst) {
+        std::thread::sleep(CLAMP_CHECK);
+        for slot in &s.slots {
+            let want = slot.clamp.load(Ordering::SeqCst);
+            if let (Some(sock), true) = (slot.sock.lock().unwrap().as_ref(), want > 0) {
+                if crate::sock::window_clamp(sock).is_some_and(|c| c != want) {
+                    let _ = crate::sock::clamp_window(sock, want);
+                }
+            }
+        }
+    }
 }
 
 /// One session per destination at a time. A previous session on this path
@@ -638,7 +704,10 @@ fn report(
 ) -> Done {
     let req = &session.req;
     let elapsed = session.now();
-    let e2e = req.hash.then(|| session.state.lock().unwrap().e2e.hex());
+    let (e2e, data_start) = {
+        let st = session.state.lock().unwrap();
+        (req.hash.then(|| st.e2e.hex()), st.data_start)
+    };
     let flows: Vec<FlowReport> = session
         .slots
         .iter()
@@ -660,6 +729,7 @@ fn report(
         elapsed,
         flows,
         goodput,
+        data_start,
     };
     let sink = match &req.sink {
         Sink::Path(p) => p.clone(),
@@ -737,12 +807,15 @@ fn prepare(srv: &Server, req: &Request) -> Result<Prepared> {
                 bytes: AtomicU64::new(0),
                 first: Mutex::new(None),
                 end: Mutex::new(None),
+                sock: Mutex::new(None),
+                clamp: AtomicU32::new(0),
             })
             .collect(),
         stop_sampler: AtomicBool::new(false),
         pool: Mutex::new(Vec::new()),
         output: Mutex::new(Some(output)),
         written: AtomicU64::new(0),
+        clamp_keeper: AtomicBool::new(false),
     });
     Ok((session, have_ranges, resumed, child))
 }
@@ -989,6 +1062,7 @@ fn handle_data(s: &Arc<Session>, mut conn: TcpStream, stream: u32) -> Result<()>
         }
         st.joined[stream as usize] = true;
         st.conns.push(conn.try_clone()?);
+        *s.slots[stream as usize].sock.lock().unwrap() = conn.try_clone().ok();
     }
     send_msg(&mut conn, &Reply::Joined)?;
     if let Err(e) = receive_stream(s, &mut conn, stream) {
@@ -1307,6 +1381,7 @@ fn handle_pull(srv: &Arc<Server>, mut conn: TcpStream, req: Request) -> Result<(
             have: Vec::new(),
             resumed_bytes: 0,
             size: Some(size),
+            features: Vec::new(),
         },
     )?;
     let conns = pull_connections(&conn, &rx, &req)?;
@@ -1356,6 +1431,7 @@ fn handle_pull(srv: &Arc<Server>, mut conn: TcpStream, req: Request) -> Result<(
                     sent: sent.clone(),
                     abort: abort.clone(),
                     stall_after: req.fault_stall_after,
+                    gate: None,
                 };
                 handles.push(std::thread::spawn(move || client::stripe_sender(c, g, ctx)));
             }
@@ -1371,7 +1447,7 @@ fn handle_pull(srv: &Arc<Server>, mut conn: TcpStream, req: Request) -> Result<(
                 let (src, sent) = (src.clone(), sent.clone());
                 let stall = req.fault_stall_after;
                 handles.push(std::thread::spawn(move || {
-                    client::stream_sender(c, src, sent, stall)
+                    client::stream_sender(c, src, sent, stall, None)
                 }));
             }
         }
@@ -1413,6 +1489,7 @@ fn handle_pull(srv: &Arc<Server>, mut conn: TcpStream, req: Request) -> Result<(
         elapsed,
         flows: Vec::new(),
         goodput: Vec::new(),
+        data_start: None,
     };
     let _ = send_msg(&mut conn, &done);
     // Wait (briefly) for the client to read the verdict and close.

@@ -64,12 +64,77 @@ pub fn set_pacing<S: AsRawFd>(s: &S, bytes_per_sec: u64) -> Result<()> {
     .map_err(|e| anyhow::anyhow!("setting SO_MAX_PACING_RATE: {e}"))
 }
 
+/// Bounds the unsent part of the send buffer (TCP_NOTSENT_LOWAT): writes
+/// block once this many bytes wait to be sent, so a change of plan (a pause)
+/// is not delayed by megabytes queued at the old rate.
+pub fn set_notsent_lowat<S: AsRawFd>(s: &S, bytes: u32) -> Result<()> {
+    setsockopt_raw(
+        s.as_raw_fd(),
+        libc::IPPROTO_TCP,
+        libc::TCP_NOTSENT_LOWAT,
+        &(bytes as libc::c_int),
+    )
+    .map_err(|e| anyhow::anyhow!("setting TCP_NOTSENT_LOWAT: {e}"))
+}
+
+/// Bounds the window this (receiving) socket advertises, hence its peer's
+/// send window, to `bytes` (TCP_WINDOW_CLAMP). The receive buffer is pinned
+/// first (SO_RCVBUF, at least four times the window): receive-buffer
+/// autotuning raises the clamp along with the buffer it grows.
+pub fn clamp_window<S: AsRawFd>(s: &S, bytes: u32) -> Result<()> {
+    let fd = s.as_raw_fd();
+    let mut cur: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: cur and len describe a live c_int for the kernel to fill.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUF,
+            &mut cur as *mut _ as *mut libc::c_void,
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        bail!("reading SO_RCVBUF: {}", std::io::Error::last_os_error());
+    }
+    // The kernel doubles what it is given; FORCE (root) passes rmem_max.
+    let want = (cur as i64).max(bytes as i64 * 4).min(i32::MAX as i64) as libc::c_int / 2;
+    if setsockopt_raw(fd, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, &want).is_err() {
+        setsockopt_raw(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, &want)
+            .map_err(|e| anyhow::anyhow!("setting SO_RCVBUF: {e}"))?;
+    }
+    let clamp = bytes.min(i32::MAX as u32) as libc::c_int;
+    setsockopt_raw(fd, libc::IPPROTO_TCP, libc::TCP_WINDOW_CLAMP, &clamp)
+        .map_err(|e| anyhow::anyhow!("setting TCP_WINDOW_CLAMP: {e}"))
+}
+
+/// The window clamp in force (TCP_WINDOW_CLAMP), if it can be read.
+pub fn window_clamp<S: AsRawFd>(s: &S) -> Option<u32> {
+    let mut v: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: v and len describe a live c_int for the kernel to fill.
+    let rc = unsafe {
+        libc::getsockopt(
+            s.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_WINDOW_CLAMP,
+            &mut v as *mut _ as *mut libc::c_void,
+            &mut len,
+        )
+    };
+    (rc == 0 && v >= 0).then_some(v as u32)
+}
+
 #[derive(Debug, Clone, Copy, Default)]
 pub struct TcpSample {
     pub cwnd: u32,
     pub ssthresh: u32,
     pub srtt_ms: f64,
     pub retrans: u32,
+    /// Smallest RTT seen (tcpi_min_rtt), in µs; 0 if unknown.
+    pub min_rtt_us: u32,
+    pub snd_mss: u32,
 }
 
 pub fn tcp_info<S: AsRawFd>(s: &S) -> Option<TcpSample> {
@@ -92,6 +157,12 @@ pub fn tcp_info<S: AsRawFd>(s: &S) -> Option<TcpSample> {
             ssthresh: ti.tcpi_snd_ssthresh,
             srtt_ms: ti.tcpi_rtt as f64 / 1000.0,
             retrans: ti.tcpi_total_retrans,
+            min_rtt_us: if ti.tcpi_min_rtt != u32::MAX {
+                ti.tcpi_min_rtt
+            } else {
+                ti.tcpi_rtt
+            },
+            snd_mss: ti.tcpi_snd_mss,
         })
     }
 }
@@ -108,6 +179,11 @@ mod tests {
         assert!(e.contains("not available"), "{e}");
         set_cc(&s, "reno").unwrap();
         set_pacing(&s, 1_000_000).unwrap();
-        assert!(tcp_info(&s).unwrap().cwnd > 0);
+        set_notsent_lowat(&s, 128 << 10).unwrap();
+        let i = tcp_info(&s).unwrap();
+        assert!(i.cwnd > 0 && i.snd_mss > 0);
+        let (r, _) = l.accept().unwrap();
+        clamp_window(&r, 50_000).unwrap();
+        assert_eq!(window_clamp(&r), Some(50_000));
     }
 }

@@ -1,8 +1,11 @@
 //! `--json` output in the project's Trace layout (tables run, flows,
 //! goodput, tcp as lists of row objects).
 
-use crate::client::SendOpts;
-use crate::proto::{Done, Mode, Sink};
+use crate::client::{Outcome, SendOpts};
+use crate::limiter::{Limiter, RateChange};
+use crate::proto::{Done, Sink};
+use crate::signal::Sent;
+use crate::start::StartRecord;
 use serde::Serialize;
 
 #[derive(Serialize)]
@@ -11,6 +14,10 @@ pub struct Trace {
     pub flows: Vec<FlowRow>,
     pub goodput: Vec<GoodputRow>,
     pub tcp: Vec<TcpRow>,
+    /// Each step of the rate plan as it was applied (empty: unlimited).
+    pub rate_changes: Vec<RateChange>,
+    /// The goodput achieved during each step of the plan.
+    pub segments: Vec<SegmentRow>,
 }
 
 #[derive(Serialize)]
@@ -32,6 +39,49 @@ pub struct Run {
     pub hash: Option<&'static str>,
     pub e2e_hash: Option<String>,
     pub interval: f64,
+    /// How the rate was enforced: pacing, sleep or cwnd (null: unlimited).
+    pub limiter: Option<&'static str>,
+    /// The sleep limiter's timer frequency.
+    pub timer_hz: Option<u32>,
+    /// The plan followed: goodput from `t` seconds after the data start on.
+    pub profile: Option<Vec<StepRow>>,
+    /// When the data was planned to start and when it did (Unix times).
+    pub start: Option<StartRecord>,
+    /// Unix time the receiver's verdict arrived.
+    pub end_time: f64,
+    /// The sender's data start in the receiver's session time (the origin
+    /// of `flows` and `goodput`): t − data_start_receiver is data time.
+    pub data_start_receiver: Option<f64>,
+    /// The start signal sent to the next transfer (`--signal-done`).
+    pub signal_done: Option<Sent>,
+}
+
+#[derive(Serialize)]
+pub struct StepRow {
+    pub t: f64,
+    pub rate_bps: u64,
+}
+
+/// A step of the plan and what the receiver got during it. Times are
+/// seconds after the data start (sender's clock; receiver samples are moved
+/// onto it with `data_start_receiver`).
+#[derive(Serialize, Debug)]
+pub struct SegmentRow {
+    pub step: usize,
+    pub start: f64,
+    /// Planned end (null: the last step, open-ended).
+    pub end: Option<f64>,
+    /// Planned goodput, bit/s (0: paused).
+    pub rate_bps: u64,
+    /// Where the step ended in fact: its planned end or the last byte's
+    /// arrival, whichever came first (null: never reached).
+    pub actual_end: Option<f64>,
+    /// Payload bytes received during the step.
+    pub bytes: u64,
+    /// bytes × 8 / (actual_end − start).
+    pub goodput_bps: Option<f64>,
+    /// (goodput − rate) / rate (null for a pause).
+    pub error: Option<f64>,
 }
 
 #[derive(Serialize)]
@@ -65,18 +115,67 @@ pub struct TcpRow {
     pub retransmissions: u32,
 }
 
-#[allow(clippy::too_many_arguments)]
+/// The trace of a finished send. `start_unix`: when the command started.
 pub fn build(
     o: &SendOpts,
-    d: &Done,
-    mode: Mode,
-    rate: Option<u64>,
-    resumed: u64,
-    completion: f64,
+    out: &Outcome,
     start_unix: f64,
-    e2e: Option<String>,
-    tcp: Vec<TcpRow>,
+    start: Option<&StartRecord>,
+    signal_done: Option<&Sent>,
 ) -> Trace {
+    let d = &out.done;
+    let goodput = goodput_rows(o, d);
+    let plan = out.plan.as_ref();
+    let segments = plan
+        .map(|p| segment_rows(&p.profile, d, &goodput))
+        .unwrap_or_default();
+    Trace {
+        run: Run {
+            tool: "xfer",
+            version: env!("CARGO_PKG_VERSION"),
+            args: o.args.clone(),
+            start_time: start_unix,
+            mode: out.mode.name(),
+            streams: o.streams,
+            rate: out.rate_bps,
+            bytes: d.bytes,
+            total_size: d.total_size,
+            resumed_bytes: out.resumed,
+            completion_time: out.elapsed,
+            receiver_elapsed: d.elapsed,
+            hash: o
+                .hash
+                .then_some("xxh3-64 per chunk, sum of xxh3-128 end to end"),
+            e2e_hash: out.e2e.clone(),
+            interval: o.interval.as_secs_f64(),
+            limiter: plan.map(|p| p.limiter.name()),
+            timer_hz: plan
+                .filter(|p| p.limiter == Limiter::Sleep)
+                .map(|p| p.timer_hz),
+            profile: plan.map(|p| {
+                p.profile
+                    .steps()
+                    .iter()
+                    .map(|s| StepRow {
+                        t: s.at,
+                        rate_bps: s.rate_bps,
+                    })
+                    .collect()
+            }),
+            start: start.cloned(),
+            end_time: out.end_unix,
+            data_start_receiver: d.data_start,
+            signal_done: signal_done.cloned(),
+        },
+        flows: flow_rows(o, d, out.mode),
+        goodput,
+        tcp: out.tcp.clone(),
+        rate_changes: out.changes.clone(),
+        segments,
+    }
+}
+
+fn flow_rows(o: &SendOpts, d: &Done, mode: crate::proto::Mode) -> Vec<FlowRow> {
     let source = match &o.src {
         crate::client::SrcSpec::Path(p) => p.display().to_string(),
         crate::client::SrcSpec::Stdin => "-".into(),
@@ -89,8 +188,7 @@ pub fn build(
         Sink::Cmd(c) => format!("{}:{} cmd:{c}", o.host, o.port),
         Sink::Discard => format!("{}:{} discard", o.host, o.port),
     };
-    let flows = d
-        .flows
+    d.flows
         .iter()
         .map(|f| FlowRow {
             flow_id: f.stream,
@@ -103,11 +201,13 @@ pub fn build(
             bytes: f.bytes,
             completion_time: f.end - f.start,
         })
-        .collect();
+        .collect()
+}
+
+fn goodput_rows(o: &SendOpts, d: &Done) -> Vec<GoodputRow> {
     // Samples carry the end of their interval; the first starts at 0.
     let mut prev_t = vec![0.0f64; o.streams as usize];
-    let goodput = d
-        .goodput
+    d.goodput
         .iter()
         .map(|g| {
             let i = g.stream as usize;
@@ -130,29 +230,60 @@ pub fn build(
                 },
             }
         })
+        .collect()
+}
+
+/// The plan's steps against what the receiver counted. The receiver's
+/// samples are moved onto data time with its record of the data start (an
+/// older server has none: its first data byte stands in).
+fn segment_rows(
+    profile: &crate::profile::Profile,
+    d: &Done,
+    goodput: &[GoodputRow],
+) -> Vec<SegmentRow> {
+    let first_byte = d
+        .flows
+        .iter()
+        .map(|f| f.start)
+        .fold(f64::INFINITY, f64::min);
+    let origin = d.data_start.unwrap_or(if first_byte.is_finite() {
+        first_byte
+    } else {
+        0.0
+    });
+    let data_end = d.flows.iter().map(|f| f.end).fold(0.0, f64::max) - origin;
+    let mut prev = std::collections::HashMap::new();
+    let spans: Vec<(f64, f64, u64)> = goodput
+        .iter()
+        .map(|g| {
+            let a = prev.insert(g.flow_id, g.t).unwrap_or(0.0);
+            (a - origin, g.t - origin, g.bytes)
+        })
         .collect();
-    Trace {
-        run: Run {
-            tool: "xfer",
-            version: env!("CARGO_PKG_VERSION"),
-            args: o.args.clone(),
-            start_time: start_unix,
-            mode: mode.name(),
-            streams: o.streams,
-            rate,
-            bytes: d.bytes,
-            total_size: d.total_size,
-            resumed_bytes: resumed,
-            completion_time: completion,
-            receiver_elapsed: d.elapsed,
-            hash: o
-                .hash
-                .then_some("xxh3-64 per chunk, sum of xxh3-128 end to end"),
-            e2e_hash: e2e,
-            interval: o.interval.as_secs_f64(),
-        },
-        flows,
-        goodput,
-        tcp,
-    }
+    let bytes = profile.bytes_per_step(&spans);
+    profile
+        .steps()
+        .iter()
+        .enumerate()
+        .map(|(k, s)| {
+            let end = profile.end_of(k);
+            let reached = s.at < data_end;
+            let actual_end = reached.then(|| end.unwrap_or(f64::INFINITY).min(data_end));
+            let goodput_bps = actual_end
+                .filter(|e| *e > s.at)
+                .map(|e| bytes[k] * 8.0 / (e - s.at));
+            SegmentRow {
+                step: k,
+                start: s.at,
+                end,
+                rate_bps: s.rate_bps,
+                actual_end,
+                bytes: bytes[k].round() as u64,
+                goodput_bps,
+                error: goodput_bps
+                    .filter(|_| s.rate_bps > 0)
+                    .map(|g| (g - s.rate_bps as f64) / s.rate_bps as f64),
+            }
+        })
+        .collect()
 }

@@ -86,6 +86,25 @@ pub fn parse_duration(s: &str) -> Result<Duration> {
         .map_err(|_| anyhow::anyhow!("invalid duration {s:?}: too long"))
 }
 
+/// Bad command-line input found after clap's parsing (a rate profile, a
+/// start time): `main` exits with status 2 for it, as clap does for its own
+/// usage errors, so a caller can tell "you asked wrongly" from "it failed".
+#[derive(Debug)]
+pub struct UsageError(pub String);
+
+impl std::fmt::Display for UsageError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for UsageError {}
+
+/// A usage error as an `anyhow::Error` (exit status 2).
+pub fn usage(msg: impl Into<String>) -> anyhow::Error {
+    anyhow::Error::new(UsageError(msg.into()))
+}
+
 pub fn random_bytes<const N: usize>() -> Result<[u8; N]> {
     let mut b = [0u8; N];
     std::fs::File::open("/dev/urandom")

@@ -4,6 +4,8 @@
 //! client never would).
 #![allow(dead_code)]
 
+pub mod delay;
+
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};

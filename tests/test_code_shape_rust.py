@@ -44,7 +44,7 @@ def functions(text: str) -> list[tuple[str, int, int]]:
 
 
 def test_the_scanner_sees_braces_in_code_only():
-    text = 'fn a() {\n    let s = "}}}";\n    let c = \'{\';\n    // }\n    x\n}\nfn b() -> u8;\nfn c<\'a>(x: &\'a str) {\n}\n'
+    text = "fn a() {\n    let s = \"}}}\";\n    let c = '{';\n    // }\n    x\n}\nfn b() -> u8;\nfn c<'a>(x: &'a str) {\n}\n"
     assert functions(text) == [("a", 1, 6), ("c", 8, 2)]
 
 

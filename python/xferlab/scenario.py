@@ -792,9 +792,7 @@ def _request_limiter(s: Scenario, segments: list[dict]) -> dict | None:
         if g["start_s"] > prev["end_s"] + 1e-9:
             steps.append((prev["end_s"], 0.0))  # preempted (edf): paused until its next stretch
         steps.append((g["start_s"], rate(g["rate_bps"])))
-    kind = {"pacing": "pacer", "token_bucket": "token_bucket", "cwnd_clamp": "cwnd_clamp", "sleep_timer": "sleep_timer"}[
-        sch.mechanism
-    ]
+    kind = MECHANISM_LIMITER[sch.mechanism]
     first = steps[0][1]
     lim = {"kind": kind, "rate_bps": first, "profile": [{"t_s": x, "rate_bps": y} for x, y in steps[1:]]}
     if kind in ("token_bucket", "sleep_timer"):

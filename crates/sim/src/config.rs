@@ -109,6 +109,12 @@ pub struct FlowConfig {
     /// A rate limiter between the TCP sender and its host interface.
     #[serde(default)]
     pub limiter: Option<LimiterConfig>,
+    /// Rate changes of the limiter, in time order (needs a limiter).
+    #[serde(default)]
+    pub profile: Vec<RateStep>,
+    /// Start when another pair's transfers are done instead of at `start_ns`.
+    #[serde(default)]
+    pub start_after: Option<StartAfter>,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -123,17 +129,73 @@ pub enum FlowRole {
 }
 
 /// Rate limiters of seed 001 §2.1.3, counting frames as a qdisc does (IP packet + 14 B).
+/// A rate limiter on a flow (seed 001 §2.1.3). Rates count frame bytes as a qdisc sees
+/// them (IP packet + 14-byte Ethernet header); `null` in JSON means unlimited.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
 pub enum LimiterConfig {
     /// Packet-level pacing (PSPacer, SO_MAX_PACING_RATE).
-    Pacer { rate_bps: f64 },
+    Pacer {
+        #[serde(deserialize_with = "rate_or_unlimited")]
+        rate_bps: f64,
+    },
     /// A token bucket refilled by a timer every `tick_ns` (HTB/TBF with HZ ticks).
     TokenBucket {
+        #[serde(deserialize_with = "rate_or_unlimited")]
         rate_bps: f64,
         burst_bytes: u64,
         tick_ns: Time,
     },
+    /// The receiver's window clamped to rate × the path's RTT (TCP_WINDOW_CLAMP): the
+    /// sender never has more than that in flight.
+    CwndClamp {
+        #[serde(deserialize_with = "rate_or_unlimited")]
+        rate_bps: f64,
+    },
+    /// A userland sleep timer (Trickle-like): every `tick_ns` the application writes
+    /// rate × tick into the socket; TCP sends what it has.
+    SleepTimer {
+        #[serde(deserialize_with = "rate_or_unlimited")]
+        rate_bps: f64,
+        tick_ns: Time,
+    },
+}
+
+impl LimiterConfig {
+    /// The limiter's rate at the start, bit/s of frames (infinite: unlimited).
+    pub fn rate_bps(&self) -> f64 {
+        match *self {
+            LimiterConfig::Pacer { rate_bps }
+            | LimiterConfig::TokenBucket { rate_bps, .. }
+            | LimiterConfig::CwndClamp { rate_bps }
+            | LimiterConfig::SleepTimer { rate_bps, .. } => rate_bps,
+        }
+    }
+}
+
+/// `null` is an unlimited rate (serde_json writes infinity as `null`, so this round-trips).
+fn rate_or_unlimited<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::INFINITY))
+}
+
+/// From `at_ns` on, the flow's limiter runs at `rate_bps` (0 pauses new data, `null` lifts
+/// the limit): the steps of a multi-rate or preemptive plan.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RateStep {
+    pub at_ns: Time,
+    #[serde(deserialize_with = "rate_or_unlimited")]
+    pub rate_bps: f64,
+}
+
+/// The flow starts `delay_ns` after every transfer of `pair` has completed (one after
+/// another, the start signalled by the previous transfer's end).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StartAfter {
+    pub pair: u32,
+    #[serde(default)]
+    pub delay_ns: Time,
 }
 
 /// An unresponsive source alternating exponential ON and OFF periods; during ON it sends
@@ -401,115 +463,209 @@ impl SimConfig {
     /// Checks what the simulator relies on; the scenario model gives friendlier messages
     /// first, this is the last line of defence for direct Rust users.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let err = |m: String| Err(ConfigError(m));
         if self.mss == 0 {
-            return err("mss must be positive".into());
+            return fail("mss must be positive".into());
         }
-        for (name, l) in [
-            ("bottleneck", Some(&self.bottleneck)),
-            ("reverse_bottleneck", self.reverse_bottleneck.as_ref()),
-        ] {
-            if let Some(l) = l {
-                if !(l.rate_bps > 0.0 && l.rate_bps.is_finite()) {
-                    return err(format!("{name}.rate_bps must be positive"));
-                }
-                if l.buffer_pkts == 0 {
-                    return err(format!("{name}.buffer_pkts must be at least 1"));
-                }
-                if !(0.0..1.0).contains(&l.loss_rate) {
-                    return err(format!("{name}.loss_rate must be in [0, 1)"));
-                }
-            }
-        }
-        if self.pairs.is_empty() {
-            return err("at least one pair is needed".into());
-        }
-        for (i, p) in self.pairs.iter().enumerate() {
-            if !(p.access_rate_bps > 0.0 && p.access_rate_bps.is_finite()) {
-                return err(format!("pairs[{i}].access_rate_bps must be positive"));
-            }
-        }
+        self.validate_links()?;
         if self.flows.is_empty() {
-            return err("at least one flow is needed".into());
+            return fail("at least one flow is needed".into());
         }
         for (i, f) in self.flows.iter().enumerate() {
-            if f.pair as usize >= self.pairs.len() {
-                return err(format!("flows[{i}].pair {} does not exist", f.pair));
-            }
-            match (f.duration_ns, f.volume_bytes, f.role) {
-                (Some(0), _, _) => return err(format!("flows[{i}].duration_ns must be positive")),
-                (_, Some(0), _) => return err(format!("flows[{i}].volume_bytes must be positive")),
-                (Some(_), None, _) | (None, Some(_), _) | (None, None, FlowRole::Reverse) => {}
-                _ => {
-                    return err(format!(
-                        "flows[{i}]: exactly one of duration_ns and volume_bytes"
-                    ))
-                }
-            }
-            if f.role == FlowRole::Reverse && self.reverse_bottleneck.is_none() {
-                return err(format!(
-                    "flows[{i}]: reverse traffic needs a reverse_bottleneck"
-                ));
-            }
-            match &f.limiter {
-                Some(LimiterConfig::Pacer { rate_bps })
-                    if !(*rate_bps > 0.0 && rate_bps.is_finite()) =>
-                {
-                    return err(format!("flows[{i}].limiter.rate_bps must be positive"));
-                }
-                Some(LimiterConfig::TokenBucket {
-                    rate_bps,
-                    burst_bytes,
-                    tick_ns,
-                }) => {
-                    if !(*rate_bps > 0.0 && rate_bps.is_finite()) || *tick_ns == 0 {
-                        return err(format!(
-                            "flows[{i}].limiter: rate and tick must be positive"
-                        ));
-                    }
-                    if *burst_bytes < (self.mss + self.header_bytes + 14) as u64 {
-                        return err(format!(
-                            "flows[{i}].limiter.burst_bytes must hold at least one frame"
-                        ));
-                    }
-                }
-                _ => {}
-            }
-            if crate::cc::by_name(&f.variant).is_none() {
-                return err(format!(
-                    "flows[{i}].variant '{}' is not known (known: {})",
-                    f.variant,
-                    crate::cc::NAMES.join(", ")
-                ));
-            }
-            if f.max_window_pkts == Some(0) {
-                return err(format!("flows[{i}].max_window_pkts must be positive"));
-            }
+            self.validate_flow(i, f)?;
         }
+        self.validate_start_chains()?;
         for (i, b) in self.background.iter().enumerate() {
             if !(b.access_rate_bps > 0.0 && b.access_rate_bps.is_finite())
                 || b.mean_on_ns == 0
                 || b.packet_bytes == 0
             {
-                return err(format!(
+                return fail(format!(
                     "background[{i}]: rate, mean ON time and packet size must be positive"
                 ));
             }
         }
         let n = &self.noise;
         if !(0.0..=10_000.0).contains(&n.clock_ppm) {
-            return err("noise.clock_ppm must be in [0, 10000]".into());
+            return fail("noise.clock_ppm must be in [0, 10000]".into());
         }
         let m = &self.measure;
         if m.goodput_interval_ns == 0 || m.link_interval_ns == 0 || m.tcp_interval_ns == 0 {
-            return err("measure intervals must be positive".into());
+            return fail("measure intervals must be positive".into());
         }
         if self.tcp.initial_cwnd == 0 || self.tcp.dupthresh == 0 {
-            return err("tcp.initial_cwnd and tcp.dupthresh must be positive".into());
+            return fail("tcp.initial_cwnd and tcp.dupthresh must be positive".into());
         }
         if !(10..=10_000).contains(&self.tcp.hz) {
-            return err("tcp.hz must be in [10, 10000]".into());
+            return fail("tcp.hz must be in [10, 10000]".into());
         }
         Ok(())
     }
+
+    /// The bottlenecks and the pairs' access links.
+    fn validate_links(&self) -> Result<(), ConfigError> {
+        for (name, l) in [
+            ("bottleneck", Some(&self.bottleneck)),
+            ("reverse_bottleneck", self.reverse_bottleneck.as_ref()),
+        ] {
+            if let Some(l) = l {
+                if !(l.rate_bps > 0.0 && l.rate_bps.is_finite()) {
+                    return fail(format!("{name}.rate_bps must be positive"));
+                }
+                if l.buffer_pkts == 0 {
+                    return fail(format!("{name}.buffer_pkts must be at least 1"));
+                }
+                if !(0.0..1.0).contains(&l.loss_rate) {
+                    return fail(format!("{name}.loss_rate must be in [0, 1)"));
+                }
+                match &l.shaper {
+                    Some(
+                        sh @ (LimiterConfig::Pacer { .. } | LimiterConfig::TokenBucket { .. }),
+                    ) => {
+                        self.validate_limiter(&format!("{name}.shaper"), sh)?;
+                    }
+                    Some(_) => {
+                        return fail(format!("{name}.shaper must be a pacer or a token bucket"))
+                    }
+                    None => {}
+                }
+            }
+        }
+        if self.pairs.is_empty() {
+            return fail("at least one pair is needed".into());
+        }
+        for (i, p) in self.pairs.iter().enumerate() {
+            if !(p.access_rate_bps > 0.0 && p.access_rate_bps.is_finite()) {
+                return fail(format!("pairs[{i}].access_rate_bps must be positive"));
+            }
+        }
+        Ok(())
+    }
+
+    /// One flow: its pair, what bounds it, its variant, limiter, profile and start.
+    fn validate_flow(&self, i: usize, f: &FlowConfig) -> Result<(), ConfigError> {
+        if f.pair as usize >= self.pairs.len() {
+            return fail(format!("flows[{i}].pair {} does not exist", f.pair));
+        }
+        match (f.duration_ns, f.volume_bytes, f.role) {
+            (Some(0), _, _) => return fail(format!("flows[{i}].duration_ns must be positive")),
+            (_, Some(0), _) => return fail(format!("flows[{i}].volume_bytes must be positive")),
+            (Some(_), None, _) | (None, Some(_), _) | (None, None, FlowRole::Reverse) => {}
+            _ => {
+                return fail(format!(
+                    "flows[{i}]: exactly one of duration_ns and volume_bytes"
+                ))
+            }
+        }
+        if f.role == FlowRole::Reverse && self.reverse_bottleneck.is_none() {
+            return fail(format!(
+                "flows[{i}]: reverse traffic needs a reverse_bottleneck"
+            ));
+        }
+        if let Some(l) = &f.limiter {
+            self.validate_limiter(&format!("flows[{i}].limiter"), l)?;
+        }
+        self.validate_profile(i, f)?;
+        if crate::cc::by_name(&f.variant).is_none() {
+            return fail(format!(
+                "flows[{i}].variant '{}' is not known (known: {})",
+                f.variant,
+                crate::cc::NAMES.join(", ")
+            ));
+        }
+        if f.max_window_pkts == Some(0) {
+            return fail(format!("flows[{i}].max_window_pkts must be positive"));
+        }
+        Ok(())
+    }
+
+    fn validate_limiter(&self, name: &str, l: &LimiterConfig) -> Result<(), ConfigError> {
+        let rate = l.rate_bps();
+        if rate.is_nan() || rate <= 0.0 {
+            return fail(format!(
+                "{name}.rate_bps must be positive (null: unlimited)"
+            ));
+        }
+        match *l {
+            LimiterConfig::TokenBucket {
+                burst_bytes,
+                tick_ns,
+                ..
+            } => {
+                if tick_ns == 0 {
+                    return fail(format!("{name}.tick_ns must be positive"));
+                }
+                if burst_bytes < (self.mss + self.header_bytes + 14) as u64 {
+                    return fail(format!("{name}.burst_bytes must hold at least one frame"));
+                }
+            }
+            LimiterConfig::SleepTimer { tick_ns: 0, .. } => {
+                return fail(format!("{name}.tick_ns must be positive"));
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// A profile needs a limiter to drive; its steps are in time order, rates ≥ 0.
+    fn validate_profile(&self, i: usize, f: &FlowConfig) -> Result<(), ConfigError> {
+        if !f.profile.is_empty() && f.limiter.is_none() {
+            return fail(format!("flows[{i}].profile needs a limiter"));
+        }
+        for (k, st) in f.profile.iter().enumerate() {
+            if st.rate_bps.is_nan() || st.rate_bps < 0.0 {
+                return fail(format!(
+                    "flows[{i}].profile[{k}].rate_bps must be ≥ 0 (0 pauses, null: unlimited)"
+                ));
+            }
+            if k > 0 && st.at_ns <= f.profile[k - 1].at_ns {
+                return fail(format!(
+                    "flows[{i}].profile[{k}].at_ns is not after the step before"
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// A flow that starts after a pair's transfers follows a pair that has volume-bound
+    /// transfers of its own, and no chain of such starts loops back on itself.
+    fn validate_start_chains(&self) -> Result<(), ConfigError> {
+        let mut follows: Vec<Option<u32>> = vec![None; self.pairs.len()];
+        for (i, f) in self.flows.iter().enumerate() {
+            let Some(after) = &f.start_after else {
+                continue;
+            };
+            if f.role != FlowRole::Transfer || f.volume_bytes.is_none() {
+                return fail(format!(
+                    "flows[{i}].start_after needs a volume-bound transfer"
+                ));
+            }
+            let awaited = self.flows.iter().filter(|g| {
+                g.pair == after.pair && g.role == FlowRole::Transfer && g.volume_bytes.is_some()
+            });
+            if after.pair == f.pair || awaited.count() == 0 {
+                return fail(format!(
+                    "flows[{i}].start_after.pair {} has no volume-bound transfers to wait for",
+                    after.pair
+                ));
+            }
+            follows[f.pair as usize] = Some(after.pair);
+        }
+        for start in 0..self.pairs.len() {
+            let (mut p, mut steps) = (start, 0);
+            while let Some(next) = follows[p] {
+                p = next as usize;
+                steps += 1;
+                if steps > self.pairs.len() {
+                    return fail(format!(
+                        "flows on pair {start}: start_after chains loop (each waits for the other)"
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn fail(m: String) -> Result<(), ConfigError> {
+    Err(ConfigError(m))
 }

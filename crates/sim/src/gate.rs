@@ -41,20 +41,33 @@ pub enum Gate {
 }
 
 impl Gate {
-    pub fn from_config(cfg: &LimiterConfig) -> Self {
+    /// The gate a limiter puts in front of the interface; none for the limiters that act
+    /// in the sender (window clamp, sleep timer).
+    pub fn from_config(cfg: &LimiterConfig) -> Option<Self> {
         match *cfg {
-            LimiterConfig::Pacer { rate_bps } => Gate::pacer(rate_bps),
+            LimiterConfig::Pacer { rate_bps } => Some(Gate::pacer(rate_bps)),
             LimiterConfig::TokenBucket {
                 rate_bps,
                 burst_bytes,
                 tick_ns,
-            } => Gate::token_bucket(rate_bps, burst_bytes as f64, tick_ns),
+            } => Some(Gate::token_bucket(rate_bps, burst_bytes as f64, tick_ns)),
+            LimiterConfig::CwndClamp { .. } | LimiterConfig::SleepTimer { .. } => None,
+        }
+    }
+
+    /// A new rate from the next packet on (a profile's step); infinite lifts the limit.
+    pub fn set_rate(&mut self, rate_bps: f64) {
+        match self {
+            Gate::Pacer { fs_per_byte, .. } => *fs_per_byte = fs_per_byte_at(rate_bps),
+            Gate::TokenBucket { per_tick, tick, .. } => {
+                *per_tick = rate_bps / 8.0 * *tick as f64 / 1e9;
+            }
         }
     }
 
     pub fn pacer(rate_bps: f64) -> Self {
         Gate::Pacer {
-            fs_per_byte: (8e15 / rate_bps).round() as u64,
+            fs_per_byte: fs_per_byte_at(rate_bps),
             next_ps: 0,
         }
     }
@@ -92,6 +105,10 @@ impl Gate {
                 last_release,
             } => {
                 let t = now.max(*last_release);
+                if per_tick.is_infinite() {
+                    *last_release = t;
+                    return t;
+                }
                 let k = t / *tick;
                 if k > *last_tick {
                     *tokens = (*tokens + (k - *last_tick) as f64 * *per_tick).min(*burst);
@@ -113,6 +130,11 @@ impl Gate {
             }
         }
     }
+}
+
+/// Femtoseconds per byte at `rate_bps` (0 when unlimited).
+fn fs_per_byte_at(rate_bps: f64) -> u64 {
+    (8e15 / rate_bps).round() as u64
 }
 
 #[cfg(test)]

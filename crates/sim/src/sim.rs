@@ -15,7 +15,7 @@ use rand_core::{Rng, SeedableRng};
 use rand_pcg::Pcg64Mcg;
 
 use crate::cc;
-use crate::config::{ConfigError, FlowConfig, FlowRole, LimiterConfig, SimConfig};
+use crate::config::{ConfigError, FlowConfig, FlowRole, LimiterConfig, LinkConfig, SimConfig};
 use crate::gate::Gate;
 use crate::host::{Host, Noise};
 use crate::link::{Link, Offer};
@@ -37,6 +37,10 @@ const AT_NIC: u64 = 10;
 const BG_ARRIVAL: u64 = 11;
 const PACE: u64 = 12;
 const TX_IRQ: u64 = 13;
+/// The next step of a flow's rate profile.
+const PROFILE: u64 = 14;
+/// A sleep-timer limiter's tick: the application writes its next share.
+const APP_TICK: u64 = 15;
 
 /// An entry of the event list: ordered by time, then by insertion (FIFO among equals).
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -89,6 +93,12 @@ struct Flow {
     receiver: Receiver,
     /// Rate limiter in front of the host interface, and the packets it holds.
     gate: Option<Gate>,
+    /// The limiter's current rate, bit/s of frames (infinite: unlimited).
+    rate_bps: f64,
+    /// Index of the next step of `cfg.profile`.
+    next_step: usize,
+    /// Bytes a sleep-timer limiter's application has written so far.
+    written_bytes: f64,
     to_nic: Pipe<Segment>,
     to_bottleneck: Pipe<Segment>,
     to_receiver: Pipe<Segment>,
@@ -156,105 +166,170 @@ fn uniform(rng: &mut Pcg64Mcg) -> f64 {
     (rng.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
 }
 
+/// The links of a dumbbell: the bottleneck (0), the reverse bottleneck if any (1), then
+/// one interface per host — every pair's sender side, then its receiver side (used by
+/// reverse traffic), each at its own clock's rate when hosts are noisy. Returns the links,
+/// the reverse bottleneck's index and the first sender and receiver interfaces.
+fn build_links(cfg: &SimConfig, noise: &mut Noise) -> (Vec<Link>, Option<usize>, usize, usize) {
+    let fo = cfg.frame_overhead;
+    let bottleneck = |l: &LinkConfig| {
+        let link = Link::new(l.rate_bps, fo, Some(l.buffer_pkts), l.loss_rate)
+            .measure(cfg.measure.link_interval_ns);
+        match l.shaper.as_ref().and_then(Gate::from_config) {
+            Some(g) => link.shaped(g),
+            None => link,
+        }
+    };
+    let mut links = vec![bottleneck(&cfg.bottleneck)];
+    let rev_link = cfg.reverse_bottleneck.as_ref().map(|r| {
+        links.push(bottleneck(r));
+        links.len() - 1
+    });
+    let nic0 = links.len();
+    for _side in 0..2 {
+        for p in &cfg.pairs {
+            links.push(Link::new(
+                noise.interface_rate(p.access_rate_bps),
+                fo,
+                None,
+                0.0,
+            ));
+        }
+    }
+    (links, rev_link, nic0, nic0 + cfg.pairs.len())
+}
+
+/// A limiter's rate (bit/s of qdisc frames) as payload bytes per second, the unit of
+/// `SO_MAX_PACING_RATE` and of what an application writes.
+fn payload_bytes_per_s(cfg: &SimConfig, frame_rate_bps: f64) -> f64 {
+    let frame = (cfg.mss + cfg.header_bytes + crate::gate::QDISC_L2_HEADER) as f64;
+    frame_rate_bps / 8.0 * cfg.mss as f64 / frame
+}
+
+/// The background ON/OFF sources, at rest.
+fn build_background(cfg: &SimConfig) -> Vec<OnOff> {
+    cfg.background
+        .iter()
+        .map(|b| OnOff {
+            gap_ps: ((b.packet_bytes + cfg.frame_overhead) as f64 * 8e12 / b.access_rate_bps)
+                .round() as u64,
+            packet_bytes: b.packet_bytes,
+            mean_on: b.mean_on_ns as f64,
+            mean_off: b.mean_off_ns as f64,
+            on_until: 0,
+            next_ps: 0,
+            sent: 0,
+            dropped: 0,
+        })
+        .collect()
+}
+
+/// Where a flow's packets go: its interface, hosts and bottlenecks.
+struct Route {
+    nic: usize,
+    src_host: usize,
+    dst_host: usize,
+    data_link: usize,
+    ack_link: Option<usize>,
+}
+
+impl Route {
+    fn of(cfg: &SimConfig, fc: &FlowConfig, nics: (usize, usize), rev_link: Option<usize>) -> Self {
+        let (p, n) = (fc.pair as usize, cfg.pairs.len());
+        if fc.role == FlowRole::Reverse {
+            Route {
+                nic: nics.1 + p,
+                src_host: p + n,
+                dst_host: p,
+                data_link: rev_link.expect("validated"),
+                ack_link: Some(0),
+            }
+        } else {
+            Route {
+                nic: nics.0 + p,
+                src_host: p,
+                dst_host: p + n,
+                data_link: 0,
+                ack_link: rev_link,
+            }
+        }
+    }
+}
+
+/// Flow `i` as configured, not started.
+fn build_flow(cfg: &SimConfig, i: usize, route: Route) -> Flow {
+    let fc = &cfg.flows[i];
+    let pair = &cfg.pairs[fc.pair as usize];
+    let mss = cfg.mss as u64;
+    let total_segs = fc.volume_bytes.map(|v| v.div_ceil(mss));
+    let last_seg_len = fc
+        .volume_bytes
+        .map_or(cfg.mss, |v| (v - (v.div_ceil(mss) - 1) * mss) as u32);
+    let cc_seed = cfg.seed ^ (i as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    let cc = cc::build(&fc.variant, cc_seed).expect("validated");
+    let sender = Sender::new(cc, &cfg.tcp, cfg.mss, total_segs, fc.max_window_pkts);
+    let tcp_iv = cfg.measure.tcp_interval_ns;
+    // A flow waiting for another pair's transfers has no start time yet.
+    let start = if fc.start_after.is_some() {
+        Time::MAX
+    } else {
+        fc.start_ns
+    };
+    Flow {
+        cfg: fc.clone(),
+        last_seg_len,
+        total_segs,
+        sender,
+        receiver: Receiver::new(&cfg.tcp, pair.rtt_ns),
+        gate: fc.limiter.as_ref().and_then(Gate::from_config),
+        rate_bps: fc
+            .limiter
+            .as_ref()
+            .map_or(f64::INFINITY, LimiterConfig::rate_bps),
+        next_step: 0,
+        written_bytes: 0.0,
+        to_nic: Pipe::new(),
+        to_bottleneck: Pipe::new(),
+        to_receiver: Pipe::new(),
+        to_sender: Pipe::new(),
+        nic: route.nic,
+        src_host: route.src_host,
+        dst_host: route.dst_host,
+        uncompleted: 0,
+        data_link: route.data_link,
+        ack_link: route.ack_link,
+        host_limited: false,
+        one_way_rtt: pair.rtt_ns,
+        one_way_fwd: pair.rtt_ns / 2,
+        one_way_rev: pair.rtt_ns - pair.rtt_ns / 2,
+        start,
+        end: None,
+        completed_at: None,
+        timer_event_at: None,
+        delack_event_at: None,
+        pace_event_at: None,
+        goodput_bins: Vec::new(),
+        delivered_bytes: 0,
+        recent_deliveries: VecDeque::new(),
+        next_tcp_sample: start.div_ceil(tcp_iv).saturating_mul(tcp_iv),
+    }
+}
+
 impl Simulation {
     pub fn new(cfg: SimConfig) -> Result<Self, ConfigError> {
         cfg.validate()?;
         let rng = Pcg64Mcg::seed_from_u64(cfg.seed);
-        let fo = cfg.frame_overhead;
-        let b = &cfg.bottleneck;
-        let shaper = |l: &crate::config::LinkConfig| l.shaper.as_ref().map(Gate::from_config);
-        let mut first = Link::new(b.rate_bps, fo, Some(b.buffer_pkts), b.loss_rate)
-            .measure(cfg.measure.link_interval_ns);
-        if let Some(g) = shaper(b) {
-            first = first.shaped(g);
-        }
-        let mut links = vec![first];
-        let rev_link = cfg.reverse_bottleneck.as_ref().map(|r| {
-            let mut l = Link::new(r.rate_bps, fo, Some(r.buffer_pkts), r.loss_rate)
-                .measure(cfg.measure.link_interval_ns);
-            if let Some(g) = shaper(r) {
-                l = l.shaped(g);
-            }
-            links.push(l);
-            links.len() - 1
-        });
-        // Host interfaces: the sender side of every pair, then its receiver side (used
-        // by reverse traffic), each at its own clock's rate when hosts are noisy.
         let mut noise = Noise::new(&cfg.noise, cfg.seed);
-        let nic0 = links.len();
-        for p in &cfg.pairs {
-            links.push(Link::new(
-                noise.interface_rate(p.access_rate_bps),
-                fo,
-                None,
-                0.0,
-            ));
-        }
-        let nic_right0 = links.len();
-        for p in &cfg.pairs {
-            links.push(Link::new(
-                noise.interface_rate(p.access_rate_bps),
-                fo,
-                None,
-                0.0,
-            ));
-        }
-        let mss = cfg.mss as u64;
-        let mut flows = Vec::with_capacity(cfg.flows.len());
-        for (i, fc) in cfg.flows.iter().enumerate() {
-            let pair = &cfg.pairs[fc.pair as usize];
-            let total_segs = fc.volume_bytes.map(|v| v.div_ceil(mss));
-            let last_seg_len = fc
-                .volume_bytes
-                .map_or(cfg.mss, |v| (v - (v.div_ceil(mss) - 1) * mss) as u32);
-            let cc_seed = cfg.seed ^ (i as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-            let cc = cc::build(&fc.variant, cc_seed).expect("validated");
-            let mut sender = Sender::new(cc, &cfg.tcp, cfg.mss, total_segs, fc.max_window_pkts);
-            if let Some(LimiterConfig::Pacer { rate_bps }) = fc.limiter {
-                // SO_MAX_PACING_RATE counts payload; the pacer counts IP + 14 bytes.
-                let frame = (cfg.mss + cfg.header_bytes + crate::gate::QDISC_L2_HEADER) as f64;
-                sender.set_max_pacing_rate(rate_bps / 8.0 * cfg.mss as f64 / frame);
-            }
-            let tcp_iv = cfg.measure.tcp_interval_ns;
-            let reverse = fc.role == FlowRole::Reverse;
-            let gate = fc.limiter.as_ref().map(Gate::from_config);
-            flows.push(Flow {
-                cfg: fc.clone(),
-                last_seg_len,
-                total_segs,
-                sender,
-                receiver: Receiver::new(&cfg.tcp, pair.rtt_ns),
-                gate,
-                to_nic: Pipe::new(),
-                to_bottleneck: Pipe::new(),
-                to_receiver: Pipe::new(),
-                to_sender: Pipe::new(),
-                nic: if reverse { nic_right0 } else { nic0 } + fc.pair as usize,
-                src_host: fc.pair as usize + if reverse { cfg.pairs.len() } else { 0 },
-                dst_host: fc.pair as usize + if reverse { 0 } else { cfg.pairs.len() },
-                uncompleted: 0,
-                data_link: if reverse {
-                    rev_link.expect("validated")
-                } else {
-                    0
-                },
-                ack_link: if reverse { Some(0) } else { rev_link },
-                host_limited: false,
-                one_way_rtt: pair.rtt_ns,
-                one_way_fwd: pair.rtt_ns / 2,
-                one_way_rev: pair.rtt_ns - pair.rtt_ns / 2,
-                start: fc.start_ns,
-                end: None,
-                completed_at: None,
-                timer_event_at: None,
-                delack_event_at: None,
-                pace_event_at: None,
-                goodput_bins: Vec::new(),
-                delivered_bytes: 0,
-                recent_deliveries: VecDeque::new(),
-                next_tcp_sample: fc.start_ns.div_ceil(tcp_iv) * tcp_iv,
-            });
-        }
+        let (links, rev_link, nic0, nic_right0) = build_links(&cfg, &mut noise);
+        let flows: Vec<Flow> = (0..cfg.flows.len())
+            .map(|i| {
+                build_flow(
+                    &cfg,
+                    i,
+                    Route::of(&cfg, &cfg.flows[i], (nic0, nic_right0), rev_link),
+                )
+            })
+            .collect();
         // Only transfers decide when the run ends.
         let transfers = || flows.iter().filter(|f| f.cfg.role == FlowRole::Transfer);
         let volume_left = transfers().filter(|f| f.total_segs.is_some()).count();
@@ -262,34 +337,15 @@ impl Simulation {
             .filter_map(|f| f.cfg.duration_ns.map(|d| f.start + d))
             .max()
             .unwrap_or(0);
-        let n_transfers = transfers().count();
-        let background = cfg
-            .background
-            .iter()
-            .map(|b| OnOff {
-                gap_ps: ((b.packet_bytes + fo) as f64 * 8e12 / b.access_rate_bps).round() as u64,
-                packet_bytes: b.packet_bytes,
-                mean_on: b.mean_on_ns as f64,
-                mean_off: b.mean_off_ns as f64,
-                on_until: 0,
-                next_ps: 0,
-                sent: 0,
-                dropped: 0,
-            })
-            .collect();
         let tick = crate::time::NS_PER_S / cfg.tcp.hz.max(1) as Time;
-        let mut hosts: Vec<Host> = (0..2 * cfg.pairs.len())
+        let hosts: Vec<Host> = (0..2 * cfg.pairs.len())
             .map(|_| {
                 let tx_phase = noise.tx_phase();
                 Host::new(noise.timer_phase(tick), tx_phase)
             })
             .collect();
-        for (i, f) in flows.iter_mut().enumerate() {
-            hosts[f.src_host].senders.push(i);
-            f.sender.set_timer_phase(hosts[f.src_host].timer_phase);
-            f.receiver.set_timer_phase(hosts[f.dst_host].timer_phase);
-        }
         let mut sim = Self {
+            background: build_background(&cfg),
             cfg,
             now: 0,
             heap: BinaryHeap::new(),
@@ -302,7 +358,6 @@ impl Simulation {
             rev_link,
             eager_receivers: rev_link.is_none(),
             flows,
-            background,
             hosts,
             noise,
             rng,
@@ -311,25 +366,91 @@ impl Simulation {
             end: None,
             tcp_rows: TcpTable::default(),
         };
-        for i in 0..sim.flows.len() {
-            let f = &sim.flows[i];
-            let (start, stop) = (f.start, f.cfg.duration_ns.map(|d| f.start + d));
-            sim.schedule(start, START, i);
+        sim.attach_to_hosts();
+        sim.schedule_first_events();
+        Ok(sim)
+    }
+
+    /// Each flow joins its sending host and takes its hosts' timer phases; limiters that
+    /// act in the sender get their first rate.
+    fn attach_to_hosts(&mut self) {
+        for i in 0..self.flows.len() {
+            let f = &mut self.flows[i];
+            self.hosts[f.src_host].senders.push(i);
+            f.sender.set_timer_phase(self.hosts[f.src_host].timer_phase);
+            f.receiver
+                .set_timer_phase(self.hosts[f.dst_host].timer_phase);
+            let rate = f.rate_bps;
+            self.apply_rate(i, rate);
+        }
+    }
+
+    /// Starts, stops, profile steps, background sources and the end of the run.
+    fn schedule_first_events(&mut self) {
+        for i in 0..self.flows.len() {
+            let f = &self.flows[i];
+            let stop = f.cfg.duration_ns.map(|d| f.start + d);
+            let step = f.cfg.profile.first().map(|s| s.at_ns);
+            if f.cfg.start_after.is_none() {
+                self.schedule(f.start, START, i);
+            }
             if let Some(s) = stop {
-                sim.schedule(s, STOP, i);
+                self.schedule(s, STOP, i);
+            }
+            if let Some(t) = step {
+                self.schedule(t, PROFILE, i);
             }
         }
-        if volume_left < n_transfers {
-            sim.schedule(duration_end, END_SOFT, 0);
+        let n_transfers = self
+            .flows
+            .iter()
+            .filter(|f| f.cfg.role == FlowRole::Transfer)
+            .count();
+        if self.volume_left < n_transfers {
+            self.schedule(self.duration_end, END_SOFT, 0);
         }
-        for j in 0..sim.background.len() {
-            let start = sim.cfg.background[j].start_ns;
-            sim.start_on_period(j, start);
+        for j in 0..self.background.len() {
+            let start = self.cfg.background[j].start_ns;
+            self.start_on_period(j, start);
         }
-        if let Some(e) = sim.cfg.end_ns {
-            sim.schedule(e, END_HARD, 0);
+        if let Some(e) = self.cfg.end_ns {
+            self.schedule(e, END_HARD, 0);
         }
-        Ok(sim)
+    }
+
+    /// The limiter of flow `i` runs at `rate_bps` (frames) from now on: 0 pauses new data,
+    /// infinite lifts the limit. The pacer and the token bucket act in the gate (the pacer
+    /// also as `SO_MAX_PACING_RATE`), the window clamp and the sleep timer in the sender.
+    fn apply_rate(&mut self, i: usize, rate_bps: f64) {
+        let Some(kind) = self.flows[i].cfg.limiter.clone() else {
+            return;
+        };
+        let paused = rate_bps == 0.0;
+        let payload = payload_bytes_per_s(&self.cfg, rate_bps);
+        let mss = self.cfg.mss as f64;
+        let f = &mut self.flows[i];
+        f.sender.set_paused(paused);
+        if paused {
+            return;
+        }
+        f.rate_bps = rate_bps;
+        if let Some(g) = f.gate.as_mut() {
+            g.set_rate(rate_bps);
+        }
+        match kind {
+            LimiterConfig::Pacer { .. } => f.sender.set_max_pacing_rate(payload),
+            LimiterConfig::CwndClamp { .. } => {
+                let rtt = f.one_way_rtt as f64 / 1e9;
+                let segs = (payload * rtt / mss).ceil();
+                f.sender.set_window_clamp(
+                    payload
+                        .is_finite()
+                        .then_some(segs.min(u32::MAX as f64) as u32),
+                );
+            }
+            LimiterConfig::SleepTimer { .. } if payload.is_infinite() => f.sender.set_written(None),
+            _ => {}
+        }
     }
 
     #[inline]
@@ -422,64 +543,17 @@ impl Simulation {
     fn dispatch(&mut self, kind: u64, i: usize, packet: Packet) {
         let now = self.now;
         match (kind, packet) {
-            (AT_NIC, Packet::Data(seg)) => {
-                let bytes = self.seg_len(i, seg.seq) + self.cfg.header_bytes;
-                let t = now + self.noise.processing();
-                let f = &mut self.flows[i];
-                let t = self.hosts[f.src_host].tx_handoff(&mut self.noise, t);
-                let Offer::Departs(d) = self.links[f.nic].offer(t, bytes, 1.0) else {
-                    unreachable!("host interfaces never drop")
-                };
-                if push(&mut f.to_bottleneck, d, seg) {
-                    self.schedule(d, AT_BOTTLENECK, i);
-                }
-            }
+            (AT_NIC, Packet::Data(seg)) => self.at_nic(i, seg),
             (BG_ARRIVAL, _) => self.background_arrival(i),
-            (AT_BOTTLENECK, Packet::Data(seg)) => {
-                let bytes = self.seg_len(i, seg.seq) + self.cfg.header_bytes;
-                let link = self.flows[i].data_link;
-                let draw = if self.links[link].loss_rate() > 0.0 {
-                    uniform(&mut self.rng)
-                } else {
-                    1.0
-                };
-                if let Offer::Departs(d) = self.links[link].offer(now, bytes, draw) {
-                    let f = &mut self.flows[i];
-                    let arrival = d + f.one_way_fwd;
-                    let t = self.hosts[f.dst_host].rx_deliver(&mut self.noise, arrival);
-                    if self.eager_receivers {
-                        self.receive(i, t, seg);
-                    } else if push(&mut f.to_receiver, t, seg) {
-                        self.schedule(t, AT_RECEIVER, i);
-                    }
-                }
-                self.left_host(i);
-            }
+            (AT_BOTTLENECK, Packet::Data(seg)) => self.at_bottleneck(i, seg),
             (AT_RECEIVER, Packet::Data(seg)) => self.receive(i, now, seg),
-            (COMPLETE, _) => {
-                self.volume_left -= 1;
-                if self.volume_left == 0 && now >= self.duration_end {
-                    self.end = Some(now);
-                }
-            }
+            (COMPLETE, _) => self.transfer_complete(i),
             (AT_SENDER, Packet::Ack(ack)) => {
                 self.sample_tcp(i);
                 self.flows[i].sender.on_ack(now, &ack);
                 self.transmit(i);
             }
-            (RTO, _) => {
-                self.sample_tcp(i);
-                let f = &mut self.flows[i];
-                if f.timer_event_at == Some(now) {
-                    f.timer_event_at = None;
-                }
-                if f.sender.timer_deadline().is_some_and(|d| d <= now) {
-                    f.sender.on_timer(now);
-                    self.transmit(i);
-                } else {
-                    self.arm_timer(i);
-                }
-            }
+            (RTO, _) => self.retransmission_timer(i),
             (TX_IRQ, _) => self.tx_completion(i),
             (PACE, _) => {
                 let f = &mut self.flows[i];
@@ -498,20 +572,15 @@ impl Simulation {
                 }
                 self.arm_delack(i);
             }
-            (START, _) => {
-                let rtt = self.handshake_rtt(i);
-                let f = &mut self.flows[i];
-                let stop = f.cfg.duration_ns.map(|d| f.start + d);
-                f.sender.start(now, stop, Some(rtt));
-                self.sample_tcp(i);
-                self.transmit(i);
-            }
+            (START, _) => self.start_flow(i),
             (STOP, _) => {
                 self.sample_tcp(i);
                 let f = &mut self.flows[i];
                 f.sender.stop_new_data(now);
                 f.end = Some(now);
             }
+            (PROFILE, _) => self.profile_step(i),
+            (APP_TICK, _) => self.app_tick(i),
             (END_SOFT, _) => {
                 if self.volume_left == 0 {
                     self.end = Some(now);
@@ -520,6 +589,159 @@ impl Simulation {
             (END_HARD, _) => self.end = Some(now),
             _ => unreachable!("event kind {kind} with the wrong packet"),
         }
+    }
+
+    /// A segment of flow `i` released by its gate reaches the host interface.
+    fn at_nic(&mut self, i: usize, seg: Segment) {
+        let bytes = self.seg_len(i, seg.seq) + self.cfg.header_bytes;
+        let t = self.now + self.noise.processing();
+        let f = &mut self.flows[i];
+        let t = self.hosts[f.src_host].tx_handoff(&mut self.noise, t);
+        let Offer::Departs(d) = self.links[f.nic].offer(t, bytes, 1.0) else {
+            unreachable!("host interfaces never drop")
+        };
+        if push(&mut f.to_bottleneck, d, seg) {
+            self.schedule(d, AT_BOTTLENECK, i);
+        }
+    }
+
+    /// A segment of flow `i` reaches the bottleneck: queued (then on to its receiver),
+    /// dropped or lost.
+    fn at_bottleneck(&mut self, i: usize, seg: Segment) {
+        let bytes = self.seg_len(i, seg.seq) + self.cfg.header_bytes;
+        let link = self.flows[i].data_link;
+        let draw = if self.links[link].loss_rate() > 0.0 {
+            uniform(&mut self.rng)
+        } else {
+            1.0
+        };
+        if let Offer::Departs(d) = self.links[link].offer(self.now, bytes, draw) {
+            let f = &mut self.flows[i];
+            let arrival = d + f.one_way_fwd;
+            let t = self.hosts[f.dst_host].rx_deliver(&mut self.noise, arrival);
+            if self.eager_receivers {
+                self.receive(i, t, seg);
+            } else if push(&mut f.to_receiver, t, seg) {
+                self.schedule(t, AT_RECEIVER, i);
+            }
+        }
+        self.left_host(i);
+    }
+
+    fn retransmission_timer(&mut self, i: usize) {
+        let now = self.now;
+        self.sample_tcp(i);
+        let f = &mut self.flows[i];
+        if f.timer_event_at == Some(now) {
+            f.timer_event_at = None;
+        }
+        if f.sender.timer_deadline().is_some_and(|d| d <= now) {
+            f.sender.on_timer(now);
+            self.transmit(i);
+        } else {
+            self.arm_timer(i);
+        }
+    }
+
+    /// Flow `i` connects and its application starts writing.
+    fn start_flow(&mut self, i: usize) {
+        let now = self.now;
+        let rtt = self.handshake_rtt(i);
+        let f = &mut self.flows[i];
+        let stop = f.cfg.duration_ns.map(|d| f.start + d);
+        f.sender.start(now, stop, Some(rtt));
+        if matches!(f.cfg.limiter, Some(LimiterConfig::SleepTimer { .. })) && f.rate_bps.is_finite()
+        {
+            f.sender.set_written(Some(0));
+            self.schedule(now, APP_TICK, i);
+        }
+        self.sample_tcp(i);
+        self.transmit(i);
+    }
+
+    /// A volume-bound transfer of flow `i` completed: the run may end, and flows waiting
+    /// for its pair may start.
+    fn transfer_complete(&mut self, i: usize) {
+        let now = self.now;
+        self.volume_left -= 1;
+        if self.volume_left == 0 && now >= self.duration_end {
+            self.end = Some(now);
+        }
+        let pair = self.flows[i].cfg.pair;
+        let pair_done = self.flows.iter().all(|f| {
+            f.cfg.pair != pair
+                || f.cfg.role != FlowRole::Transfer
+                || f.total_segs.is_none()
+                || f.completed_at.is_some()
+        });
+        if !pair_done {
+            return;
+        }
+        let iv = self.cfg.measure.tcp_interval_ns;
+        for k in 0..self.flows.len() {
+            let f = &mut self.flows[k];
+            let Some(after) = f.cfg.start_after.as_ref().filter(|a| a.pair == pair) else {
+                continue;
+            };
+            if f.start == Time::MAX {
+                f.start = now + after.delay_ns;
+                f.next_tcp_sample = f.start.div_ceil(iv) * iv;
+                let start = f.start;
+                self.schedule(start, START, k);
+            }
+        }
+    }
+
+    /// The next step of flow `i`'s rate profile.
+    fn profile_step(&mut self, i: usize) {
+        if self.flows[i].start <= self.now {
+            self.sample_tcp(i);
+        }
+        let f = &mut self.flows[i];
+        let step = f.next_step;
+        f.next_step += 1;
+        let rate = f.cfg.profile[step].rate_bps;
+        if let Some(next) = f.cfg.profile.get(step + 1).map(|s| s.at_ns) {
+            self.schedule(next, PROFILE, i);
+        }
+        self.apply_rate(i, rate);
+        let f = &mut self.flows[i];
+        let running = f.start <= self.now && f.end.is_none();
+        if matches!(f.cfg.limiter, Some(LimiterConfig::SleepTimer { .. })) && running {
+            if rate.is_infinite() {
+                f.sender.set_written(None);
+            } else if f.sender.is_written_all() {
+                // From unlimited back to a rate: the application writes from here on.
+                let sent = f.sender.next_seq();
+                f.written_bytes = (sent * self.cfg.mss as u64) as f64;
+                f.sender.set_written(Some(sent));
+                self.schedule(self.now, APP_TICK, i);
+            }
+        }
+        if running {
+            self.transmit(i);
+        }
+    }
+
+    /// A tick of flow `i`'s sleep timer: the application writes rate × tick (nothing while
+    /// paused) and sleeps until the next tick; the ticks stop once the limit is lifted.
+    fn app_tick(&mut self, i: usize) {
+        let Some(LimiterConfig::SleepTimer { tick_ns, .. }) = self.flows[i].cfg.limiter else {
+            return;
+        };
+        let payload = payload_bytes_per_s(&self.cfg, self.flows[i].rate_bps);
+        if self.flows[i].end.is_some() || payload.is_infinite() {
+            return;
+        }
+        self.sample_tcp(i);
+        let f = &mut self.flows[i];
+        if !f.sender.is_paused() {
+            f.written_bytes += payload * tick_ns as f64 / 1e9;
+        }
+        let segs = (f.written_bytes / self.cfg.mss as f64).floor() as u64;
+        f.sender.set_written(Some(segs));
+        self.schedule(self.now + tick_ns, APP_TICK, i);
+        self.transmit(i);
     }
 
     fn seg_len(&self, i: usize, seq: u64) -> u32 {
@@ -838,7 +1060,17 @@ impl Simulation {
         for l in self.links.iter_mut() {
             l.finish(end);
         }
-        // Deliveries processed ahead of the clock but due after the end did not happen.
+        self.undo_deliveries_after(end);
+        let mut tr = Trace::default();
+        self.record_flows(&mut tr, end);
+        self.record_links(&mut tr, end);
+        tr.tcp = std::mem::take(&mut self.tcp_rows);
+        self.record_stats(&mut tr, end);
+        tr
+    }
+
+    /// Deliveries processed ahead of the clock but due after the end did not happen.
+    fn undo_deliveries_after(&mut self, end: Time) {
         let giv = self.cfg.measure.goodput_interval_ns;
         for f in self.flows.iter_mut() {
             while let Some(&(t, bytes)) = f.recent_deliveries.back() {
@@ -854,24 +1086,25 @@ impl Simulation {
                 f.end = None;
             }
         }
-        let mut tr = Trace::default();
+    }
+
+    /// One row per flow, and its goodput over the intervals it lived in.
+    fn record_flows(&self, tr: &mut Trace, end: Time) {
+        let giv = self.cfg.measure.goodput_interval_ns;
         for (i, f) in self.flows.iter().enumerate() {
             let fl = &mut tr.flows;
             let stop = f.end.unwrap_or(end).min(end);
             fl.flow_id.push(i as u32);
             fl.pair.push(f.cfg.pair);
             fl.stream.push(f.cfg.stream);
-            let (src, dst) = match f.cfg.role {
-                FlowRole::Transfer => ("s", "r"),
-                FlowRole::Reverse => ("r", "s"),
+            let (src, dst, role) = match f.cfg.role {
+                FlowRole::Transfer => ("s", "r", "transfer"),
+                FlowRole::Reverse => ("r", "s", "reverse"),
             };
             fl.source.push(format!("{src}{}", f.cfg.pair));
             fl.sink.push(format!("{dst}{}", f.cfg.pair));
             fl.variant.push(f.sender.variant().to_string());
-            fl.role.push(match f.cfg.role {
-                FlowRole::Transfer => "transfer".into(),
-                FlowRole::Reverse => "reverse".into(),
-            });
+            fl.role.push(role.into());
             fl.start_s.push(secs(f.start.min(end)));
             fl.end_s.push(secs(stop));
             fl.bytes.push(f.delivered_bytes);
@@ -885,7 +1118,6 @@ impl Simulation {
             if f.start >= end {
                 continue;
             }
-            // Goodput rows for the intervals the flow lived in.
             let first = (f.start / giv) as usize;
             let last = stop.div_ceil(giv).max(first as u64 + 1) as usize;
             for b in first..last {
@@ -898,6 +1130,10 @@ impl Simulation {
                     .push(bytes as f64 * 8.0 / secs(giv) / 1e6);
             }
         }
+    }
+
+    /// The measured bottlenecks, one row per link interval.
+    fn record_links(&self, tr: &mut Trace, end: Time) {
         let liv = self.cfg.measure.link_interval_ns;
         let nbins = end.div_ceil(liv).max(1) as usize;
         let mut measured = vec![(0usize, "bottleneck")];
@@ -923,7 +1159,10 @@ impl Simulation {
                     .push(s.queue_max.get(b).copied().unwrap_or(0));
             }
         }
-        tr.tcp = std::mem::take(&mut self.tcp_rows);
+    }
+
+    /// The run's totals.
+    fn record_stats(&self, tr: &mut Trace, end: Time) {
         tr.stats.events = self.events;
         tr.stats.packets = self
             .flows
@@ -941,7 +1180,6 @@ impl Simulation {
         tr.stats.loss_probes = senders().map(|s| s.loss_probes).sum();
         tr.stats.segments_lost = senders().map(|s| s.lost).sum();
         tr.stats.duplicate_segments = senders().map(|s| s.dsacks).sum();
-        tr
     }
 
     /// Segment accounting, for conservation checks: (put on the wire, arrived at the

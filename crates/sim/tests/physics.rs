@@ -45,6 +45,8 @@ fn dumbbell(
                 max_window_pkts: None,
                 role: FlowRole::Transfer,
                 limiter: None,
+                profile: vec![],
+                start_after: None,
             })
             .collect(),
         background: vec![],

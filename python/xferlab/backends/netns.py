@@ -35,7 +35,6 @@ from ..netns import bpfcc, host, scaling
 from ..netns import topology as topo
 from ..netns.qstats import QdiscReader
 from ..trace import Provenance, Trace, table
-from . import sim
 from .base import BackendError, Progress
 
 NAME = "netns"
@@ -194,10 +193,23 @@ def _needs_bpf(kernel: dict):
     return bpfcc.registered(extra)
 
 
+def unsupported(resolved: dict) -> str | None:
+    """What of a resolved scenario this backend cannot run yet, said plainly (None: all)."""
+    for f in resolved["flows"]:
+        lim = f.get("limiter") or {}
+        if lim.get("kind") in ("cwnd_clamp", "sleep_timer"):
+            return f"the {lim['kind'].replace('_', ' ')} mechanism"
+        if lim.get("profile"):
+            return "a rate that changes over time (a multi-rate or preemptive plan)"
+        if f.get("start_after"):
+            return "a start signalled by another transfer's completion (schedule.time_control.sync: signal or broker)"
+    return None
+
+
 def run(scenario, resolved: dict, progress: Progress | None = None, scale: float | None = None) -> Trace:
     """Runs ``resolved`` on this host; ``scale`` = K of the time dilation (None: automatic)."""
     check_host()
-    missing_feature = sim.unsupported(resolved)
+    missing_feature = unsupported(resolved)
     if missing_feature:
         raise BackendError(f"the netns backend does not implement {missing_feature} yet")
     if resolved.get("shaper") is not None and resolved["shaper"]["kind"] == "pacer":

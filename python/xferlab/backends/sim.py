@@ -30,36 +30,44 @@ def variants() -> list[str]:
     return list(_module().variants())
 
 
+def _ns(seconds: float) -> int:
+    return int(round(seconds * 1e9))
+
+
 def _limiter(spec: dict) -> dict:
-    if spec["kind"] == "pacer":
-        return {"kind": "pacer", "rate_bps": spec["rate_bps"]}
+    """A limiter (trace.LimiterInfo) as the simulator takes it; a rate of None is unlimited."""
+    out = {"kind": spec["kind"], "rate_bps": spec["rate_bps"]}
+    if spec["kind"] == "token_bucket":
+        out["burst_bytes"] = spec["burst_bytes"]
+    if spec["kind"] in ("token_bucket", "sleep_timer"):
+        out["tick_ns"] = _ns(spec["tick_s"])
+    return out
+
+
+def _flow(f: dict, window_cap: int | None) -> dict:
+    """One flow of the simulator's configuration: its limiter with the plan's rate steps,
+    and what it waits for when it starts after another pair."""
+    lim = f.get("limiter")
+    after = f.get("start_after")
     return {
-        "kind": "token_bucket",
-        "rate_bps": spec["rate_bps"],
-        "burst_bytes": spec["burst_bytes"],
-        "tick_ns": int(round(spec["tick_s"] * 1e9)),
+        "pair": f["pair"],
+        "stream": f["stream"],
+        "variant": f["variant"],
+        "role": f.get("role", "transfer"),
+        "start_ns": _ns(f["start_s"]),
+        "duration_ns": _ns(f["duration_s"]) if f["duration_s"] is not None else None,
+        "volume_bytes": f["volume_bytes"],
+        "max_window_pkts": window_cap,
+        "limiter": _limiter(lim) if lim else None,
+        "profile": [{"at_ns": _ns(st["t_s"]), "rate_bps": st["rate_bps"]} for st in (lim or {}).get("profile") or []],
+        "start_after": {"pair": after["pair"], "delay_ns": _ns(after["delay_s"])} if after else None,
     }
 
 
 def sim_config(resolved: dict) -> dict:
     """The simulator's configuration (crates/sim/src/config.rs) from a resolved scenario."""
-    ns = lambda s: int(round(s * 1e9))  # noqa: E731
-    flows = []
-    for f in resolved["flows"]:
-        limiter = _limiter(f["limiter"]) if f.get("limiter") else None
-        flows.append(
-            {
-                "pair": f["pair"],
-                "stream": f["stream"],
-                "variant": f["variant"],
-                "role": f.get("role", "transfer"),
-                "start_ns": ns(f["start_s"]),
-                "duration_ns": ns(f["duration_s"]) if f["duration_s"] is not None else None,
-                "volume_bytes": f["volume_bytes"],
-                "max_window_pkts": resolved["window_cap_packets"],
-                "limiter": limiter,
-            }
-        )
+    ns = _ns
+    flows = [_flow(f, resolved["window_cap_packets"]) for f in resolved["flows"]]
     paths = (
         resolved.get("pair_paths")
         or [{"access_rate_bps": resolved["access_rate_bps"], "rtt_s": resolved["rtt_s"]}] * resolved["pairs"]
@@ -116,24 +124,8 @@ def expected_end_s(resolved: dict) -> float | None:
     return None
 
 
-def unsupported(resolved: dict) -> str | None:
-    """What of a resolved scenario the simulator cannot run yet, said plainly (None: all)."""
-    for f in resolved["flows"]:
-        lim = f.get("limiter") or {}
-        if lim.get("kind") in ("cwnd_clamp", "sleep_timer"):
-            return f"the {lim['kind'].replace('_', ' ')} mechanism"
-        if lim.get("profile"):
-            return "a rate that changes over time (a multi-rate or preemptive plan)"
-        if f.get("start_after"):
-            return "a start signalled by another transfer's completion (schedule.time_control.sync: signal or broker)"
-    return None
-
-
 def run(scenario, resolved: dict, progress: Progress | None = None) -> Trace:
     sim = _module()
-    missing_feature = unsupported(resolved)
-    if missing_feature:
-        raise BackendError(f"the simulator does not implement {missing_feature} yet")
     implemented = set(sim.variants())
     missing = sorted({f["variant"] for f in resolved["flows"]} - implemented)
     if missing:

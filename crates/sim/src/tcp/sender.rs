@@ -105,6 +105,14 @@ pub struct Sender {
     total_segs: Option<u64>,
     /// The application stops handing over new data at this time (duration-bound flows).
     stop_at: Option<Time>,
+    /// Segments the application has written so far (`None`: all of it, at once); a
+    /// sleep-timer limiter writes a little at each tick.
+    written: Option<u64>,
+    /// New data held back (a plan's pause); retransmissions still go.
+    paused: bool,
+    /// When data was last sent (`lsndtime`), and the window a connection starts with.
+    lsndtime: Time,
+    initial_cwnd: u32,
     active: bool,
     pub(super) board: Board,
     pub(super) rack: Rack,
@@ -121,8 +129,9 @@ pub struct Sender {
     is_cwnd_limited: bool,
     max_packets_out: u32,
     cwnd_usage_seq: u64,
-    /// Receive window, segments.
+    /// Receive window, segments: the smaller of `window_cap` and a window clamp.
     max_window: u32,
+    window_cap: u32,
     pub(super) srtt: Option<Time>,
     rttvar: Time,
     /// Smallest RTT seen (`tcp_min_rtt`); `Time::MAX` until known.
@@ -177,6 +186,10 @@ impl Sender {
             mss,
             total_segs,
             stop_at: None,
+            written: None,
+            paused: false,
+            lsndtime: 0,
+            initial_cwnd: tcp.initial_cwnd,
             active: false,
             board: Board::default(),
             rack: Rack::default(),
@@ -190,6 +203,7 @@ impl Sender {
             max_packets_out: 0,
             cwnd_usage_seq: 0,
             max_window: max_window.unwrap_or(u32::MAX),
+            window_cap: max_window.unwrap_or(u32::MAX),
             srtt: None,
             rttvar: 0,
             min_rtt: Time::MAX,
@@ -230,6 +244,35 @@ impl Sender {
     pub fn set_max_pacing_rate(&mut self, bytes_per_s: f64) {
         self.max_pacing_rate = bytes_per_s;
         self.set_pacing_rate(self.pacing_rate);
+    }
+
+    /// The receiver's window clamped to `segs` (`TCP_WINDOW_CLAMP`; `None` lifts it).
+    pub fn set_window_clamp(&mut self, segs: Option<u32>) {
+        self.max_window = self.window_cap.min(segs.unwrap_or(u32::MAX).max(1));
+    }
+
+    /// The application has written `segs` segments so far (`None`: everything).
+    pub fn set_written(&mut self, segs: Option<u64>) {
+        self.written = segs;
+    }
+
+    /// Whether the application has handed over all its data (no sleep-timer limit).
+    pub fn is_written_all(&self) -> bool {
+        self.written.is_none()
+    }
+
+    /// The next new segment to send (`snd_nxt`, in segments).
+    pub fn next_seq(&self) -> u64 {
+        self.board.nxt()
+    }
+
+    pub fn is_paused(&self) -> bool {
+        self.paused
+    }
+
+    /// Holds new data back (`true`) or lets it go again.
+    pub fn set_paused(&mut self, paused: bool) {
+        self.paused = paused;
     }
 
     /// The connection is established at `now` and the application starts writing;
@@ -283,7 +326,10 @@ impl Sender {
     }
 
     fn has_new_data(&self, now: Time) -> bool {
-        self.total_segs.is_none_or(|t| self.board.nxt() < t) && self.stop_at.is_none_or(|s| now < s)
+        !self.paused
+            && self.total_segs.is_none_or(|t| self.board.nxt() < t)
+            && self.written.is_none_or(|w| self.board.nxt() < w)
+            && self.stop_at.is_none_or(|s| now < s)
     }
 
     /// Segments this flow may keep in its host (Linux `tcp_small_queue_check`, whose
@@ -339,6 +385,7 @@ impl Sender {
             self.check_app_limited(in_flight, host_queued);
             return Poll::Idle;
         }
+        self.restart_after_idle(now);
         let window_full = in_flight >= self.win.cwnd && !self.probe_due;
         if window_full || self.board.packets_out() >= self.max_window {
             return Poll::CwndFull;
@@ -415,7 +462,36 @@ impl Sender {
     /// Bookkeeping of every transmission: PRR's count, and the pacing schedule (Linux
     /// `tcp_update_skb_after_send`: the first ten segments are not paced; time left idle
     /// since the schedule earns up to half a segment's slot).
+    /// Linux `tcp_slow_start_after_idle_check` (on by default): new data after more than
+    /// an RTO with nothing out restarts from the window halved once per RTO of idleness
+    /// past the first, down to the initial window, with ssthresh kept at 3/4 of the old
+    /// window (`tcp_cwnd_restart`, RFC 2861). Not for a congestion control that sets the
+    /// window itself (BBR); not at the connection's first segment.
+    fn restart_after_idle(&mut self, now: Time) {
+        if self.cc_controls || self.data_segs_out == 0 || self.board.packets_out() > 0 {
+            return;
+        }
+        let rto = self.rto();
+        let mut idle = now.saturating_sub(self.lsndtime);
+        if idle <= rto {
+            return;
+        }
+        let cwnd = self.win.cwnd;
+        if self.state != CaState::Recovery {
+            self.win.ssthresh = self.win.ssthresh.max((cwnd >> 1) + (cwnd >> 2));
+        }
+        let restart = self.initial_cwnd.min(cwnd);
+        let mut w = cwnd;
+        while idle > rto && w > restart {
+            idle -= rto;
+            w >>= 1;
+        }
+        self.win.cwnd = w.max(restart);
+        self.lsndtime = now;
+    }
+
     fn on_sent(&mut self, now: Time) {
+        self.lsndtime = now;
         if self.state == CaState::Recovery {
             self.prr_out += 1;
         }

@@ -292,6 +292,20 @@ fn go_realtime(prio: i32) -> Result<()> {
 fn run(cli: cli::Cli) -> Result<()> {
     cli.validate().map_err(anyhow::Error::msg)?;
     let signals = termination_signals()?;
+    tune_process(&cli)?;
+    let mut d = Daemon::new(&cli)?;
+    bind_queues(&mut d, &cli)?;
+    {
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "ready")?;
+        out.flush()?;
+    }
+    serve(&mut d, &cli, &signals)?;
+    shut_down(&mut d, &cli)
+}
+
+/// Timer slack, CPU pinning and real-time priority, as asked.
+fn tune_process(cli: &cli::Cli) -> Result<()> {
     // Timers of this process fire on time, not up to 50 µs late (the default slack).
     // SAFETY: plain prctl.
     unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1u64, 0u64, 0u64, 0u64) };
@@ -301,38 +315,47 @@ fn run(cli: cli::Cli) -> Result<()> {
     if let Some(p) = cli.rt_priority {
         go_realtime(p)?;
     }
+    Ok(())
+}
 
-    let capacity = (cli.maxlen as usize).min(1 << 18);
-    let mut index = vec![u16::MAX; 1 << 16];
-    let queues: Vec<Queue> = cli
-        .queues
-        .iter()
-        .enumerate()
-        .map(|(i, s)| {
-            index[s.queue as usize] = i as u16;
-            Queue {
-                num: s.queue,
-                line: DelayLine::new(s.delay_ns, capacity),
-                stats: QueueStats::new(s.delay_ns),
-            }
+impl Daemon {
+    /// One delay line per queue of the command line, and the netlink socket.
+    fn new(cli: &cli::Cli) -> Result<Self> {
+        let capacity = (cli.maxlen as usize).min(1 << 18);
+        let mut index = vec![u16::MAX; 1 << 16];
+        let queues: Vec<Queue> = cli
+            .queues
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                index[s.queue as usize] = i as u16;
+                Queue {
+                    num: s.queue,
+                    line: DelayLine::new(s.delay_ns, capacity),
+                    stats: QueueStats::new(s.delay_ns),
+                }
+            })
+            .collect();
+        Ok(Daemon {
+            queues,
+            index,
+            sock: NfqSocket::open(RCVBUF)?,
+            enobufs: 0,
+            verdict_errors: 0,
+            due_scratch: Vec::with_capacity(capacity),
+            pkt_scratch: Vec::with_capacity(16),
+            verdict_call: hist::Histogram::default(),
+            batch_max: 0,
+            window: 0,
+            window_started: 0,
+            softnet_dropped_at_start: stats::read_softnet_dropped(),
+            cpu: cli.cpu,
         })
-        .collect();
-    let mut d = Daemon {
-        queues,
-        index,
-        sock: NfqSocket::open(RCVBUF)?,
-        enobufs: 0,
-        verdict_errors: 0,
-        due_scratch: Vec::with_capacity(capacity),
-        pkt_scratch: Vec::with_capacity(16),
-        verdict_call: hist::Histogram::default(),
-        batch_max: 0,
-        window: 0,
-        window_started: 0,
-        softnet_dropped_at_start: stats::read_softnet_dropped(),
-        cpu: cli.cpu,
-    };
+    }
+}
 
+/// Binds every queue; packets that arrive while binding are delayed from their arrival.
+fn bind_queues(d: &mut Daemon, cli: &cli::Cli) -> Result<()> {
     let _timestamps = sock::enable_kernel_timestamps()
         .map_err(|e| {
             eprintln!("xferlab-delay: warning: no kernel timestamps ({e}); arrival = read time")
@@ -354,76 +377,83 @@ fn run(cli: cli::Cli) -> Result<()> {
     for (p, t) in early {
         d.on_packet(p, t, rt_offset);
     }
-    {
-        let mut out = std::io::stdout().lock();
-        writeln!(out, "ready")?;
-        out.flush()?;
-    }
+    Ok(())
+}
 
+/// Writes the statistics file, if one was asked for.
+fn write_stats(d: &Daemon, cli: &cli::Cli) -> Result<()> {
+    if let Some(path) = &cli.stats {
+        let r = d.report(cli.rt_priority, cli.maxlen);
+        stats::write_atomic(path, &r).with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// Waits until `wake` (forever when None) for a packet or a signal.
+fn wait(fds: &mut [libc::pollfd; 2], wake: Option<u64>) -> Result<i32> {
+    let now = monotonic_ns();
+    let ts = wake.map(|w| {
+        let dt = w.saturating_sub(now);
+        libc::timespec {
+            tv_sec: (dt / 1_000_000_000) as i64,
+            tv_nsec: (dt % 1_000_000_000) as i64,
+        }
+    });
+    let tsp = ts
+        .as_ref()
+        .map_or(std::ptr::null(), |t| t as *const libc::timespec);
+    // SAFETY: two valid pollfds; tsp is null or points to a live timespec.
+    let r = unsafe {
+        libc::ppoll(
+            fds.as_mut_ptr(),
+            fds.len() as libc::nfds_t,
+            tsp,
+            std::ptr::null(),
+        )
+    };
+    if r < 0 {
+        let e = std::io::Error::last_os_error();
+        if e.kind() != std::io::ErrorKind::Interrupted {
+            bail!("ppoll: {e}");
+        }
+    }
+    Ok(r)
+}
+
+/// The loop: release what is due, read what arrived, write statistics on time or on
+/// SIGUSR1 (which also starts a new window); returns on SIGINT/SIGTERM.
+fn serve(d: &mut Daemon, cli: &cli::Cli, signals: &OwnedFd) -> Result<()> {
     let interval_ns = cli.stats_interval.map(|s| (s * 1e9) as u64);
     let mut next_stats = interval_ns.map(|i| d.window_started + i);
-    let mut fds = [
-        libc::pollfd {
-            fd: d.sock.raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        },
-        libc::pollfd {
-            fd: signals.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        },
-    ];
+    let pollfd = |fd| libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let mut fds = [pollfd(d.sock.raw_fd()), pollfd(signals.as_raw_fd())];
     loop {
         let now = monotonic_ns();
         d.release_due(now)?;
-        if let (Some(t), Some(path), Some(i)) = (next_stats, &cli.stats, interval_ns) {
-            if now >= t {
-                let r = d.report(cli.rt_priority, cli.maxlen);
-                stats::write_atomic(path, &r)
-                    .with_context(|| format!("writing {}", path.display()))?;
+        if let (Some(t), Some(i)) = (next_stats, interval_ns) {
+            if now >= t && cli.stats.is_some() {
+                write_stats(d, cli)?;
                 next_stats = Some(t + i);
             }
         }
-        let wake = [d.next_due(), next_stats].into_iter().flatten().min();
-        let now = monotonic_ns();
-        let ts = wake.map(|w| {
-            let dt = w.saturating_sub(now);
-            libc::timespec {
-                tv_sec: (dt / 1_000_000_000) as i64,
-                tv_nsec: (dt % 1_000_000_000) as i64,
-            }
-        });
-        let tsp = ts
-            .as_ref()
-            .map_or(std::ptr::null(), |t| t as *const libc::timespec);
-        // SAFETY: two valid pollfds; tsp is null or points to a live timespec.
-        let r = unsafe {
-            libc::ppoll(
-                fds.as_mut_ptr(),
-                fds.len() as libc::nfds_t,
-                tsp,
-                std::ptr::null(),
-            )
-        };
+        let r = wait(
+            &mut fds,
+            [d.next_due(), next_stats].into_iter().flatten().min(),
+        )?;
         if r < 0 {
-            let e = std::io::Error::last_os_error();
-            if e.kind() == std::io::ErrorKind::Interrupted {
-                continue;
-            }
-            bail!("ppoll: {e}");
+            continue; // interrupted
         }
         if fds[1].revents != 0 {
-            match read_signal(&signals) {
+            match read_signal(signals) {
                 Some(libc::SIGUSR1) => {
-                    if let Some(path) = &cli.stats {
-                        let r = d.report(cli.rt_priority, cli.maxlen);
-                        stats::write_atomic(path, &r)
-                            .with_context(|| format!("writing {}", path.display()))?;
-                    }
+                    write_stats(d, cli)?;
                     d.new_window(monotonic_ns());
                 }
-                Some(_) => break,
+                Some(_) => return Ok(()),
                 None => {}
             }
         }
@@ -435,14 +465,12 @@ fn run(cli: cli::Cli) -> Result<()> {
             d.read_burst()?;
         }
     }
+}
 
+/// Final statistics, then the queues unbound (the kernel drops what they still hold).
+fn shut_down(d: &mut Daemon, cli: &cli::Cli) -> Result<()> {
     // Kernel counters are read while the queues are still bound (they vanish with them).
-    let report = d.report(cli.rt_priority, cli.maxlen);
-    if let Some(path) = &cli.stats {
-        stats::write_atomic(path, &report)
-            .with_context(|| format!("writing {}", path.display()))?;
-    }
-    // Packets still held are dropped by the kernel when their queue is unbound.
+    write_stats(d, cli)?;
     for q in &mut d.queues {
         q.line.clear();
     }

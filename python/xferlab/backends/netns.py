@@ -194,15 +194,16 @@ def _needs_bpf(kernel: dict):
 
 
 def unsupported(resolved: dict) -> str | None:
-    """What of a resolved scenario this backend cannot run yet, said plainly (None: all)."""
+    """What of a resolved scenario this backend cannot run yet, said plainly (None: all).
+    Volume-bound transfers run on xfer, which follows every limiter but the token bucket (an
+    HTB class here) through a rate profile; duration-bound flows run on iperf3, which paces."""
     for f in resolved["flows"]:
         lim = f.get("limiter") or {}
-        if lim.get("kind") in ("cwnd_clamp", "sleep_timer"):
-            return f"the {lim['kind'].replace('_', ' ')} mechanism"
-        if lim.get("profile"):
-            return "a rate that changes over time (a multi-rate or preemptive plan)"
-        if f.get("start_after"):
-            return "a start signalled by another transfer's completion (schedule.time_control.sync: signal or broker)"
+        volume = f.get("volume_bytes") is not None
+        if lim.get("kind") == "token_bucket" and lim.get("profile"):
+            return "a token bucket whose rate changes over time (use mechanism pacing, cwnd_clamp or sleep_timer)"
+        if not volume and (lim.get("kind") in ("cwnd_clamp", "sleep_timer") or lim.get("profile")):
+            return f"the {lim['kind'].replace('_', ' ')} mechanism on a duration-bound flow (iperf3 only paces)"
     return None
 
 
@@ -511,11 +512,11 @@ class _Tools:
         f, warnings = fl.spec, []
         lim = f.get("limiter")
         # The simulator's pacer counts IP + 14 bytes per packet; TCP pacing counts payload.
-        pace = int(lim["rate_bps"] * payload_ratio) if lim and lim["kind"] == "pacer" else None
+        pace = int(lim["rate_bps"] * payload_ratio) if lim and lim["kind"] == "pacer" and lim["rate_bps"] else None
         if fl.tool == "xfer":
             args = [self.xfer, "send", "-P", "1", "--cc", kernel[f["variant"]], "--no-hash", "--retries", "0"]
             args += ["--no-progress", "-q", "--json", str(self.output(fl)), "--interval", f"{interval:g}s"]
-            args += ["--key-file", str(self.key)] + (["--rate", str(pace)] if pace else [])
+            args += ["--key-file", str(self.key)] + self.limit(fl, payload_ratio)
             return args + [f"mem:{int(f['volume_bytes'])}", f"{fl.dst_addr}:{fl.port}", "--discard"], warnings
         args = ["iperf3", "-c", fl.dst_addr, "-p", str(fl.port), "-C", kernel[f["variant"]], "-J", "--get-server-output"]
         args += ["-i", f"{interval:g}", "--connect-timeout", "10000"]
@@ -528,6 +529,34 @@ class _Tools:
             args += ["--fq-rate", str(pace)]
         return args, warnings
 
+    def limit(self, fl: _Flow, payload_ratio: float) -> list[str]:
+        """xfer's options for the flow's limiter: a single pacing rate as ``--rate``; a window
+        clamp, a sleep timer or a changing rate as a ``--rate-profile`` (goodput, offsets from
+        the data start) with its ``--limiter``. A token bucket is an HTB class, not xfer's."""
+        lim = fl.spec.get("limiter")
+        if not lim or lim["kind"] == "token_bucket":
+            return []
+        if lim["kind"] == "pacer" and not lim["profile"]:
+            return ["--rate", str(int(lim["rate_bps"] * payload_ratio))] if lim["rate_bps"] else []
+        start = fl.spec["start_s"]
+        steps = [(0.0, lim["rate_bps"])] + [(st["t_s"] - start, st["rate_bps"]) for st in lim["profile"]]
+        path = self.workdir / f"flow{fl.spec['flow_id']}-profile.json"
+        path.write_text(json.dumps([{"t": max(0.0, t), "rate_bps": _goodput(r, payload_ratio)} for t, r in steps]))
+        args = ["--rate-profile", f"@{path}", "--limiter", XFER_LIMITER[lim["kind"]]]
+        if lim["kind"] == "sleep_timer":
+            args += ["--timer-hz", str(max(1, round(1 / lim["tick_s"])))]
+        return args
+
+
+#: The scenario's limiters → xfer's --limiter.
+XFER_LIMITER = {"pacer": "pacing", "cwnd_clamp": "cwnd", "sleep_timer": "sleep"}
+#: An unlimited stretch of a plan, for a tool that takes rates only: far above any path here.
+UNLIMITED_GOODPUT_BPS = 1e12
+
+
+def _goodput(frame_rate_bps: float | None, payload_ratio: float) -> float:
+    return UNLIMITED_GOODPUT_BPS if frame_rate_bps is None else frame_rate_bps * payload_ratio
+
 
 def _drive(flows, emu, kernel, interval, t0, k, progress, warnings, delay_proc, tools) -> None:
     """Starts each client at its time, waits for all, stops reverse traffic when transfers end."""
@@ -538,10 +567,12 @@ def _drive(flows, emu, kernel, interval, t0, k, progress, warnings, delay_proc, 
     max_rtt = max(fl.rtt_s for fl in flows)
     deadline = end_s + max(5.0, 20 * max_rtt)
     payload_ratio = emu["mss"] / constants.qdisc_frame(emu["mtu"])
-    pending = sorted(flows, key=lambda x: x.spec["start_s"])
+    waiting = [fl for fl in flows if fl.spec.get("start_after")]
+    pending = sorted((fl for fl in flows if not fl.spec.get("start_after")), key=lambda x: x.spec["start_s"])
     total = end_s / k
     while True:
         now = time.monotonic() - t0
+        pending, waiting = _signalled(pending, waiting, transfers)
         while pending and pending[0].spec["start_s"] <= now:
             fl = pending.pop(0)
             args, w = tools.client(fl, kernel, interval, emu["end_s"] or end_s, payload_ratio)
@@ -557,7 +588,7 @@ def _drive(flows, emu, kernel, interval, t0, k, progress, warnings, delay_proc, 
             raise BackendError(f"the delay line died during the run ({err or 'exit ' + str(delay_proc.returncode)})")
         if progress is not None:
             progress(min(now, end_s) / k, total)
-        if not pending and all(fl.exited is not None for fl in transfers):
+        if not pending and not waiting and all(fl.exited is not None for fl in transfers):
             break
         if now > deadline:
             warnings.append(f"transfers still running at {deadline / k:.1f} s were stopped")
@@ -576,6 +607,22 @@ def _drive(flows, emu, kernel, interval, t0, k, progress, warnings, delay_proc, 
                 fl.client.wait()
             if fl.exited is None:
                 fl.exited = time.monotonic() - t0
+
+
+def _signalled(pending: list[_Flow], waiting: list[_Flow], transfers: list[_Flow]) -> tuple[list[_Flow], list[_Flow]]:
+    """Flows that start after another pair's transfers (ViFi by signal): once every transfer
+    of that pair has exited (xfer exits when its receiver has committed), they are due
+    ``delay_s`` later (the signal's modelled cost), on the controller's clock."""
+    still = []
+    for fl in waiting:
+        after = fl.spec["start_after"]
+        awaited = [t for t in transfers if t.spec["pair"] == after["pair"]]
+        if awaited and all(t.exited is not None for t in awaited):
+            fl.spec = dict(fl.spec, start_s=max(t.exited for t in awaited) + after["delay_s"])
+            pending.append(fl)
+        else:
+            still.append(fl)
+    return sorted(pending, key=lambda x: x.spec["start_s"]), still
 
 
 def _start_background(d, pair: int, source: dict, emu: dict, seed: int) -> subprocess.Popen:

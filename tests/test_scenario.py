@@ -49,6 +49,15 @@ def test_overrides_and_the_given_copy(tmp_path):
     assert len(r["flows"]) == 16 and {f["stream"] for f in r["flows"]} == {0, 1, 2, 3}
 
 
+def test_an_override_can_index_a_list_that_exists():
+    data = {"requests": [{"volume": "1GB"}, {"volume": "2GB"}]}
+    sc.set_path(data, "requests.1.volume", "5GB", "s.yaml")
+    assert data["requests"] == [{"volume": "1GB"}, {"volume": "5GB"}]
+    for bad, words in (("requests.2.volume", "2 is not an index of a list of 2"), ("requests.x", "x is not an index")):
+        with pytest.raises(sc.ScenarioError, match=words):
+            sc.set_path(data, bad, "1GB", "s.yaml")
+
+
 def test_buffer_forms(tmp_path):
     for text, pkts in (("100", 100), ("0.5bdp", 833), ("150000", 150000), ("'1.5MB'", 1000)):
         s, _ = load_text(tmp_path, QUICK, [f"topology.buffer={text}"])

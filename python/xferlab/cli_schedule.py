@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import time
 from pathlib import Path
 from typing import Optional
 
@@ -10,6 +12,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from . import scenario as sc
+from .backends import netns, xfer_plan
+from .backends.base import BackendError
 from .cli_common import console
 from .cli_common import fail as _fail
 from .report import plan_figure
@@ -68,3 +72,79 @@ def schedule_plan(
         except OSError as e:
             _fail(f"{figure}: cannot write: {e.strerror or e}")
         console.print(f"figure: [bold]{escape(str(figure))}[/]")
+
+
+@schedule_app.command("run")
+def schedule_run(
+    scenario: Path = typer.Argument(..., help="scenario YAML file with requests and a schedule"),
+    dest: str = typer.Argument(..., help="an `xfer serve` to send to: HOST:PORT (the data is discarded there)"),
+    set_: Optional[list[str]] = typer.Option(None, "--set", "-s", help="override a field: section.field=value"),
+    key_file: Optional[Path] = typer.Option(None, "--key-file", help="the server's shared key (xfer --key-file)"),
+    insecure: bool = typer.Option(False, "--insecure", help="no key (loopback servers only, as xfer)"),
+    out: Path = typer.Option(Path("schedule-run"), "--out", "-o", help="folder for the transfers' traces and the summary"),
+    lead: float = typer.Option(2.0, "--lead", help="seconds from now to the plan's time 0 (sessions are set up meanwhile)"),
+):
+    """Move the plan's requests as real data with xfer: each starts on this host's clock or on its
+    predecessor's signal, at the plan's rates through the schedule's mechanism."""
+    if (key_file is None) == (not insecure):
+        _fail("give the server's --key-file, or --insecure for a loopback server")
+    if not 0 <= lead <= 3600:
+        _fail(f"--lead {lead:g}: give 0 to 3600 seconds")
+    try:
+        s, _ = sc.load(scenario, set_)
+        info = RunInfo.model_validate(sc.resolve(s))
+        xfer = netns.xfer_binary()
+    except (ScenarioError, BackendError) as e:
+        _fail(str(e))
+    if info.plan is None:
+        _fail(f"{scenario}: no requests to run (add requests: [{{volume: …}}, …] and a schedule)")
+    folder = _fresh_folder(out)
+    auth = ["--insecure"] if insecure else ["--key-file", str(key_file)]
+    t0 = time.time() + lead
+    try:
+        runs = xfer_plan.launches(info, dest, auth, folder, xfer, t0, (s.schedule or sc.Schedule()).hz)
+    except BackendError as e:
+        _fail(str(e))
+    try:
+        span = (info.plan.makespan_s or 0) + lead + xfer_plan.GRACE_S + (info.plan.makespan_s or 0)
+        with console.status("transfers running…") as st:
+            xfer_plan.run(runs, span, lambda done, n: st.update(f"{done}/{n} transfers done"))
+    except BackendError as e:
+        _fail(str(e), status=1)
+    rows = [xfer_plan.outcome(ln, t0) for ln in runs]
+    (folder / "schedule-run.json").write_text(json.dumps({"plan": info.plan.model_dump(), "requests": rows}, indent=1))
+    console.print(_outcome_table(info, rows))
+    console.print(f"traces: [bold]{escape(str(folder))}[/]")
+    if any(r.get("error") for r in rows):
+        raise typer.Exit(1)
+
+
+def _fresh_folder(out: Path) -> Path:
+    if out.exists() and any(out.iterdir()):
+        _fail(f"{out} is not empty: give a new --out")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        _fail(f"{out}: cannot create: {e.strerror or e}")
+    return out
+
+
+def _outcome_table(info: RunInfo, rows: list[dict]) -> Table:
+    t = Table(title=f"{info.plan.strategy} plan on real transfers ({info.plan.mechanism}, {info.plan.sync} starts)")
+    for col in ("request", "volume", "start (planned)", "completion (planned)", "late", "goodput", "deadline"):
+        t.add_column(col, justify="right")
+    for r in rows:
+        if r.get("error"):
+            t.add_row(r["name"] or str(r["request"]), format_size(r["volume_bytes"]), f"[red]{escape(str(r['error']))}[/]")
+            continue
+        deadline = "—" if r["deadline_met"] is None else ("met" if r["deadline_met"] else "[red]missed[/]")
+        t.add_row(
+            r["name"] or str(r["request"]),
+            format_size(r["volume_bytes"]),
+            f"{r['start_s']:.3f} s ({r['planned_start_s']:.3f})",
+            f"{r['completion_s']:.3f} s ({r['planned_completion_s']:.3f})",
+            f"{r['late_s']:+.3f} s",
+            format_rate(r["goodput_bps"]) if r["goodput_bps"] else "—",
+            deadline,
+        )
+    return t

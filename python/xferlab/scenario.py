@@ -504,19 +504,37 @@ def _format_errors(source: str, err: ValidationError) -> str:
 
 
 def set_path(data: dict, dotted: str, value: Any, source: str) -> None:
-    """Sets ``data[a][b][c] = value`` for ``dotted`` = ``a.b.c`` (``--set``, campaign axes)."""
+    """Sets ``data[a][b][c] = value`` for ``dotted`` = ``a.b.c`` (``--set``, campaign axes); a
+    number indexes a list that exists (``requests.1.volume``)."""
     keys = dotted.split(".")
     if not all(keys):
         raise ScenarioError(f"--set {dotted}: expected section.field=value")
     node = data
     for k in keys[:-1]:
+        node = _child(node, k, dotted, source)
+    if isinstance(node, list):
+        node[_index(node, keys[-1], dotted, source)] = value
+    else:
+        node[keys[-1]] = value
+
+
+def _child(node: dict | list, k: str, dotted: str, source: str) -> dict | list:
+    """The section (or list item) ``k`` of ``node``, a new section when a dict lacks it."""
+    if isinstance(node, list):
+        child = node[_index(node, k, dotted, source)]
+    else:
         child = node.get(k)
         if child is None:
             child = node[k] = {}
-        if not isinstance(child, dict):
-            raise ScenarioError(f"{source}: --set {dotted}: {k} is not a section")
-        node = child
-    node[keys[-1]] = value
+    if not isinstance(child, (dict, list)):
+        raise ScenarioError(f"{source}: --set {dotted}: {k} is not a section")
+    return child
+
+
+def _index(items: list, k: str, dotted: str, source: str) -> int:
+    if not k.isdigit() or int(k) >= len(items):
+        raise ScenarioError(f"{source}: --set {dotted}: {k} is not an index of a list of {len(items)}")
+    return int(k)
 
 
 def parse_overrides(items: list[str] | None) -> list[tuple[str, Any]]:
@@ -784,14 +802,7 @@ def _request_limiter(s: Scenario, segments: list[dict]) -> dict | None:
     sch, t, w = s.schedule or Schedule(), s.topology, s.workload
     to_frames = qdisc_frame(t.mtu) / (t.mtu - header_bytes(t)) / w.streams
 
-    def rate(g):
-        return None if g is None else g * to_frames
-
-    steps = [(segments[0]["start_s"], rate(segments[0]["rate_bps"]))]
-    for prev, g in zip(segments, segments[1:], strict=False):
-        if g["start_s"] > prev["end_s"] + 1e-9:
-            steps.append((prev["end_s"], 0.0))  # preempted (edf): paused until its next stretch
-        steps.append((g["start_s"], rate(g["rate_bps"])))
+    steps = [(t, None if g is None else g * to_frames) for t, g in schedule.rate_steps(segments)]
     kind = MECHANISM_LIMITER[sch.mechanism]
     first = steps[0][1]
     lim = {"kind": kind, "rate_bps": first, "profile": [{"t_s": x, "rate_bps": y} for x, y in steps[1:]]}

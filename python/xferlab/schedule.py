@@ -306,6 +306,18 @@ def _admit(p: Plan) -> Plan:
     return p
 
 
+def rate_steps(segments: list[dict]) -> list[tuple[float, float | None]]:
+    """A request's planned segments (``start_s``, ``end_s``, ``rate_bps``) as the steps a
+    limiter follows: (time, rate) from that time on, a pause (rate 0) wherever the plan leaves
+    a gap between two segments (preemption), None for an unlimited stretch."""
+    steps = [(segments[0]["start_s"], segments[0]["rate_bps"])]
+    for prev, g in zip(segments, segments[1:], strict=False):
+        if g["start_s"] > prev["end_s"] + _EPS:
+            steps.append((prev["end_s"], 0.0))
+        steps.append((g["start_s"], g["rate_bps"]))
+    return steps
+
+
 def fluid_rates(plan_requests: list[dict], capacity_bps: float) -> list[tuple[float, float, dict[int, float]]]:
     """The planned rates of every request over time, as a fluid: limited stretches at their
     rate, unlimited ones sharing what is left of r_TP equally (what fair sharing predicts);

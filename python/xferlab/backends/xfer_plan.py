@@ -1,0 +1,158 @@
+"""A plan moved as real data (``xferlab schedule run``): one ``xfer send`` per admitted request,
+from this host to an ``xfer serve``, on the plan's timing.
+
+Each request's transfer sets up its session ahead and starts its data at the planned time on
+this host's clock (``--start-at``), or — when the plan's starts are signalled and the request
+follows another — when that one's sender, having seen its receiver commit, signals it
+(``--signal-done`` → ``--start-after-signal`` over loopback; all senders run here). Its rate
+follows the plan's segments (``--rate-profile``: goodput, offsets from its data start, a pause
+where it is preempted) through the schedule's mechanism (``--limiter``). What each transfer
+did is read back from its JSON trace: the start, the completion, each segment's goodput.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .. import schedule
+from ..trace import RequestPlan, RunInfo
+from .base import BackendError
+
+#: The schedule's mechanisms → xfer's --limiter (a token bucket is a qdisc: not xfer's).
+LIMITER = {"pacing": "pacing", "cwnd_clamp": "cwnd", "sleep_timer": "sleep"}
+#: An unlimited stretch of a plan in a profile of rates: far above any path.
+UNLIMITED_BPS = 1e12
+#: Extra time a run may take past its planned makespan before it is stopped.
+GRACE_S = 60.0
+
+
+@dataclass
+class Launch:
+    """One request's transfer: its plan row, the command, where its trace goes."""
+
+    row: RequestPlan
+    args: list[str]
+    trace: Path
+    proc: subprocess.Popen | None = None
+    stderr: str = ""
+    extra: dict = field(default_factory=dict)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def profile(row: RequestPlan) -> list[dict] | None:
+    """The request's rate over time, offsets from its start (None: unlimited throughout)."""
+    steps = schedule.rate_steps([g.model_dump() for g in row.segments])
+    if all(r is None for _, r in steps):
+        return None
+    t0 = steps[0][0]
+    return [{"t": t - t0, "rate_bps": UNLIMITED_BPS if r is None else r} for t, r in steps]
+
+
+def _signals(info: RunInfo) -> dict[int, tuple[int, int]]:
+    """Follower request → (the request it follows, a loopback port), for signalled plans;
+    a request followed by several signals the first only (the others start on the clock)."""
+    if info.plan.sync == "clock":
+        return {}
+    links, taken = {}, set()
+    for r in info.plan.requests:
+        if r.admitted and r.after is not None and r.after not in taken:
+            links[r.request] = (r.after, _free_port())
+            taken.add(r.after)
+    return links
+
+
+def launches(info: RunInfo, dest: str, auth: list[str], out: Path, xfer: str, t0_unix: float, hz: int) -> list[Launch]:
+    """The command of every admitted request; ``t0_unix`` is the plan's time 0 on this clock."""
+    plan = info.plan
+    if plan.mechanism not in LIMITER:
+        raise BackendError(
+            f"mechanism {plan.mechanism}: a token bucket is a qdisc on the sender's interface, which xfer does not "
+            "set; use pacing, cwnd_clamp or sleep_timer (or run the plan on the netns backend)"
+        )
+    links = _signals(info)
+    followed = {after: (k, port) for k, (after, port) in links.items()}
+    streams = {t.pair: t.streams for t in info.transfers}
+    result = []
+    for r in (r for r in plan.requests if r.admitted):
+        trace = out / f"request{r.request}.json"
+        args = [xfer, "send", "-P", str(streams.get(r.pair, 1)), "--no-progress", "-q", "--json", str(trace), *auth]
+        if r.request in links:
+            args += ["--start-after-signal", f"127.0.0.1:{links[r.request][1]}", "--signal-token", f"request{r.request}"]
+        else:
+            args += ["--start-at", f"{t0_unix + r.start_s:.6f}"]
+        if r.request in followed:
+            k, port = followed[r.request]
+            args += ["--signal-done", f"127.0.0.1:{port}", "--signal-token", f"request{k}"]
+        steps = profile(r)
+        if steps is not None:
+            path = out / f"request{r.request}-profile.json"
+            path.write_text(json.dumps(steps))
+            args += ["--rate-profile", f"@{path}", "--limiter", LIMITER[plan.mechanism]]
+            if plan.mechanism == "sleep_timer":
+                args += ["--timer-hz", str(hz)]
+        result.append(Launch(r, args + [f"mem:{r.volume_bytes}", dest, "--discard"], trace))
+    return result
+
+
+def run(runs: list[Launch], deadline_s: float, on_tick=None) -> None:
+    """Starts every transfer at once (each waits for its time or its signal), waits for all
+    until ``deadline_s`` from now, and stops (by PID) what is still running then or on ^C."""
+    try:
+        for ln in runs:
+            ln.proc = subprocess.Popen(ln.args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        end = time.monotonic() + deadline_s
+        while any(ln.proc.poll() is None for ln in runs):
+            if time.monotonic() > end:
+                raise BackendError(f"transfers still running {deadline_s:.0f} s after the start were stopped")
+            if on_tick is not None:
+                on_tick(sum(ln.proc.poll() is not None for ln in runs), len(runs))
+            time.sleep(0.05)
+    finally:
+        for ln in runs:
+            if ln.proc is not None and ln.proc.poll() is None:
+                ln.proc.kill()
+            if ln.proc is not None:
+                ln.proc.wait()
+                ln.stderr = ln.proc.stderr.read().decode(errors="replace").strip() if ln.proc.stderr else ""
+                ln.proc.stderr.close()
+
+
+def outcome(ln: Launch, t0_unix: float) -> dict:
+    """What the request's transfer did, in plan time (s from the plan's time 0)."""
+    r = ln.row
+    row = {
+        "request": r.request,
+        "name": r.name,
+        "volume_bytes": r.volume_bytes,
+        "deadline_s": r.deadline_s,
+        "planned_start_s": r.start_s,
+        "planned_completion_s": r.completion_s,
+    }
+    try:
+        doc = json.loads(ln.trace.read_text())
+    except (OSError, ValueError):
+        return {**row, "error": ln.stderr.splitlines()[-1] if ln.stderr else f"xfer exited {ln.proc.returncode} with no trace"}
+    run_ = doc["run"]
+    start, end = run_["start"]["actual"] - t0_unix, run_["end_time"] - t0_unix
+    return {
+        **row,
+        "error": run_.get("error"),
+        "start_s": start,
+        "completion_s": end,
+        "bytes": run_["bytes"],
+        "goodput_bps": run_["bytes"] * 8 / run_["completion_time"] if run_.get("completion_time") else None,
+        "late_s": end - r.completion_s if r.completion_s is not None else None,
+        "deadline_met": None if r.deadline_s is None else end <= r.deadline_s,
+        "signal": run_["start"].get("signal"),
+        "segments": doc.get("segments", []),
+    }

@@ -117,6 +117,26 @@ pub struct FlowConfig {
     pub start_after: Option<StartAfter>,
 }
 
+impl FlowConfig {
+    /// A transfer on `pair` starting at 0 with the defaults (Reno, unlimited); set its
+    /// volume or duration.
+    pub fn transfer(pair: u32) -> Self {
+        FlowConfig {
+            pair,
+            stream: 0,
+            variant: default_variant(),
+            start_ns: 0,
+            duration_ns: None,
+            volume_bytes: None,
+            max_window_pkts: None,
+            role: FlowRole::Transfer,
+            limiter: None,
+            profile: vec![],
+            start_after: None,
+        }
+    }
+}
+
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum FlowRole {

@@ -35,18 +35,10 @@ fn dumbbell(
             .collect(),
         flows: (0..pairs)
             .map(|p| FlowConfig {
-                pair: p,
-                stream: 0,
-                variant: "reno".into(),
                 // A few ms apart, as flows started by hand on a testbed would be.
                 start_ns: p as u64 * 3 * NS_PER_MS,
                 duration_ns: Some(secs * NS_PER_S),
-                volume_bytes: None,
-                max_window_pkts: None,
-                role: FlowRole::Transfer,
-                limiter: None,
-                profile: vec![],
-                start_after: None,
+                ..FlowConfig::transfer(p)
             })
             .collect(),
         background: vec![],

@@ -3,8 +3,8 @@
 //! start when another pair's transfers are done.
 
 use xferlab_sim::config::{
-    FlowConfig, FlowRole, LimiterConfig, LinkConfig, MeasureConfig, NoiseConfig, PairConfig,
-    RateStep, SimConfig, StartAfter, TcpConfig,
+    FlowConfig, LimiterConfig, LinkConfig, MeasureConfig, NoiseConfig, PairConfig, RateStep,
+    SimConfig, StartAfter, TcpConfig,
 };
 use xferlab_sim::time::{NS_PER_MS, NS_PER_S};
 use xferlab_sim::{Simulation, Trace};
@@ -14,17 +14,8 @@ const PAYLOAD: f64 = 1448.0 / 1514.0;
 
 fn flow(pair: u32) -> FlowConfig {
     FlowConfig {
-        pair,
-        stream: 0,
         variant: "cubic".into(),
-        start_ns: 0,
-        duration_ns: None,
-        volume_bytes: None,
-        max_window_pkts: None,
-        role: FlowRole::Transfer,
-        limiter: None,
-        profile: vec![],
-        start_after: None,
+        ..FlowConfig::transfer(pair)
     }
 }
 

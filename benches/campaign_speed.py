@@ -23,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benches"))
 
-from sim_speed import machine  # noqa: E402
+from benchlib import machine  # noqa: E402
 
 CAMPAIGN = {
     "name": "campaign-speed",

@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "python"))
 sys.path.insert(0, str(ROOT / "benches"))
 
-from sim_speed import machine  # noqa: E402
+from benchlib import machine  # noqa: E402
 from xferlab import backends, metrics, scenario  # noqa: E402
 
 SECTION = "## netns backend: capacity at 100 ms"

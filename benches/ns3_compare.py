@@ -24,8 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import re
 import subprocess
 import sys
@@ -38,6 +36,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "python"))
 
 import yaml  # noqa: E402
+from benchlib import machine  # noqa: E402
 from xferlab import backends, metrics, models, scenario  # noqa: E402
 from xferlab.trace import Provenance, Trace  # noqa: E402
 from xferlab.trace import table as trace_table  # noqa: E402
@@ -313,18 +312,6 @@ def render(rows: list[Row], notes: dict[str, str]) -> str:
             f"{r.sim['timeouts'] if r.sim else '—'} | {n['timeouts']} | {note} |"
         )
     return "\n".join(out)
-
-
-def machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{cpu}, {os.cpu_count()} cores, Linux {platform.release()}"
 
 
 def write_section(body: str) -> None:

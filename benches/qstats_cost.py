@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import re
 import socket
 import statistics
@@ -38,6 +37,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "python"))
 
+from benchlib import machine  # noqa: E402
 from xferlab.netns import host  # noqa: E402
 from xferlab.netns import topology as topo  # noqa: E402
 
@@ -49,12 +49,6 @@ def spec(run_id: str, pairs: int) -> topo.DumbbellSpec:
     return topo.DumbbellSpec(
         run_id=run_id, paths=[topo.PathSpec(100e6, 0.02)] * pairs, bottleneck_rate_bps=200e6, buffer_pkts=170, mtu=1500
     )
-
-
-def machine() -> str:
-    lines = Path("/proc/cpuinfo").read_text().splitlines()
-    cpu = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), "unknown CPU")
-    return f"{cpu}, {os.cpu_count()} cores, Linux {platform.release()}, Python {platform.python_version()}"
 
 
 def stats_us(xs: list[float]) -> dict:

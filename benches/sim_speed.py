@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import re
 import resource
 import statistics
@@ -26,6 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "python"))
 
+from benchlib import machine  # noqa: E402
 from xferlab import scenario  # noqa: E402
 from xferlab.backends import sim  # noqa: E402
 
@@ -44,20 +44,6 @@ CASES = [
     )
     for n in (10, 100, 1000)
 ]
-
-
-def machine() -> str:
-    cpu = "unknown CPU"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    import os
-
-    return f"{cpu}, {os.cpu_count()} cores, Linux {platform.release()}, Python {platform.python_version()}"
 
 
 def measure(path: Path, overrides: list[str], runs: int) -> dict:

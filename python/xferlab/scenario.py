@@ -687,26 +687,10 @@ def _pair(s: Scenario, pair: int, rng: random.Random, flows: list[dict]) -> tupl
     rate_limit = o.rate_limit if o.rate_limit is not None else p.rate_limit
     limiter = _limiter(s, o, rate_limit)
     starts = []
-    for stream in range(w.streams):
+    volumes = _stream_volumes(volume, w.streams, "workload.volume")
+    for stream, stream_volume in enumerate(volumes):
         starts.append(start + (rng.random() * w.start_jitter if w.start_jitter > 0 else 0.0))
-        stream_volume = None
-        if volume is not None:
-            stream_volume = volume // w.streams + (1 if stream < volume % w.streams else 0)
-            if stream_volume == 0:
-                raise ScenarioError(f"workload.volume {volume} B is smaller than {w.streams} streams")
-        flows.append(
-            {
-                "flow_id": len(flows),
-                "pair": pair,
-                "stream": stream,
-                "variant": variant,
-                "role": "transfer",
-                "start_s": starts[-1],
-                "duration_s": duration,
-                "volume_bytes": stream_volume,
-                "limiter": limiter,
-            }
-        )
+        _add_flow(flows, pair, stream, variant, starts[-1], duration=duration, volume=stream_volume, limiter=limiter)
     transfer = {
         "pair": pair,
         "streams": w.streams,
@@ -720,6 +704,33 @@ def _pair(s: Scenario, pair: int, rng: random.Random, flows: list[dict]) -> tupl
     return path, transfer
 
 
+def _stream_volumes(volume: int | None, streams: int, what: str) -> list[int | None]:
+    """A pair's volume split over its streams (the first ones carry the remainder)."""
+    if volume is None:
+        return [None] * streams
+    if volume < streams:
+        raise ScenarioError(f"{what} {volume} B is smaller than {streams} streams")
+    return [volume // streams + (1 if k < volume % streams else 0) for k in range(streams)]
+
+
+def _add_flow(flows: list[dict], pair: int, stream: int, variant: str, start: float, **extra) -> None:
+    """Appends one flow (trace.FlowInfo) with the next id: a transfer unless ``role`` says."""
+    flows.append(
+        {
+            "flow_id": len(flows),
+            "pair": pair,
+            "stream": stream,
+            "variant": variant,
+            "role": extra.get("role", "transfer"),
+            "start_s": start,
+            "duration_s": extra.get("duration"),
+            "volume_bytes": extra.get("volume"),
+            "limiter": extra.get("limiter"),
+            "start_after": extra.get("start_after"),
+        }
+    )
+
+
 def _reverse(s: Scenario, rng: random.Random, flows: list[dict], paths: list[dict]) -> int:
     """Reverse traffic: R × C / Ca sources sending from the receivers' side for the whole run."""
     n = reverse_sources(s)
@@ -727,19 +738,7 @@ def _reverse(s: Scenario, rng: random.Random, flows: list[dict], paths: list[dic
     for _ in range(n):
         paths.append({"access_rate_bps": t.access_rate, "rtt_s": t.rtt})
         start = rng.random() * w.start_jitter if w.start_jitter > 0 else 0.0
-        flows.append(
-            {
-                "flow_id": len(flows),
-                "pair": len(paths) - 1,
-                "stream": 0,
-                "variant": s.protocol.variant,
-                "role": "reverse",
-                "start_s": start,
-                "duration_s": None,
-                "volume_bytes": None,
-                "limiter": None,
-            }
-        )
+        _add_flow(flows, len(paths) - 1, 0, s.protocol.variant, start, role="reverse")
     return n
 
 
@@ -843,26 +842,9 @@ def _request_pairs(s: Scenario, plan: dict, rng: random.Random, flows: list[dict
         start, after = _request_start(s, plan, row, paths[pair]["rtt_s"], rng)
         limiter = _request_limiter(s, row["segments"])
         variant = o.variant or p.variant
-        for stream in range(w.streams):
-            volume = row["volume_bytes"] // w.streams + (1 if stream < row["volume_bytes"] % w.streams else 0)
-            if volume == 0:
-                raise ScenarioError(
-                    f"requests[{row['request']}]: volume {row['volume_bytes']} B is smaller than {w.streams} streams"
-                )
-            flows.append(
-                {
-                    "flow_id": len(flows),
-                    "pair": pair,
-                    "stream": stream,
-                    "variant": variant,
-                    "role": "transfer",
-                    "start_s": start,
-                    "duration_s": None,
-                    "volume_bytes": volume,
-                    "limiter": limiter,
-                    "start_after": after,
-                }  # fmt: skip
-            )
+        volumes = _stream_volumes(row["volume_bytes"], w.streams, f"requests[{row['request']}]: volume")
+        for stream, volume in enumerate(volumes):
+            _add_flow(flows, pair, stream, variant, start, volume=volume, limiter=limiter, start_after=after)
         single = {g["rate_bps"] for g in row["segments"]}
         goodput = single.pop() if len(single) == 1 else None
         transfers.append(

@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(VENV)/bin/pip
 STAMP  := $(VENV)/.deps-installed
 
-.PHONY: demo test install build lint bench clean
+.PHONY: demo test install build lint bench clean xfer-static
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -20,6 +20,11 @@ build: $(STAMP)
 	cargo build --release -q -p xferlab-delayline -p xfer   # target/release/{xferlab-delay,xfer} (netns backend)
 
 install: build
+
+# A statically linked xfer (musl) for remote hosts of any Linux: the ssh backend deploys it
+# when it exists (docs/ssh.md). Needs the musl target: `rustup target add x86_64-unknown-linux-musl`.
+xfer-static:
+	cargo build --release -q --target x86_64-unknown-linux-musl -p xfer
 
 demo: build
 	$(PY) -m xferlab.demo scenarios results/demo

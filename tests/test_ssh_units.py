@@ -5,6 +5,7 @@ import asyncio
 
 import pytest
 import yaml
+from xferlab.backends import netns
 from xferlab.remote import clock, facts, journal, launch, plan
 from xferlab.remote.inventory import InventoryError, load
 
@@ -148,3 +149,14 @@ def test_link_log_and_status_parsing():
     )
     assert launch.parse_link_log(log) == [(1000, {"right": {"bytes": 3028, "packets": 2, "drops": 1, "qlen": 1}})]
     assert launch.parse_status("flow0 0 123\nflow1 -15 456\nnoise") == {"flow0": (0, 123), "flow1": (-15, 456)}
+
+
+def test_a_static_xfer_is_deployed_when_there_is_one(monkeypatch, tmp_path):
+    static = tmp_path / "xfer-musl"
+    static.write_bytes(b"\x7fELF")
+    monkeypatch.setenv("XFERLAB_XFER_STATIC", str(static))
+    assert netns.deployable_xfer() == (str(static), True)
+    monkeypatch.delenv("XFERLAB_XFER_STATIC")
+    monkeypatch.setattr(netns, "STATIC_XFER", tmp_path / "nowhere")
+    monkeypatch.setenv("XFERLAB_XFER", "/opt/xfer-glibc")
+    assert netns.deployable_xfer() == ("/opt/xfer-glibc", False)

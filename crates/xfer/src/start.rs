@@ -258,7 +258,7 @@ pub fn wait_until_unix(t: f64) {
 /// Sleeps on CLOCK_REALTIME until `t` (or a little past it); no spinning.
 pub fn sleep_realtime_abs(t: f64) {
     let ts = libc::timespec {
-        tv_sec: t.floor() as libc::time_t,
+        tv_sec: t.floor() as _,
         tv_nsec: ((t - t.floor()) * 1e9) as libc::c_long,
     };
     loop {

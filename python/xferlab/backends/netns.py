@@ -77,6 +77,21 @@ def xfer_binary() -> str:
     return _binary("XFERLAB_XFER", "xfer", "xfer")
 
 
+#: Where `make xfer-static` puts the statically linked xfer (musl): it runs on any Linux host.
+STATIC_XFER = Path("target") / "x86_64-unknown-linux-musl" / "release" / "xfer"
+
+
+def deployable_xfer() -> tuple[str, bool]:
+    """The xfer to copy to remote hosts and whether it is static: $XFERLAB_XFER_STATIC, the
+    workspace's static build, else the build this machine runs (linked to its glibc)."""
+    if os.environ.get("XFERLAB_XFER_STATIC"):
+        return os.environ["XFERLAB_XFER_STATIC"], True
+    static = _repo_root() / STATIC_XFER
+    if static.exists():
+        return str(static), True
+    return xfer_binary(), False
+
+
 def kernel_variant(variant: str) -> str:
     """The kernel's name of a variant: built in, or the project's BPF program (xferlab.variants)."""
     return variants.kernel_name(variant)

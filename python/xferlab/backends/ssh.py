@@ -173,6 +173,7 @@ class _Run:
         self.changes: dict[str, list[plan.Change]] = {}
         self.calibration: dict = {}
         self.xfer: dict[str, str] = {}  # host → path of xfer there
+        self.xfer_static = False  # the deployed xfer is the static (musl) build
         self.logs: Path | None = None
         self.restored: hosts.Restored | None = None
         self.signalled: str | None = None
@@ -357,14 +358,16 @@ class _Run:
             if name in xfer_hosts:
                 h, w = self.bed.hosts[name], self.bed.workdir(name)
                 if self.xfer[name] == f"{w}/xfer":
-                    await h.write(f"{w}/xfer", Path(netns.xfer_binary()).read_bytes(), mode="755")
+                    binary, self.xfer_static = netns.deployable_xfer()
+                    await h.write(f"{w}/xfer", Path(binary).read_bytes(), mode="755")
                 await h.write(f"{w}/xfer.key", key)
 
         key = uuid.uuid4().hex + uuid.uuid4().hex
         await hosts.together(*(one(n) for n in self.bed.names))
         for name in self.bed.names:
             done = [c.what for c in self.changes[name]]
-            deployed = ["xfer deployed"] if self.xfer.get(name, "").startswith(self.bed.workdir(name)) else []
+            kind = "static" if self.xfer_static else "linked to this machine's glibc"
+            deployed = [f"xfer deployed ({kind})"] if self.xfer.get(name, "").startswith(self.bed.workdir(name)) else []
             self.say(f"configure: {name}: " + ("; ".join(done + deployed) or "nothing to change"))
 
     async def calibrate(self) -> None:

@@ -14,11 +14,13 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 import sshbed
 import yaml
+from xferlab.backends import netns
 from xferlab.remote import hosts
 from xferlab.remote.inventory import load as load_inventory
 from xferlab.remote.shell import Refused
@@ -26,6 +28,7 @@ from xferlab.remote.shell import Refused
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(sshbed.missing() is not None, reason=sshbed.missing() or "")]
 
 SKEW_S = 3
+ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="module")
@@ -152,6 +155,9 @@ def test_volume_transfers_move_with_xfer_deployed_over_ssh(cli, bed, clean, tmp_
     assert (flows["completion_time"] > 0.5).all() and (flows["completion_time"] < 10).all()
     configured = json.loads((out / "run.json").read_text())["provenance"]["stats"]["hosts"]
     assert configured["s0"]["xfer"] is False  # not installed: deployed for the run, removed after
+    stats = json.loads((out / "run.json").read_text())["provenance"]["stats"]
+    static = (ROOT / netns.STATIC_XFER).exists()
+    assert stats["xfer_deployed"]["s0"] == ("static" if static else "glibc")
     assert (out / "logs" / "s0" / "flow0.json").exists()
     assert_restored(bed)
 

@@ -678,6 +678,11 @@ class _Run:
                 "start_error_ms": errors,
                 "calibration": self.calibration,
                 "configured": {n: [c.what for c in cs] for n, cs in self.changes.items()},
+                "xfer_deployed": {
+                    n: ("static" if self.xfer_static else "glibc")
+                    for n, path in self.xfer.items()
+                    if path.startswith(self.bed.workdir(n))
+                },
                 "restored": dict(self.restored.undone) if self.restored else {},
                 "steps_s": self.step_s,
             }

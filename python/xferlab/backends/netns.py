@@ -35,6 +35,7 @@ from ..netns import bpfcc, host, scaling
 from ..netns import topology as topo
 from ..netns.qstats import QdiscReader
 from ..trace import Provenance, Trace, table
+from . import xfer_plan
 from .base import BackendError, Progress
 
 NAME = "netns"
@@ -209,17 +210,8 @@ def _needs_bpf(kernel: dict):
 
 
 def unsupported(resolved: dict) -> str | None:
-    """What of a resolved scenario this backend cannot run yet, said plainly (None: all).
-    Volume-bound transfers run on xfer, which follows every limiter but the token bucket (an
-    HTB class here) through a rate profile; duration-bound flows run on iperf3, which paces."""
-    for f in resolved["flows"]:
-        lim = f.get("limiter") or {}
-        volume = f.get("volume_bytes") is not None
-        if lim.get("kind") == "token_bucket" and lim.get("profile"):
-            return "a token bucket whose rate changes over time (use mechanism pacing, cwnd_clamp or sleep_timer)"
-        if not volume and (lim.get("kind") in ("cwnd_clamp", "sleep_timer") or lim.get("profile")):
-            return f"the {lim['kind'].replace('_', ' ')} mechanism on a duration-bound flow (iperf3 only paces)"
-    return None
+    """What of a resolved scenario this backend cannot run yet, said plainly (None: all)."""
+    return next((why for f in resolved["flows"] if (why := xfer_plan.not_drivable(f))), None)
 
 
 def run(scenario, resolved: dict, progress: Progress | None = None, scale: float | None = None) -> Trace:
@@ -531,7 +523,7 @@ class _Tools:
         if fl.tool == "xfer":
             args = [self.xfer, "send", "-P", "1", "--cc", kernel[f["variant"]], "--no-hash", "--retries", "0"]
             args += ["--no-progress", "-q", "--json", str(self.output(fl)), "--interval", f"{interval:g}s"]
-            args += ["--key-file", str(self.key)] + self.limit(fl, payload_ratio)
+            args += ["--key-file", str(self.key)] + xfer_plan.limiter_args(f.get("limiter"), f["start_s"], payload_ratio)
             return args + [f"mem:{int(f['volume_bytes'])}", f"{fl.dst_addr}:{fl.port}", "--discard"], warnings
         args = ["iperf3", "-c", fl.dst_addr, "-p", str(fl.port), "-C", kernel[f["variant"]], "-J", "--get-server-output"]
         args += ["-i", f"{interval:g}", "--connect-timeout", "10000"]
@@ -543,34 +535,6 @@ class _Tools:
         if pace:
             args += ["--fq-rate", str(pace)]
         return args, warnings
-
-    def limit(self, fl: _Flow, payload_ratio: float) -> list[str]:
-        """xfer's options for the flow's limiter: a single pacing rate as ``--rate``; a window
-        clamp, a sleep timer or a changing rate as a ``--rate-profile`` (goodput, offsets from
-        the data start) with its ``--limiter``. A token bucket is an HTB class, not xfer's."""
-        lim = fl.spec.get("limiter")
-        if not lim or lim["kind"] == "token_bucket":
-            return []
-        if lim["kind"] == "pacer" and not lim["profile"]:
-            return ["--rate", str(int(lim["rate_bps"] * payload_ratio))] if lim["rate_bps"] else []
-        start = fl.spec["start_s"]
-        steps = [(0.0, lim["rate_bps"])] + [(st["t_s"] - start, st["rate_bps"]) for st in lim["profile"]]
-        path = self.workdir / f"flow{fl.spec['flow_id']}-profile.json"
-        path.write_text(json.dumps([{"t": max(0.0, t), "rate_bps": _goodput(r, payload_ratio)} for t, r in steps]))
-        args = ["--rate-profile", f"@{path}", "--limiter", XFER_LIMITER[lim["kind"]]]
-        if lim["kind"] == "sleep_timer":
-            args += ["--timer-hz", str(max(1, round(1 / lim["tick_s"])))]
-        return args
-
-
-#: The scenario's limiters → xfer's --limiter.
-XFER_LIMITER = {"pacer": "pacing", "cwnd_clamp": "cwnd", "sleep_timer": "sleep"}
-#: An unlimited stretch of a plan, for a tool that takes rates only: far above any path here.
-UNLIMITED_GOODPUT_BPS = 1e12
-
-
-def _goodput(frame_rate_bps: float | None, payload_ratio: float) -> float:
-    return UNLIMITED_GOODPUT_BPS if frame_rate_bps is None else frame_rate_bps * payload_ratio
 
 
 def _drive(flows, emu, kernel, interval, t0, k, progress, warnings, delay_proc, tools) -> None:

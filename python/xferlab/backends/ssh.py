@@ -49,7 +49,7 @@ from ..remote.inventory import Inventory, InventoryError
 from ..remote.inventory import load as load_inventory
 from ..remote.shell import RemoteError
 from ..trace import Provenance, Trace, table
-from . import netns
+from . import netns, xfer_plan
 from .base import BackendError, Progress
 
 NAME = "ssh"
@@ -119,6 +119,14 @@ def _refuse_unsupported(r: dict, inv: Inventory) -> None:
         raise BackendError("random loss (topology.loss_rate) is not emulated by the ssh backend: real paths lose what they lose")
     if any((f.get("limiter") or {}).get("kind") == "token_bucket" for f in r["flows"]):
         raise BackendError("per-flow token buckets (limiter: token_bucket) are not run by the ssh backend yet; use pacing")
+    if any(f.get("start_after") for f in r["flows"]):
+        raise BackendError(
+            "a start signalled by another transfer's completion is not run by the ssh backend yet: use "
+            "schedule.time_control.sync: clock, or `xferlab schedule run` (xfer's own start signals)"
+        )
+    for f in r["flows"]:
+        if why := xfer_plan.not_drivable(f):
+            raise BackendError(f"the ssh backend does not run {why}")
     if r.get("shaper") is not None and r["shaper"]["kind"] == "pacer":
         raise BackendError("a pacing shaper on the bottleneck (topology.shaper.limiter: pacing) has no ssh equivalent")
     if r.get("shaper") is not None and inv.router is None:
@@ -499,11 +507,11 @@ class _Run:
         lim = s.get("limiter")
         # The simulator's pacer counts IP + 14 bytes per packet; TCP pacing counts payload.
         ratio = self.r["mss"] / constants.qdisc_frame(self.r["mtu"])
-        pace = int(lim["rate_bps"] * ratio) if lim and lim["kind"] == "pacer" else None
+        pace = int(lim["rate_bps"] * ratio) if lim and lim["kind"] == "pacer" and lim["rate_bps"] else None
         if f.tool == "xfer":
             args = [self.xfer[f.src], "send", "-P", "1", "--cc", cc, "--no-hash", "--retries", "0", "--no-progress", "-q"]
             args += ["--json", f"{w}/{f.name}.json", "--interval", f"{interval:g}s", "--key-file", f"{w}/xfer.key"]
-            args += ["--rate", str(pace)] if pace else []
+            args += xfer_plan.limiter_args(lim, s["start_s"], ratio)
             return args + [f"mem:{int(s['volume_bytes'])}", f"{_host(f.dst_addr)}:{f.port}", "--discard"]
         duration = s["duration_s"] if s.get("duration_s") is not None else end_s - s["start_s"]
         whole = max(1, math.ceil(duration - 1e-9))

@@ -25,6 +25,8 @@ from .base import BackendError
 
 #: The schedule's mechanisms → xfer's --limiter (a token bucket is a qdisc: not xfer's).
 LIMITER = {"pacing": "pacing", "cwnd_clamp": "cwnd", "sleep_timer": "sleep"}
+#: The same for a flow's limiter (trace.LimiterInfo.kind).
+LIMITER_OF_KIND = {"pacer": "pacing", "cwnd_clamp": "cwnd", "sleep_timer": "sleep"}
 #: An unlimited stretch of a plan in a profile of rates: far above any path.
 UNLIMITED_BPS = 1e12
 #: Extra time a run may take past its planned makespan before it is stopped.
@@ -49,13 +51,47 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def profile(row: RequestPlan) -> list[dict] | None:
-    """The request's rate over time, offsets from its start (None: unlimited throughout)."""
-    steps = schedule.rate_steps([g.model_dump() for g in row.segments])
+def profile_spec(steps: list[tuple[float, float | None]]) -> str | None:
+    """``--rate-profile`` for goodput steps (offset from the data start, bit/s; None for an
+    unlimited stretch), or None when the whole profile is unlimited."""
     if all(r is None for _, r in steps):
         return None
-    t0 = steps[0][0]
-    return [{"t": t - t0, "rate_bps": UNLIMITED_BPS if r is None else r} for t, r in steps]
+    return ",".join(f"{max(0.0, t):.6f}s:{round(UNLIMITED_BPS if r is None else r)}" for t, r in steps)
+
+
+def profile(row: RequestPlan) -> str | None:
+    """The request's rate over time, offsets from its start (None: unlimited throughout)."""
+    steps = schedule.rate_steps([g.model_dump() for g in row.segments])
+    return profile_spec([(t - steps[0][0], r) for t, r in steps])
+
+
+def not_drivable(flow: dict) -> str | None:
+    """Why a flow's limiter cannot be run by the tools (None: it can): volume-bound flows run
+    on xfer, which follows every limiter but a token bucket whose rate changes; duration-bound
+    flows on iperf3, which only paces at one rate."""
+    lim = flow.get("limiter") or {}
+    if lim.get("kind") == "token_bucket" and lim.get("profile"):
+        return "a token bucket whose rate changes over time (use mechanism pacing, cwnd_clamp or sleep_timer)"
+    if flow.get("volume_bytes") is None and (lim.get("kind") in ("cwnd_clamp", "sleep_timer") or lim.get("profile")):
+        return f"the {lim['kind'].replace('_', ' ')} mechanism on a duration-bound flow (iperf3 only paces)"
+    return None
+
+
+def limiter_args(lim: dict | None, start_s: float, payload_ratio: float) -> list[str]:
+    """xfer's options for a flow's limiter (trace.LimiterInfo, frame rates): a single pacing
+    rate as ``--rate``; a window clamp, a sleep timer or a changing rate as a
+    ``--rate-profile`` of goodput with its ``--limiter``. A token bucket is a qdisc: none."""
+    if not lim or lim["kind"] == "token_bucket":
+        return []
+    goodput = [(0.0, lim["rate_bps"])] + [(st["t_s"] - start_s, st["rate_bps"]) for st in lim["profile"]]
+    goodput = [(t, None if r is None else r * payload_ratio) for t, r in goodput]
+    if lim["kind"] == "pacer" and len(goodput) == 1:
+        return ["--rate", str(int(goodput[0][1]))] if goodput[0][1] else []
+    spec = profile_spec(goodput)
+    args = ["--rate-profile", spec, "--limiter", LIMITER_OF_KIND[lim["kind"]]] if spec else []
+    if spec and lim["kind"] == "sleep_timer":
+        args += ["--timer-hz", str(max(1, round(1 / lim["tick_s"])))]
+    return args
 
 
 def _signals(info: RunInfo) -> dict[int, tuple[int, int]]:
@@ -93,11 +129,9 @@ def launches(info: RunInfo, dest: str, auth: list[str], out: Path, xfer: str, t0
         if r.request in followed:
             k, port = followed[r.request]
             args += ["--signal-done", f"127.0.0.1:{port}", "--signal-token", f"request{k}"]
-        steps = profile(r)
-        if steps is not None:
-            path = out / f"request{r.request}-profile.json"
-            path.write_text(json.dumps(steps))
-            args += ["--rate-profile", f"@{path}", "--limiter", LIMITER[plan.mechanism]]
+        spec = profile(r)
+        if spec is not None:
+            args += ["--rate-profile", spec, "--limiter", LIMITER[plan.mechanism]]
             if plan.mechanism == "sleep_timer":
                 args += ["--timer-hz", str(hz)]
         result.append(Launch(r, args + [f"mem:{r.volume_bytes}", dest, "--discard"], trace))

@@ -44,129 +44,137 @@ enum ModeArg {
 #[derive(Subcommand)]
 enum Cmd {
     /// Run the receiver daemon.
-    Serve {
-        /// Address to listen on (port 0 picks a free port, printed on stdout).
-        #[arg(long, default_value = "0.0.0.0:7447")]
-        listen: String,
-        /// Directory that received files are confined to.
-        #[arg(long, default_value = ".")]
-        root: PathBuf,
-        /// File holding the shared key (at least 16 bytes).
-        #[arg(long)]
-        key_file: Option<PathBuf>,
-        /// Run without a key (only allowed on a loopback address).
-        #[arg(long)]
-        insecure: bool,
-        /// Allow clients to run --to-cmd consumers (as this user, in --root).
-        #[arg(long)]
-        allow_cmd: bool,
-        /// Largest chunk a client may use.
-        #[arg(long, default_value = "16M")]
-        max_chunk: String,
-        /// Maximum concurrent sessions.
-        #[arg(long, default_value_t = 16)]
-        max_sessions: usize,
-        /// Maximum open connections (authenticated or not); past it, clients
-        /// are told the server is busy.
-        #[arg(long, default_value_t = 1024)]
-        max_conns: u64,
-        /// Receive buffer per data socket (default: kernel autotuning).
-        #[arg(long)]
-        rcvbuf: Option<String>,
-    },
+    Serve(ServeArgs),
     /// Send a file, stdin, or a command's output to a server, or pull a file from it.
     #[command(
         after_help = "SRC: a file, '-' (stdin) or mem:SIZE (zeros, for benchmarks); omit with --from-cmd.\n\
 DEST: HOST:PORT:/path (relative to the server's --root), or HOST:PORT with --to-cmd or --discard.\n\
 Pull: SRC = HOST:PORT:/path, DEST = a local file or '-' (stdout)."
     )]
-    Send {
-        /// [SRC] DEST
-        #[arg(required = true, num_args = 1..=2)]
-        args: Vec<String>,
-        /// Number of parallel data connections.
-        #[arg(short = 'P', long = "parallel", default_value_t = 4)]
-        parallel: u32,
-        /// stripe (file in N contiguous ranges) or stream (sequenced chunks);
-        /// default: stripe for files, stream for pipes.
-        #[arg(long, value_enum)]
-        mode: Option<ModeArg>,
-        /// Chunk size (unit of hashing, resume and reordering).
-        #[arg(long, default_value = "1M")]
-        chunk: String,
-        /// Aggregate goodput target in bit/s, e.g. 400M (paced per socket).
-        #[arg(long)]
-        rate: Option<String>,
-        /// Finish by this time, e.g. 120s: sets the rate from size and deadline.
-        #[arg(long, conflicts_with = "rate")]
-        deadline: Option<String>,
-        /// Expected size of a pipe (needed with --deadline).
-        #[arg(long)]
-        size: Option<String>,
-        /// The source must be exactly this many bytes: a pipe that ends
-        /// early (e.g. its producer failed) or runs long fails the transfer
-        /// and nothing is committed.
-        #[arg(long)]
-        expect_size: Option<String>,
-        /// TCP congestion control (e.g. bbr, cubic, reno).
-        #[arg(long)]
-        cc: Option<String>,
-        /// Send buffer per data socket (default: kernel autotuning).
-        #[arg(long)]
-        sndbuf: Option<String>,
-        /// Receive buffer per data socket (default: kernel autotuning).
-        #[arg(long)]
-        rcvbuf: Option<String>,
-        /// Turn off per-chunk and end-to-end hashing.
-        #[arg(long)]
-        no_hash: bool,
-        /// Start from scratch even if the receiver holds verified chunks.
-        #[arg(long)]
-        no_resume: bool,
-        /// Resume a pipe from the receiver's verified prefix (the producer
-        /// must emit the same bytes again; the end-to-end hash checks it).
-        #[arg(long, conflicts_with = "no_resume")]
-        resume: bool,
-        /// Reconnect and resume this many times after a broken connection.
-        #[arg(long, default_value_t = 3)]
-        retries: u32,
-        /// Producer command whose stdout is sent (run with sh -c).
-        #[arg(long)]
-        from_cmd: Option<String>,
-        /// Consumer command run by the server, fed the data on stdin.
-        #[arg(long)]
-        to_cmd: Option<String>,
-        /// Let the server throw the data away (memory-to-memory tests).
-        #[arg(long)]
-        discard: bool,
-        #[arg(long)]
-        key_file: Option<PathBuf>,
-        /// Send without a key (only to a loopback address).
-        #[arg(long)]
-        insecure: bool,
-        /// Write a trace (run, flows, goodput, tcp tables) as JSON.
-        #[arg(long)]
-        json: Option<PathBuf>,
-        /// Sampling interval for goodput and TCP_INFO.
-        #[arg(long, default_value = "0.5s")]
-        interval: String,
-        /// No progress bar.
-        #[arg(long)]
-        no_progress: bool,
-        /// No summary line.
-        #[arg(short, long)]
-        quiet: bool,
-        /// Test hook: the receiver fails the first attempt, as if its data
-        /// connections were reset, once it has written this many bytes.
-        #[arg(long, hide = true)]
-        fault_reset_after: Option<String>,
-        /// Test hook: the senders stop after this many bytes and wait for
-        /// their connections to close (the transfer cannot finish).
-        #[arg(long, hide = true)]
-        fault_stall_after: Option<String>,
-        #[command(flatten)]
-        plan: PlanArgs,
-    },
+    Send(SendArgs),
+}
+
+/// `xfer serve`'s options.
+#[derive(clap::Args)]
+struct ServeArgs {
+    /// Address to listen on (port 0 picks a free port, printed on stdout).
+    #[arg(long, default_value = "0.0.0.0:7447")]
+    listen: String,
+    /// Directory that received files are confined to.
+    #[arg(long, default_value = ".")]
+    root: PathBuf,
+    /// File holding the shared key (at least 16 bytes).
+    #[arg(long)]
+    key_file: Option<PathBuf>,
+    /// Run without a key (only allowed on a loopback address).
+    #[arg(long)]
+    insecure: bool,
+    /// Allow clients to run --to-cmd consumers (as this user, in --root).
+    #[arg(long)]
+    allow_cmd: bool,
+    /// Largest chunk a client may use.
+    #[arg(long, default_value = "16M")]
+    max_chunk: String,
+    /// Maximum concurrent sessions.
+    #[arg(long, default_value_t = 16)]
+    max_sessions: usize,
+    /// Maximum open connections (authenticated or not); past it, clients
+    /// are told the server is busy.
+    #[arg(long, default_value_t = 1024)]
+    max_conns: u64,
+    /// Receive buffer per data socket (default: kernel autotuning).
+    #[arg(long)]
+    rcvbuf: Option<String>,
+}
+
+/// `xfer send`'s options.
+#[derive(clap::Args)]
+struct SendArgs {
+    /// [SRC] DEST
+    #[arg(required = true, num_args = 1..=2)]
+    args: Vec<String>,
+    /// Number of parallel data connections.
+    #[arg(short = 'P', long = "parallel", default_value_t = 4)]
+    parallel: u32,
+    /// stripe (file in N contiguous ranges) or stream (sequenced chunks);
+    /// default: stripe for files, stream for pipes.
+    #[arg(long, value_enum)]
+    mode: Option<ModeArg>,
+    /// Chunk size (unit of hashing, resume and reordering).
+    #[arg(long, default_value = "1M")]
+    chunk: String,
+    /// Aggregate goodput target in bit/s, e.g. 400M (paced per socket).
+    #[arg(long)]
+    rate: Option<String>,
+    /// Finish by this time, e.g. 120s: sets the rate from size and deadline.
+    #[arg(long, conflicts_with = "rate")]
+    deadline: Option<String>,
+    /// Expected size of a pipe (needed with --deadline).
+    #[arg(long)]
+    size: Option<String>,
+    /// The source must be exactly this many bytes: a pipe that ends
+    /// early (e.g. its producer failed) or runs long fails the transfer
+    /// and nothing is committed.
+    #[arg(long)]
+    expect_size: Option<String>,
+    /// TCP congestion control (e.g. bbr, cubic, reno).
+    #[arg(long)]
+    cc: Option<String>,
+    /// Send buffer per data socket (default: kernel autotuning).
+    #[arg(long)]
+    sndbuf: Option<String>,
+    /// Receive buffer per data socket (default: kernel autotuning).
+    #[arg(long)]
+    rcvbuf: Option<String>,
+    /// Turn off per-chunk and end-to-end hashing.
+    #[arg(long)]
+    no_hash: bool,
+    /// Start from scratch even if the receiver holds verified chunks.
+    #[arg(long)]
+    no_resume: bool,
+    /// Resume a pipe from the receiver's verified prefix (the producer
+    /// must emit the same bytes again; the end-to-end hash checks it).
+    #[arg(long, conflicts_with = "no_resume")]
+    resume: bool,
+    /// Reconnect and resume this many times after a broken connection.
+    #[arg(long, default_value_t = 3)]
+    retries: u32,
+    /// Producer command whose stdout is sent (run with sh -c).
+    #[arg(long)]
+    from_cmd: Option<String>,
+    /// Consumer command run by the server, fed the data on stdin.
+    #[arg(long)]
+    to_cmd: Option<String>,
+    /// Let the server throw the data away (memory-to-memory tests).
+    #[arg(long)]
+    discard: bool,
+    #[arg(long)]
+    key_file: Option<PathBuf>,
+    /// Send without a key (only to a loopback address).
+    #[arg(long)]
+    insecure: bool,
+    /// Write a trace (run, flows, goodput, tcp tables) as JSON.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Sampling interval for goodput and TCP_INFO.
+    #[arg(long, default_value = "0.5s")]
+    interval: String,
+    /// No progress bar.
+    #[arg(long)]
+    no_progress: bool,
+    /// No summary line.
+    #[arg(short, long)]
+    quiet: bool,
+    /// Test hook: the receiver fails the first attempt, as if its data
+    /// connections were reset, once it has written this many bytes.
+    #[arg(long, hide = true)]
+    fault_reset_after: Option<String>,
+    /// Test hook: the senders stop after this many bytes and wait for
+    /// their connections to close (the transfer cannot finish).
+    #[arg(long, hide = true)]
+    fault_stall_after: Option<String>,
+    #[command(flatten)]
+    plan: PlanArgs,
 }
 
 /// Following a schedule: when the data starts, and its rate over time.
@@ -326,207 +334,195 @@ fn parse_remote(s: &str) -> Option<(String, u16, Option<String>)> {
 }
 
 fn run() -> Result<()> {
-    let cli = Cli::parse();
-    match cli.cmd {
-        Cmd::Serve {
-            listen,
-            root,
-            key_file,
-            insecure,
-            allow_cmd,
-            max_chunk,
-            max_sessions,
-            max_conns,
-            rcvbuf,
-        } => {
-            let max_chunk = util::parse_size(&max_chunk)?;
-            if max_chunk < proto::MIN_CHUNK as u64 || max_chunk > proto::MAX_CHUNK as u64 {
-                bail!("--max-chunk must be between 4K and 16M");
-            }
-            if max_conns < 2 {
-                bail!("--max-conns must be at least 2 (a control and a data connection)");
-            }
-            server::serve(server::ServeOpts {
-                listen,
-                root,
-                auth: load_auth(&key_file, insecure)?,
-                allow_cmd,
-                max_chunk: max_chunk as u32,
-                max_sessions,
-                max_conns,
-                rcvbuf: bytes_opt(&rcvbuf)?,
-            })
-        }
-        Cmd::Send {
-            args,
-            parallel,
-            mode,
-            chunk,
-            rate,
-            deadline,
-            size,
-            cc,
-            sndbuf,
-            rcvbuf,
-            no_hash,
-            no_resume,
-            resume,
-            retries,
-            from_cmd,
-            to_cmd,
-            discard,
-            key_file,
-            insecure,
-            json,
-            interval,
-            no_progress,
-            quiet,
-            expect_size,
-            fault_reset_after,
-            fault_stall_after,
-            plan,
-        } => {
-            let is_remote = |s: &str| {
-                !std::path::Path::new(s).exists()
-                    && parse_remote(s).is_some_and(|(_, _, p)| p.is_some())
-            };
-            let (src, dest) = match (&from_cmd, args.as_slice()) {
-                (Some(c), [d]) => (client::SrcSpec::Cmd(c.clone()), d.clone()),
-                (Some(_), _) => bail!("with --from-cmd give only DEST"),
-                // Pull: SRC is on the server, DEST is local (or stdout).
-                (None, [s, d]) if is_remote(s) => {
-                    if is_remote(d) {
-                        bail!("SRC and DEST are both remote; one must be local");
-                    }
-                    let bad = [
-                        (to_cmd.is_some(), "--to-cmd"),
-                        (discard, "--discard"),
-                        (resume, "--resume"),
-                        (size.is_some(), "--size"),
-                        (json.is_some(), "--json"),
-                        (expect_size.is_some(), "--expect-size"),
-                        (fault_reset_after.is_some(), "--fault-reset-after"),
-                        (plan.given().is_some(), plan.given().unwrap_or_default()),
-                    ];
-                    if let Some((_, name)) = bad.iter().find(|b| b.0) {
-                        bail!("{name} does not apply to a pull (SRC = HOST:PORT:/path)");
-                    }
-                    let local = if d == "-" {
-                        client::PullDest::Stdout
-                    } else {
-                        client::PullDest::File(PathBuf::from(d))
-                    };
-                    (client::SrcSpec::Pull(local), s.clone())
-                }
-                (None, [s, d]) => {
-                    let src = if s == "-" {
-                        client::SrcSpec::Stdin
-                    } else if let Some(n) = s.strip_prefix("mem:") {
-                        client::SrcSpec::Mem(util::parse_size(n)?)
-                    } else {
-                        client::SrcSpec::Path(PathBuf::from(s))
-                    };
-                    if d == "-" {
-                        bail!("DEST - (stdout) needs a remote SRC (HOST:PORT:/path)");
-                    }
-                    (src, d.clone())
-                }
-                (None, _) => bail!("usage: xfer send SRC DEST (or --from-cmd CMD DEST)"),
-            };
-            let Some((host, port, path)) = parse_remote(&dest) else {
-                bail!("DEST {dest:?} must be HOST:PORT:/path or HOST:PORT (local copies: use cp)");
-            };
-            let path = path.filter(|p| !p.is_empty());
-            let mut parent_must_exist = false;
-            let sink = match (path, to_cmd, discard) {
-                (Some(p), None, false) => {
-                    // The path is always inside the server's root; a leading
-                    // '/' just means "the root".
-                    let mut p = p.trim_start_matches('/').to_string();
-                    if p.is_empty() || p.ends_with('/') {
-                        if matches!(src, client::SrcSpec::Pull(_)) {
-                            bail!("remote path {dest:?} names no file");
-                        }
-                        // scp-like: DIR/ is an existing directory, and the file
-                        // goes inside it under the source's name.
-                        p.push_str(&into_dir_name(&src, &dest)?);
-                        parent_must_exist = true;
-                    }
-                    Sink::Path(p)
-                }
-                (None, Some(c), false) => Sink::Cmd(c),
-                (None, None, true) => Sink::Discard,
-                (None, None, false) => {
-                    bail!("DEST {dest:?} has no path: add :/path, --to-cmd or --discard")
-                }
-                _ => bail!("give exactly one of a DEST path, --to-cmd or --discard"),
-            };
-            if parallel == 0 || parallel > 128 {
-                bail!("-P must be between 1 and 128");
-            }
-            let chunk = util::parse_size(&chunk)?;
-            if chunk < 4096 || chunk > proto::MAX_CHUNK as u64 {
-                bail!("--chunk must be between 4K and 16M");
-            }
-            let interval = util::parse_duration(&interval)?;
-            if interval.as_millis() < 10 {
-                bail!("--interval must be at least 10ms");
-            }
-            let auth = load_auth(&key_file, insecure)?;
-            let plan = plan.parse(rate.is_some() || deadline.is_some(), &auth)?;
-            client::send(client::SendOpts {
-                src,
-                host,
-                port,
-                sink,
-                streams: parallel,
-                mode: mode.map(|m| match m {
-                    ModeArg::Stripe => Mode::Stripe,
-                    ModeArg::Stream => Mode::Stream,
-                }),
-                chunk: chunk as u32,
-                rate_bps: rate.as_deref().map(util::parse_rate).transpose()?,
-                deadline: deadline.as_deref().map(util::parse_duration).transpose()?,
-                size: size.as_deref().map(util::parse_size).transpose()?,
-                cc,
-                sndbuf: bytes_opt(&sndbuf)?,
-                rcvbuf: bytes_opt(&rcvbuf)?,
-                hash: !no_hash,
-                resume: if no_resume {
-                    Some(false)
-                } else if resume {
-                    Some(true)
-                } else {
-                    None
-                },
-                retries,
-                auth,
-                json,
-                interval,
-                progress: !no_progress,
-                quiet,
-                expect_size: expect_size.as_deref().map(util::parse_size).transpose()?,
-                parent_must_exist,
-                fault_reset_after: fault_reset_after
-                    .as_deref()
-                    .map(util::parse_size)
-                    .transpose()?,
-                fault_stall_after: fault_stall_after
-                    .as_deref()
-                    .map(util::parse_size)
-                    .transpose()?,
-                args: std::env::args().collect(),
-                profile: plan.profile,
-                limiter: plan.limiter,
-                timer_hz: plan.timer_hz,
-                start_at: plan.start_at,
-                connect_ahead: plan.connect_ahead,
-                start_after_signal: plan.start_after_signal,
-                signal_done: plan.signal_done,
-                signal_token: plan.signal_token,
-            })
-        }
+    match Cli::parse().cmd {
+        Cmd::Serve(a) => serve(a),
+        Cmd::Send(a) => send(a),
     }
+}
+
+/// `xfer serve`: the options checked, then the daemon.
+fn serve(a: ServeArgs) -> Result<()> {
+    let max_chunk = util::parse_size(&a.max_chunk)?;
+    if max_chunk < proto::MIN_CHUNK as u64 || max_chunk > proto::MAX_CHUNK as u64 {
+        bail!("--max-chunk must be between 4K and 16M");
+    }
+    if a.max_conns < 2 {
+        bail!("--max-conns must be at least 2 (a control and a data connection)");
+    }
+    server::serve(server::ServeOpts {
+        listen: a.listen,
+        root: a.root,
+        auth: load_auth(&a.key_file, a.insecure)?,
+        allow_cmd: a.allow_cmd,
+        max_chunk: max_chunk as u32,
+        max_sessions: a.max_sessions,
+        max_conns: a.max_conns,
+        rcvbuf: bytes_opt(&a.rcvbuf)?,
+    })
+}
+
+/// `xfer send`: what SRC and DEST are, where the data goes, the numbers checked, then the
+/// transfer.
+fn send(a: SendArgs) -> Result<()> {
+    let (src, dest) = source_and_dest(&a)?;
+    let Some((host, port, path)) = parse_remote(&dest) else {
+        bail!("DEST {dest:?} must be HOST:PORT:/path or HOST:PORT (local copies: use cp)");
+    };
+    let (sink, parent_must_exist) = sink_of(&a, &src, &dest, path)?;
+    if a.parallel == 0 || a.parallel > 128 {
+        bail!("-P must be between 1 and 128");
+    }
+    let chunk = util::parse_size(&a.chunk)?;
+    if chunk < 4096 || chunk > proto::MAX_CHUNK as u64 {
+        bail!("--chunk must be between 4K and 16M");
+    }
+    let interval = util::parse_duration(&a.interval)?;
+    if interval.as_millis() < 10 {
+        bail!("--interval must be at least 10ms");
+    }
+    let auth = load_auth(&a.key_file, a.insecure)?;
+    let plan = a
+        .plan
+        .parse(a.rate.is_some() || a.deadline.is_some(), &auth)?;
+    let size = |o: &Option<String>| o.as_deref().map(util::parse_size).transpose();
+    client::send(client::SendOpts {
+        src,
+        host,
+        port,
+        sink,
+        streams: a.parallel,
+        mode: a.mode.map(|m| match m {
+            ModeArg::Stripe => Mode::Stripe,
+            ModeArg::Stream => Mode::Stream,
+        }),
+        chunk: chunk as u32,
+        rate_bps: a.rate.as_deref().map(util::parse_rate).transpose()?,
+        deadline: a
+            .deadline
+            .as_deref()
+            .map(util::parse_duration)
+            .transpose()?,
+        size: size(&a.size)?,
+        cc: a.cc,
+        sndbuf: bytes_opt(&a.sndbuf)?,
+        rcvbuf: bytes_opt(&a.rcvbuf)?,
+        hash: !a.no_hash,
+        resume: match (a.no_resume, a.resume) {
+            (true, _) => Some(false),
+            (_, true) => Some(true),
+            _ => None,
+        },
+        retries: a.retries,
+        auth,
+        json: a.json,
+        interval,
+        progress: !a.no_progress,
+        quiet: a.quiet,
+        expect_size: size(&a.expect_size)?,
+        parent_must_exist,
+        fault_reset_after: size(&a.fault_reset_after)?,
+        fault_stall_after: size(&a.fault_stall_after)?,
+        args: std::env::args().collect(),
+        profile: plan.profile,
+        limiter: plan.limiter,
+        timer_hz: plan.timer_hz,
+        start_at: plan.start_at,
+        connect_ahead: plan.connect_ahead,
+        start_after_signal: plan.start_after_signal,
+        signal_done: plan.signal_done,
+        signal_token: plan.signal_token,
+    })
+}
+
+/// SRC and DEST from the positional arguments: a send (file, stdin, mem:SIZE or
+/// --from-cmd) or a pull (SRC = HOST:PORT:/path, where the send-only options are refused).
+fn source_and_dest(a: &SendArgs) -> Result<(client::SrcSpec, String)> {
+    let is_remote = |s: &str| {
+        !std::path::Path::new(s).exists() && parse_remote(s).is_some_and(|(_, _, p)| p.is_some())
+    };
+    Ok(match (&a.from_cmd, a.args.as_slice()) {
+        (Some(c), [d]) => (client::SrcSpec::Cmd(c.clone()), d.clone()),
+        (Some(_), _) => bail!("with --from-cmd give only DEST"),
+        // Pull: SRC is on the server, DEST is local (or stdout).
+        (None, [s, d]) if is_remote(s) => {
+            if is_remote(d) {
+                bail!("SRC and DEST are both remote; one must be local");
+            }
+            refuse_for_pull(a)?;
+            let local = if d == "-" {
+                client::PullDest::Stdout
+            } else {
+                client::PullDest::File(PathBuf::from(d))
+            };
+            (client::SrcSpec::Pull(local), s.clone())
+        }
+        (None, [s, d]) => {
+            let src = if s == "-" {
+                client::SrcSpec::Stdin
+            } else if let Some(n) = s.strip_prefix("mem:") {
+                client::SrcSpec::Mem(util::parse_size(n)?)
+            } else {
+                client::SrcSpec::Path(PathBuf::from(s))
+            };
+            if d == "-" {
+                bail!("DEST - (stdout) needs a remote SRC (HOST:PORT:/path)");
+            }
+            (src, d.clone())
+        }
+        (None, _) => bail!("usage: xfer send SRC DEST (or --from-cmd CMD DEST)"),
+    })
+}
+
+/// The options that only make sense when sending.
+fn refuse_for_pull(a: &SendArgs) -> Result<()> {
+    let bad = [
+        (a.to_cmd.is_some(), "--to-cmd"),
+        (a.discard, "--discard"),
+        (a.resume, "--resume"),
+        (a.size.is_some(), "--size"),
+        (a.json.is_some(), "--json"),
+        (a.expect_size.is_some(), "--expect-size"),
+        (a.fault_reset_after.is_some(), "--fault-reset-after"),
+        (a.plan.given().is_some(), a.plan.given().unwrap_or_default()),
+    ];
+    if let Some((_, name)) = bad.iter().find(|b| b.0) {
+        bail!("{name} does not apply to a pull (SRC = HOST:PORT:/path)");
+    }
+    Ok(())
+}
+
+/// Where the data goes on the server: a path under its root (scp-like for DIR/), a
+/// consumer command, or nowhere; and whether the path's directory must exist already.
+fn sink_of(
+    a: &SendArgs,
+    src: &client::SrcSpec,
+    dest: &str,
+    path: Option<String>,
+) -> Result<(Sink, bool)> {
+    let path = path.filter(|p| !p.is_empty());
+    Ok(match (path, a.to_cmd.clone(), a.discard) {
+        (Some(p), None, false) => {
+            // The path is always inside the server's root; a leading '/' just means
+            // "the root".
+            let mut p = p.trim_start_matches('/').to_string();
+            if !(p.is_empty() || p.ends_with('/')) {
+                return Ok((Sink::Path(p), false));
+            }
+            if matches!(src, client::SrcSpec::Pull(_)) {
+                bail!("remote path {dest:?} names no file");
+            }
+            // scp-like: DIR/ is an existing directory, and the file goes inside it under
+            // the source's name.
+            p.push_str(&into_dir_name(src, dest)?);
+            (Sink::Path(p), true)
+        }
+        (None, Some(c), false) => (Sink::Cmd(c), false),
+        (None, None, true) => (Sink::Discard, false),
+        (None, None, false) => {
+            bail!("DEST {dest:?} has no path: add :/path, --to-cmd or --discard")
+        }
+        _ => bail!("give exactly one of a DEST path, --to-cmd or --discard"),
+    })
 }
 
 /// The name a file gets in a DEST that ends in '/': the source's own name.

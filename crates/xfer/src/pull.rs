@@ -105,13 +105,64 @@ pub(crate) fn pull_once(
         PullDest::Stdout => None,
     };
     let session = hex(&random_bytes::<16>()?);
+    let (mut ctrl, size) = open_session(o, addr, &session, mode, remote)?;
+    let conns = join_streams(o, addr, &session)?;
+    let data_start = Instant::now();
+    let rate_bps = target_rate(o, Some(size), t0)?;
+    let pacing = rate_bps.map(|r| pacing_per_socket(o, r));
+    send_msg(&mut ctrl, &Start { pacing })?;
+    let ctx = Arc::new(new_ctx(o, mode, size, part.clone())?);
+    let weak: Vec<_> = conns.iter().map(Arc::downgrade).collect();
+    let sampler_stop = Arc::new(AtomicBool::new(false));
+    let sampler = {
+        let (weak, stop, iv) = (weak, sampler_stop.clone(), o.interval);
+        std::thread::spawn(move || sample_tcp(weak, stop, iv, data_start))
+    };
+    let bar = progress_bar(o, Some(size), 0, ctx.received.clone(), sampler_stop.clone());
+    let first_err = receive_all(conns, &ctx);
+    // The server's verdict carries its end-to-end hash of what it sent.
+    let wait = if first_err.is_some() { 5 } else { 60 };
+    ctrl.set_read_timeout(Some(Duration::from_secs(wait)))?;
+    let done: Result<Done> = recv_msg(&mut ctrl);
+    let elapsed = data_start.elapsed().as_secs_f64();
+    sampler_stop.store(true, Ordering::SeqCst);
+    let tcp = sampler.join().unwrap_or_default();
+    if let Some(b) = bar {
+        let _ = b.join();
+    }
+    let done = verdict(done, first_err)?;
+    let e2e = check_complete(o, &ctx, &done)?;
+    commit(part)?;
+    let bytes = ctx.received.load(Ordering::Relaxed);
+    Ok(Outcome {
+        done: Done { bytes, ..done },
+        resumed: 0,
+        elapsed,
+        rate_bps,
+        mode,
+        tcp,
+        e2e,
+        plan: None,
+        changes: Vec::new(),
+        end_unix: crate::start::unix_now(),
+    })
+}
+
+/// The control connection: the pull requested, the server's answer with the file's size.
+fn open_session(
+    o: &SendOpts,
+    addr: SocketAddr,
+    session: &str,
+    mode: Mode,
+    remote: &str,
+) -> Result<(TcpStream, u64)> {
     let req = Request {
-        session: session.clone(),
+        session: session.to_string(),
         streams: o.streams,
         mode,
         chunk: o.chunk,
         size: None,
-        sink: Sink::Path(remote.clone()),
+        sink: Sink::Path(remote.to_string()),
         src_id: "pull".into(),
         hash: o.hash,
         resume: false,
@@ -124,33 +175,35 @@ pub(crate) fn pull_once(
     };
     let mut ctrl = connect(o, addr, false)?;
     send_msg(&mut ctrl, &Open::Control(req))?;
-    let size = match recv_msg::<_, Reply>(&mut ctrl)? {
-        Reply::Accept { size: Some(s), .. } => s,
-        Reply::Reject(m) => return Err(anyhow!("server refused: {m}").into()),
-        _ => return Err(anyhow!("protocol error (server too old for pulls?)").into()),
-    };
+    match recv_msg::<_, Reply>(&mut ctrl)? {
+        Reply::Accept { size: Some(s), .. } => Ok((ctrl, s)),
+        Reply::Reject(m) => bail!("server refused: {m}"),
+        _ => bail!("protocol error (server too old for pulls?)"),
+    }
+}
+
+/// The data connections, each joined to the session.
+fn join_streams(o: &SendOpts, addr: SocketAddr, session: &str) -> Result<Vec<Arc<TcpStream>>> {
     let mut conns = Vec::new();
     for i in 0..o.streams {
         let mut c = connect(o, addr, true)?;
-        send_msg(
-            &mut c,
-            &Open::Data {
-                session: session.clone(),
-                stream: i,
-            },
-        )?;
+        let join = Open::Data {
+            session: session.to_string(),
+            stream: i,
+        };
+        send_msg(&mut c, &join)?;
         match recv_msg::<_, Reply>(&mut c)? {
             Reply::Joined => {}
-            Reply::Reject(m) => return Err(anyhow!("server refused data stream: {m}").into()),
-            _ => return Err(anyhow!("protocol error").into()),
+            Reply::Reject(m) => bail!("server refused data stream: {m}"),
+            _ => bail!("protocol error"),
         }
         conns.push(Arc::new(c));
     }
-    let data_start = Instant::now();
-    let rate_bps = target_rate(o, Some(size), t0)?;
-    let pacing = rate_bps.map(|r| pacing_per_socket(o, r));
-    send_msg(&mut ctrl, &Start { pacing })?;
+    Ok(conns)
+}
 
+/// What the receiving threads share; the file sized for striping.
+fn new_ctx(o: &SendOpts, mode: Mode, size: u64, part: Option<Arc<Part>>) -> Result<Ctx> {
     let nchunks = size.div_ceil(o.chunk as u64);
     if mode == Mode::Stripe {
         // One bit per chunk here too: a huge file needs bigger chunks.
@@ -159,13 +212,13 @@ pub(crate) fn pull_once(
     if let (Some(p), Mode::Stripe) = (&part, mode) {
         p.file.set_len(size).map_err(|e| p.io_err(e, "sizing"))?;
     }
-    let ctx = Arc::new(Ctx {
+    Ok(Ctx {
         mode,
         chunk: o.chunk as u64,
         size,
         nchunks,
         hash: o.hash,
-        part: part.clone(),
+        part,
         state: Mutex::new(State {
             have: ChunkSet::new(if mode == Mode::Stripe { nchunks } else { 0 }),
             ..State::default()
@@ -173,14 +226,13 @@ pub(crate) fn pull_once(
         cv: Condvar::new(),
         abort: AtomicBool::new(false),
         received: Arc::new(AtomicU64::new(0)),
-    });
+    })
+}
+
+/// One thread per stream; a failing stream stops the others. Returns the error that
+/// explains the most (a lost connection is usually the consequence of another failure).
+fn receive_all(conns: Vec<Arc<TcpStream>>, ctx: &Arc<Ctx>) -> Option<anyhow::Error> {
     let weak: Vec<_> = conns.iter().map(Arc::downgrade).collect();
-    let sampler_stop = Arc::new(AtomicBool::new(false));
-    let sampler = {
-        let (weak, stop, iv) = (weak.clone(), sampler_stop.clone(), o.interval);
-        std::thread::spawn(move || sample_tcp(weak, stop, iv, data_start))
-    };
-    let bar = progress_bar(o, Some(size), 0, ctx.received.clone(), sampler_stop.clone());
     let handles: Vec<_> = conns
         .into_iter()
         .map(|c| {
@@ -204,61 +256,52 @@ pub(crate) fn pull_once(
     let mut first_err: Option<anyhow::Error> = None;
     for h in handles {
         if let Err(e) = h.join().unwrap_or_else(|_| Err(anyhow!("worker panicked"))) {
-            // A lost connection is usually the consequence of another failure.
             if first_err.as_ref().is_none_or(|f| lost(f) && !lost(&e)) {
                 first_err = Some(e);
             }
         }
     }
-    // The server's verdict carries its end-to-end hash of what it sent.
-    ctrl.set_read_timeout(Some(Duration::from_secs(if first_err.is_some() {
-        5
-    } else {
-        60
-    })))?;
-    let done: Result<Done> = recv_msg(&mut ctrl);
-    let elapsed = data_start.elapsed().as_secs_f64();
-    sampler_stop.store(true, Ordering::SeqCst);
-    let tcp = sampler.join().unwrap_or_default();
-    if let Some(b) = bar {
-        let _ = b.join();
-    }
-    // Our own finding (e.g. a failed integrity check) explains more than the
-    // server's broken pipe; a lost connection is better explained by the server.
+    first_err
+}
+
+/// The server's verdict against our own finding: a failed integrity check here explains
+/// more than the server's broken pipe; a lost connection is better explained by the server.
+fn verdict(done: Result<Done>, first_err: Option<anyhow::Error>) -> Result<Done> {
     let local_first = first_err.as_ref().is_some_and(|e| !lost(e));
-    let done = match (done, first_err) {
-        (_, Some(e)) if local_first => return Err(e.into()),
-        (Ok(d), _) if d.error.is_some() => {
-            return Err(anyhow!("server: {}", d.error.unwrap()).into())
-        }
-        (_, Some(e)) => return Err(e.into()),
-        (Err(e), None) => return Err(e.context("server closed the control connection").into()),
-        (Ok(d), None) => d,
-    };
+    match (done, first_err) {
+        (_, Some(e)) if local_first => Err(e),
+        (Ok(d), _) if d.error.is_some() => Err(anyhow!("server: {}", d.error.unwrap())),
+        (_, Some(e)) => Err(e),
+        (Err(e), None) => Err(e.context("server closed the control connection")),
+        (Ok(d), None) => Ok(d),
+    }
+}
+
+/// Every chunk arrived, and the end-to-end hash matches the server's (returned).
+fn check_complete(o: &SendOpts, ctx: &Ctx, done: &Done) -> Result<Option<String>> {
     let st = ctx.state.lock().unwrap();
-    let complete = match mode {
-        Mode::Stripe => st.have.count() == nchunks,
+    let complete = match ctx.mode {
+        Mode::Stripe => st.have.count() == ctx.nchunks,
         Mode::Stream => st.total == Some(st.next) && st.reorder.is_empty(),
     };
     if !complete {
-        return Err(anyhow!("server finished but data is missing; nothing was committed").into());
+        bail!("server finished but data is missing; nothing was committed");
     }
-    let e2e = if o.hash {
-        let mine = st.e2e.hex();
-        match &done.e2e {
-            Some(theirs) if *theirs == mine => Some(mine),
-            Some(theirs) => {
-                return Err(anyhow!(
-                    "END-TO-END HASH MISMATCH (server sent {theirs}, received {mine}); nothing was committed"
-                )
-                .into())
-            }
-            None => return Err(anyhow!("server did not report an end-to-end hash").into()),
-        }
-    } else {
-        None
-    };
-    drop(st);
+    if !o.hash {
+        return Ok(None);
+    }
+    let mine = st.e2e.hex();
+    match &done.e2e {
+        Some(theirs) if *theirs == mine => Ok(Some(mine)),
+        Some(theirs) => bail!(
+            "END-TO-END HASH MISMATCH (server sent {theirs}, received {mine}); nothing was committed"
+        ),
+        None => bail!("server did not report an end-to-end hash"),
+    }
+}
+
+/// The file renamed into place (or stdout flushed).
+fn commit(part: Option<Arc<Part>>) -> Result<()> {
     match part {
         Some(p) => {
             p.file.sync_data().map_err(|e| p.io_err(e, "syncing"))?;
@@ -268,19 +311,7 @@ pub(crate) fn pull_once(
         }
         None => std::io::stdout().flush().context("writing stdout")?,
     }
-    let bytes = ctx.received.load(Ordering::Relaxed);
-    Ok(Outcome {
-        done: Done { bytes, ..done },
-        resumed: 0,
-        elapsed,
-        rate_bps,
-        mode,
-        tcp,
-        e2e,
-        plan: None,
-        changes: Vec::new(),
-        end_unix: crate::start::unix_now(),
-    })
+    Ok(())
 }
 
 fn lost(e: &anyhow::Error) -> bool {
@@ -361,59 +392,76 @@ fn receive(c: &TcpStream, x: &Ctx) -> Result<()> {
             bail!("chunk {} failed its integrity check", h.index);
         }
         x.received.fetch_add(h.len as u64, Ordering::Relaxed);
-        match x.mode {
-            Mode::Stripe => {
-                if h.index >= x.nchunks || h.len as u64 != x.chunk.min(x.size - h.index * x.chunk) {
-                    bail!("bad chunk index {} / length {}", h.index, h.len);
-                }
-                if let Some(p) = &x.part {
-                    p.file
-                        .write_all_at(b, h.index * x.chunk)
-                        .map_err(|e| p.io_err(e, "writing"))?;
-                }
-                let mut st = x.state.lock().unwrap();
-                if !st.have.insert(h.index) {
-                    bail!("duplicate chunk {}", h.index);
-                }
-                st.e2e.add(h.index, h.hash);
-            }
-            Mode::Stream => {
-                let cap = (WINDOW / x.chunk).max(1);
-                let mut st = x.state.lock().unwrap();
-                // Backpressure: the chunk needed next always fits the window.
-                while h.index >= st.next + cap && !x.abort.load(Ordering::Relaxed) {
-                    st = x.cv.wait_timeout(st, Duration::from_millis(100)).unwrap().0;
-                }
-                if x.abort.load(Ordering::Relaxed) {
-                    return Ok(());
-                }
-                if h.index < st.next || st.reorder.contains_key(&h.index) {
-                    bail!("duplicate chunk {}", h.index);
-                }
-                st.reorder.insert(h.index, (b.to_vec(), h.hash));
-                // Write out everything now in order (under the lock: simple,
-                // and the output is sequential anyway).
-                while let Some((d, hh)) = {
-                    let n = st.next;
-                    st.reorder.remove(&n)
-                } {
-                    match &x.part {
-                        Some(p) => p
-                            .file
-                            .write_all_at(&d, st.written)
-                            .map_err(|e| p.io_err(e, "writing"))?,
-                        None => std::io::stdout()
-                            .lock()
-                            .write_all(&d)
-                            .context("writing stdout")?,
-                    }
-                    let n = st.next;
-                    st.e2e.add(n, hh);
-                    st.next += 1;
-                    st.written += d.len() as u64;
-                }
-                x.cv.notify_all();
-            }
+        let aborted = match x.mode {
+            Mode::Stripe => stripe_chunk(x, &h, b).map(|_| false)?,
+            Mode::Stream => stream_chunk(x, &h, b)?,
+        };
+        if aborted {
+            return Ok(());
         }
     }
+}
+
+/// A striped chunk goes to its offset in the file.
+fn stripe_chunk(x: &Ctx, h: &FrameHdr, b: &[u8]) -> Result<()> {
+    if h.index >= x.nchunks || h.len as u64 != x.chunk.min(x.size - h.index * x.chunk) {
+        bail!("bad chunk index {} / length {}", h.index, h.len);
+    }
+    if let Some(p) = &x.part {
+        p.file
+            .write_all_at(b, h.index * x.chunk)
+            .map_err(|e| p.io_err(e, "writing"))?;
+    }
+    let mut st = x.state.lock().unwrap();
+    if !st.have.insert(h.index) {
+        bail!("duplicate chunk {}", h.index);
+    }
+    st.e2e.add(h.index, h.hash);
+    Ok(())
+}
+
+/// A sequenced chunk waits in the reorder window, and everything now in order is written
+/// out (under the lock: simple, and the output is sequential anyway). Returns true when the
+/// pull was aborted meanwhile.
+fn stream_chunk(x: &Ctx, h: &FrameHdr, b: &[u8]) -> Result<bool> {
+    let cap = (WINDOW / x.chunk).max(1);
+    let mut st = x.state.lock().unwrap();
+    // Backpressure: the chunk needed next always fits the window.
+    while h.index >= st.next + cap && !x.abort.load(Ordering::Relaxed) {
+        st = x.cv.wait_timeout(st, Duration::from_millis(100)).unwrap().0;
+    }
+    if x.abort.load(Ordering::Relaxed) {
+        return Ok(true);
+    }
+    if h.index < st.next || st.reorder.contains_key(&h.index) {
+        bail!("duplicate chunk {}", h.index);
+    }
+    st.reorder.insert(h.index, (b.to_vec(), h.hash));
+    while let Some((d, hh)) = {
+        let n = st.next;
+        st.reorder.remove(&n)
+    } {
+        match &x.part {
+            Some(p) => p
+                .file
+                .write_all_at(&d, st.written)
+                .map_err(|e| p.io_err(e, "writing"))?,
+            None => std::io::stdout()
+                .lock()
+                .write_all(&d)
+                .context("writing stdout")?,
+        }
+        let n = st.next;
+        st.e2e.add(n, hh);
+        st.next += 1;
+        st.written += d.len() as u64;
+    }
+    if x.part.is_none() {
+        // Rust's stdout is line-buffered: without a flush, the bytes after the last
+        // newline of the data would wait for the next chunk (a pipe's reader, or a
+        // pull that stalls, would not see them).
+        std::io::stdout().flush().context("writing stdout")?;
+    }
+    x.cv.notify_all();
+    Ok(false)
 }

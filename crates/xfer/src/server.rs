@@ -61,6 +61,26 @@ pub fn serve(opts: ServeOpts) -> Result<()> {
     if !root.is_dir() {
         bail!("root {} is not a directory", root.display());
     }
+    let listener = listen(&opts)?;
+    // Tests and scripts read this line to learn the port (readiness signal).
+    println!("xfer: listening on {}", listener.local_addr()?);
+    std::io::stdout().flush()?;
+    eprintln!("xfer: root {}", root.display());
+    let srv = Arc::new(Server {
+        root: safepath::open_root(&root)?,
+        opts: ServeOpts { root, ..opts },
+        sessions: Mutex::new(HashMap::new()),
+        busy: Mutex::new(HashSet::new()),
+        busy_cv: Condvar::new(),
+        pulls: Mutex::new(HashMap::new()),
+    });
+    accept_loop(&srv, listener);
+    Ok(())
+}
+
+/// The listening socket (`--insecure` only on loopback; `--rcvbuf` set before any
+/// handshake fixes the window scale).
+fn listen(opts: &ServeOpts) -> Result<TcpListener> {
     let addr: std::net::SocketAddr = opts.listen.parse().with_context(|| {
         format!(
             "invalid listen address {:?} (example: 0.0.0.0:7447)",
@@ -87,22 +107,12 @@ pub fn serve(opts: ServeOpts) -> Result<()> {
     sock.bind(&addr.into())
         .with_context(|| format!("binding {addr}"))?;
     sock.listen(128)?;
-    let listener: TcpListener = sock.into();
-    let bound = listener.local_addr()?;
-    // Tests and scripts read this line to learn the port (readiness signal).
-    println!("xfer: listening on {bound}");
-    std::io::stdout().flush()?;
-    eprintln!("xfer: root {}", root.display());
-    let srv = Arc::new(Server {
-        root: safepath::open_root(&root)?,
-        opts: ServeOpts { root, ..opts },
-        sessions: Mutex::new(HashMap::new()),
-        busy: Mutex::new(HashSet::new()),
-        busy_cv: Condvar::new(),
-        pulls: Mutex::new(HashMap::new()),
-    });
-    // Bounds threads (and memory) under a flood of connections, including
-    // unauthenticated ones.
+    Ok(sock.into())
+}
+
+/// One thread per connection, at most `--max-conns` at once: past it, a newcomer is told
+/// the server is busy (bounds threads and memory under a flood, unauthenticated ones too).
+fn accept_loop(srv: &Arc<Server>, listener: TcpListener) {
     static CONNS: AtomicU64 = AtomicU64::new(0);
     let max_conns = srv.opts.max_conns;
     struct ConnSlot;
@@ -145,7 +155,6 @@ pub fn serve(opts: ServeOpts) -> Result<()> {
             }
         });
     }
-    Ok(())
 }
 
 fn handle_conn(srv: &Arc<Server>, mut conn: TcpStream) -> Result<()> {
@@ -414,15 +423,21 @@ fn validate(srv: &Server, req: &Request) -> Result<()> {
     Ok(())
 }
 
-fn handle_control(srv: &Arc<Server>, mut conn: TcpStream, req: Request) -> Result<()> {
-    if let Err(e) = validate(srv, &req) {
-        send_msg(&mut conn, &Reply::Reject(format!("{e:#}")))?;
-        return Err(e);
+/// Tells the client why, when `r` is an error; returns `r`.
+fn reject_on_err<T>(conn: &mut TcpStream, r: Result<T>) -> Result<T> {
+    if let Err(e) = &r {
+        send_msg(conn, &Reply::Reject(format!("{e:#}")))?;
     }
+    r
+}
+
+/// A valid request, and room for one more session.
+fn admit(srv: &Arc<Server>, conn: &mut TcpStream, req: &Request) -> Result<()> {
+    reject_on_err(conn, validate(srv, req))?;
     let active = srv.sessions.lock().unwrap().len() + srv.pulls.lock().unwrap().len();
     if active >= srv.opts.max_sessions {
         send_msg(
-            &mut conn,
+            conn,
             &Reply::Reject(format!(
                 "server busy ({} transfers running, its --max-sessions); try again later",
                 srv.opts.max_sessions
@@ -430,23 +445,16 @@ fn handle_control(srv: &Arc<Server>, mut conn: TcpStream, req: Request) -> Resul
         )?;
         bail!("too many sessions");
     }
+    Ok(())
+}
+
+fn handle_control(srv: &Arc<Server>, mut conn: TcpStream, req: Request) -> Result<()> {
+    admit(srv, &mut conn, &req)?;
     if req.pull {
         return handle_pull(srv, conn, req);
     }
-    let _busy = match claim_destination(srv, &req) {
-        Ok(b) => b,
-        Err(e) => {
-            send_msg(&mut conn, &Reply::Reject(format!("{e:#}")))?;
-            return Err(e);
-        }
-    };
-    let (session, have, resumed_bytes, child) = match prepare(srv, &req) {
-        Ok(x) => x,
-        Err(e) => {
-            send_msg(&mut conn, &Reply::Reject(format!("{e:#}")))?;
-            return Err(e);
-        }
-    };
+    let _busy = reject_on_err(&mut conn, claim_destination(srv, &req))?;
+    let (session, have, resumed_bytes, child) = reject_on_err(&mut conn, prepare(srv, &req))?;
     let id = req.session.clone();
     srv.sessions
         .lock()
@@ -480,10 +488,21 @@ fn handle_control(srv: &Arc<Server>, mut conn: TcpStream, req: Request) -> Resul
     result = finish_consumer(&session, child, result);
     result = commit_or_clean(&session, result, mismatch);
     session.output.lock().unwrap().take();
-    // Stop accepting a failure from the watcher from now on.
+    close_session(&session, &result);
+    let goodput = sampler.join().unwrap_or_default();
+    let done = report(&session, result, resumed_bytes, goodput);
+    let _ = send_msg(&mut conn, &done);
+    let _ = conn.shutdown(Shutdown::Both);
+    let _ = watcher.join();
+    Ok(())
+}
+
+/// The session is over: its failure recorded (none is accepted from the watcher from now
+/// on), its data connections closed, its sampler stopped.
+fn close_session(session: &Session, result: &Result<()>) {
     {
         let mut st = session.state.lock().unwrap();
-        if let Err(e) = &result {
+        if let Err(e) = result {
             if st.failed.is_none() {
                 st.failed = Some(format!("{e:#}"));
             }
@@ -494,12 +513,6 @@ fn handle_control(srv: &Arc<Server>, mut conn: TcpStream, req: Request) -> Resul
         }
     }
     session.stop_sampler.store(true, Ordering::SeqCst);
-    let goodput = sampler.join().unwrap_or_default();
-    let done = report(&session, result, resumed_bytes, goodput);
-    let _ = send_msg(&mut conn, &done);
-    let _ = conn.shutdown(Shutdown::Both);
-    let _ = watcher.join();
-    Ok(())
 }
 
 /// Reads the client's control messages: window clamps while the data flows
@@ -1082,22 +1095,7 @@ fn receive_stream(s: &Session, conn: &mut TcpStream, stream: u32) -> Result<()> 
             return Ok(());
         }
         match h.kind {
-            KIND_END => {
-                let mut st = s.state.lock().unwrap();
-                if s.req.mode == Mode::Stream {
-                    if st.total.is_some_and(|t| t != h.index) || h.index < st.next {
-                        bail!("inconsistent chunk count at end of stream");
-                    }
-                    st.total = Some(h.index);
-                    if st.next == h.index && !st.writing {
-                        st.writer_done = true;
-                    }
-                }
-                st.ended += 1;
-                *slot.end.lock().unwrap() = Some(s.now());
-                s.cv.notify_all();
-                return Ok(());
-            }
+            KIND_END => return end_of_stream(s, slot, &h),
             KIND_DATA => {}
             k => bail!("unknown frame kind {k}"),
         }
@@ -1107,64 +1105,100 @@ fn receive_stream(s: &Session, conn: &mut TcpStream, stream: u32) -> Result<()> 
         if slot.first.lock().unwrap().is_none() {
             *slot.first.lock().unwrap() = Some(s.now());
         }
-        match s.req.mode {
-            Mode::Stripe => {
-                if h.index >= s.nchunks || h.len as u64 != s.chunk_len(h.index) {
-                    bail!("bad chunk index {} / length {}", h.index, h.len);
-                }
-                if s.state.lock().unwrap().have.contains(h.index) {
-                    bail!("duplicate chunk {}", h.index);
-                }
-                let got = read_payload(conn, &mut buf, h.len as usize, &slot.bytes, s.req.hash)?;
-                if s.req.hash && got != h.hash {
-                    bail!("chunk {} failed its integrity check", h.index);
-                }
-                if let Some(fs) = &s.fsink {
-                    fs.write_chunk(&buf, h.index * s.req.chunk as u64, h.index, h.hash)?;
-                }
-                {
-                    let mut st = s.state.lock().unwrap();
-                    if !st.have.insert(h.index) {
-                        bail!("duplicate chunk {}", h.index);
-                    }
-                    st.e2e.add(h.index, h.hash);
-                    if st.have.count() == s.nchunks {
-                        s.cv.notify_all();
-                    }
-                }
-                s.wrote(h.len as u64)?;
-            }
-            Mode::Stream => {
-                let mut b = s.pool.lock().unwrap().pop().unwrap_or_default();
-                let got = read_payload(conn, &mut b, h.len as usize, &slot.bytes, s.req.hash)?;
-                if s.req.hash && got != h.hash {
-                    bail!("chunk {} failed its integrity check", h.index);
-                }
-                let mut st = s.state.lock().unwrap();
-                // Backpressure: hold this chunk until it fits in the window.
-                // The chunk the writer needs next always fits, so no deadlock.
-                while h.index >= st.next + s.cap && st.failed.is_none() {
-                    st.window_waiters += 1;
-                    st = s.cv.wait(st).unwrap();
-                    st.window_waiters -= 1;
-                }
-                if st.failed.is_some() {
-                    return Ok(());
-                }
-                if h.index < st.next || st.reorder.contains_key(&h.index) {
-                    bail!("duplicate chunk {}", h.index);
-                }
-                if h.index == st.next && !st.writing {
-                    st.writing = true;
-                    let off = take_next(&mut st, b.len() as u64, h.hash);
-                    drop(st);
-                    drain(s, b, h.index, h.hash, off)?;
-                    continue;
-                }
-                st.reorder.insert(h.index, (b, h.hash));
-            }
+        let stop = match s.req.mode {
+            Mode::Stripe => stripe_chunk(s, slot, conn, &h, &mut buf).map(|_| false)?,
+            Mode::Stream => stream_chunk(s, slot, conn, &h)?,
+        };
+        if stop {
+            return Ok(());
         }
     }
+}
+
+/// A stream's END frame: in stream mode it carries the total chunk count.
+fn end_of_stream(s: &Session, slot: &Slot, h: &FrameHdr) -> Result<()> {
+    let mut st = s.state.lock().unwrap();
+    if s.req.mode == Mode::Stream {
+        if st.total.is_some_and(|t| t != h.index) || h.index < st.next {
+            bail!("inconsistent chunk count at end of stream");
+        }
+        st.total = Some(h.index);
+        if st.next == h.index && !st.writing {
+            st.writer_done = true;
+        }
+    }
+    st.ended += 1;
+    *slot.end.lock().unwrap() = Some(s.now());
+    s.cv.notify_all();
+    Ok(())
+}
+
+/// A striped chunk, verified, written at its offset and counted.
+fn stripe_chunk(
+    s: &Session,
+    slot: &Slot,
+    conn: &mut TcpStream,
+    h: &FrameHdr,
+    buf: &mut Vec<u8>,
+) -> Result<()> {
+    if h.index >= s.nchunks || h.len as u64 != s.chunk_len(h.index) {
+        bail!("bad chunk index {} / length {}", h.index, h.len);
+    }
+    if s.state.lock().unwrap().have.contains(h.index) {
+        bail!("duplicate chunk {}", h.index);
+    }
+    let got = read_payload(conn, buf, h.len as usize, &slot.bytes, s.req.hash)?;
+    if s.req.hash && got != h.hash {
+        bail!("chunk {} failed its integrity check", h.index);
+    }
+    if let Some(fs) = &s.fsink {
+        fs.write_chunk(buf, h.index * s.req.chunk as u64, h.index, h.hash)?;
+    }
+    {
+        let mut st = s.state.lock().unwrap();
+        if !st.have.insert(h.index) {
+            bail!("duplicate chunk {}", h.index);
+        }
+        st.e2e.add(h.index, h.hash);
+        if st.have.count() == s.nchunks {
+            s.cv.notify_all();
+        }
+    }
+    s.wrote(h.len as u64)
+}
+
+/// A sequenced chunk, verified, held until it fits the reorder window, then written if
+/// it is the next one (this thread becomes the writer) or kept for the writer. Returns
+/// true when the session failed meanwhile.
+fn stream_chunk(s: &Session, slot: &Slot, conn: &mut TcpStream, h: &FrameHdr) -> Result<bool> {
+    let mut b = s.pool.lock().unwrap().pop().unwrap_or_default();
+    let got = read_payload(conn, &mut b, h.len as usize, &slot.bytes, s.req.hash)?;
+    if s.req.hash && got != h.hash {
+        bail!("chunk {} failed its integrity check", h.index);
+    }
+    let mut st = s.state.lock().unwrap();
+    // Backpressure: hold this chunk until it fits in the window.
+    // The chunk the writer needs next always fits, so no deadlock.
+    while h.index >= st.next + s.cap && st.failed.is_none() {
+        st.window_waiters += 1;
+        st = s.cv.wait(st).unwrap();
+        st.window_waiters -= 1;
+    }
+    if st.failed.is_some() {
+        return Ok(true);
+    }
+    if h.index < st.next || st.reorder.contains_key(&h.index) {
+        bail!("duplicate chunk {}", h.index);
+    }
+    if h.index == st.next && !st.writing {
+        st.writing = true;
+        let off = take_next(&mut st, b.len() as u64, h.hash);
+        drop(st);
+        drain(s, b, h.index, h.hash, off)?;
+        return Ok(false);
+    }
+    st.reorder.insert(h.index, (b, h.hash));
+    Ok(false)
 }
 
 /// Reads a `len`-byte payload into `buf`, in pieces, counting bytes as they
@@ -1361,13 +1395,7 @@ fn handle_pull(srv: &Arc<Server>, mut conn: TcpStream, req: Request) -> Result<(
         let size = file.metadata()?.len();
         Ok((Arc::new(file), size))
     })();
-    let (file, size) = match opened {
-        Ok(x) => x,
-        Err(e) => {
-            send_msg(&mut conn, &Reply::Reject(format!("{e:#}")))?;
-            return Err(e);
-        }
-    };
+    let (file, size) = reject_on_err(&mut conn, opened)?;
     let id = req.session.clone();
     let (tx, rx) = mpsc::channel();
     srv.pulls
@@ -1396,31 +1424,80 @@ fn handle_pull(srv: &Arc<Server>, mut conn: TcpStream, req: Request) -> Result<(
             crate::sock::set_pacing(c.as_ref(), p)?;
         }
     }
-
     let t0 = Instant::now();
     let abort = Arc::new(AtomicBool::new(false));
     let sent = Arc::new(AtomicU64::new(0));
-    let chunk = req.chunk as u64;
-    // The client only closes the control connection when it gives up (or
-    // after our verdict): stop sending then.
-    let watcher = {
-        let (mut c, abort) = (conn.try_clone()?, abort.clone());
-        let weak: Vec<_> = conns.iter().map(Arc::downgrade).collect();
-        std::thread::spawn(move || {
-            let _ = c.read(&mut [0u8; 1]);
-            abort.store(true, Ordering::SeqCst);
-            for w in &weak {
-                if let Some(c) = w.upgrade() {
-                    let _ = c.shutdown(Shutdown::Both);
-                }
+    let watcher = watch_pull_client(&conn, &conns, &abort)?;
+    let handles = start_pull_senders(&req, conns, file, size, &sent, &abort);
+    let mut error = None;
+    let mut e2e = E2e::default();
+    for h in handles {
+        match h.join().unwrap_or_else(|_| Err(anyhow!("worker panicked"))) {
+            Ok(part) => e2e.merge(part),
+            Err(e) => {
+                error.get_or_insert(format!("{e:#}"));
             }
-        })
+        }
+    }
+    if error.is_none() && abort.load(Ordering::SeqCst) {
+        error = Some("client went away".into());
+    }
+    let (bytes, elapsed) = (sent.load(Ordering::Relaxed), t0.elapsed().as_secs_f64());
+    log_pull(&req, &error, bytes, elapsed);
+    let done = Done {
+        error,
+        e2e: req.hash.then(|| e2e.hex()),
+        bytes,
+        total_size: size,
+        elapsed,
+        flows: Vec::new(),
+        goodput: Vec::new(),
+        data_start: None,
     };
-    let n = req.streams as usize;
+    let _ = send_msg(&mut conn, &done);
+    // Wait (briefly) for the client to read the verdict and close.
+    let _ = conn.set_read_timeout(Some(Duration::from_secs(10)));
+    let _ = conn.shutdown(Shutdown::Write);
+    let _ = watcher.join();
+    Ok(())
+}
+
+/// The client only closes the control connection when it gives up (or after our
+/// verdict): the pull's senders stop then.
+fn watch_pull_client(
+    conn: &TcpStream,
+    conns: &[Arc<TcpStream>],
+    abort: &Arc<AtomicBool>,
+) -> Result<std::thread::JoinHandle<()>> {
+    let (mut c, abort) = (conn.try_clone()?, abort.clone());
+    let weak: Vec<_> = conns.iter().map(Arc::downgrade).collect();
+    Ok(std::thread::spawn(move || {
+        let _ = c.read(&mut [0u8; 1]);
+        abort.store(true, Ordering::SeqCst);
+        for w in &weak {
+            if let Some(c) = w.upgrade() {
+                let _ = c.shutdown(Shutdown::Both);
+            }
+        }
+    }))
+}
+
+type SenderHandle = std::thread::JoinHandle<Result<E2e>>;
+
+/// The client's stripe or stream senders, one thread per data connection.
+fn start_pull_senders(
+    req: &Request,
+    conns: Vec<Arc<TcpStream>>,
+    file: Arc<std::fs::File>,
+    size: u64,
+    sent: &Arc<AtomicU64>,
+    abort: &Arc<AtomicBool>,
+) -> Vec<SenderHandle> {
+    let chunk = req.chunk as u64;
     let mut handles = Vec::new();
     match req.mode {
         Mode::Stripe => {
-            let groups = chunkset::split(&[(0, size.div_ceil(chunk))], n);
+            let groups = chunkset::split(&[(0, size.div_ceil(chunk))], req.streams as usize);
             for (c, g) in conns.into_iter().zip(groups) {
                 let ctx = client::StripeCtx {
                     file: Some(file.clone()),
@@ -1438,7 +1515,7 @@ fn handle_pull(srv: &Arc<Server>, mut conn: TcpStream, req: Request) -> Result<(
         }
         Mode::Stream => {
             let src = Arc::new(client::StreamSrc::plain(
-                Box::new(client::SharedFile(file.clone(), 0)),
+                Box::new(client::SharedFile(file, 0)),
                 chunk as usize,
                 req.hash,
                 abort.clone(),
@@ -1452,51 +1529,24 @@ fn handle_pull(srv: &Arc<Server>, mut conn: TcpStream, req: Request) -> Result<(
             }
         }
     }
-    let mut error = None;
-    let mut e2e = E2e::default();
-    for h in handles {
-        match h.join().unwrap_or_else(|_| Err(anyhow!("worker panicked"))) {
-            Ok(part) => e2e.merge(part),
-            Err(e) => {
-                error.get_or_insert(format!("{e:#}"));
-            }
-        }
-    }
-    if error.is_none() && abort.load(Ordering::SeqCst) {
-        error = Some("client went away".into());
-    }
-    let bytes = sent.load(Ordering::Relaxed);
-    let elapsed = t0.elapsed().as_secs_f64();
+    handles
+}
+
+fn log_pull(req: &Request, error: &Option<String>, bytes: u64, elapsed: f64) {
+    let id = &req.session[..8];
     let p = match &req.sink {
         Sink::Path(p) => p.as_str(),
         _ => "",
     };
-    match &error {
+    match error {
         None => eprintln!(
-            "xfer: session {}: {} <- {p} in {elapsed:.3} s ({} streams, {}, pull)",
-            &id[..8],
+            "xfer: session {id}: {} <- {p} in {elapsed:.3} s ({} streams, {}, pull)",
             crate::util::human_bytes(bytes),
             req.streams,
             req.mode.name()
         ),
-        Some(e) => eprintln!("xfer: pull {} of {p} failed: {e}", &id[..8]),
+        Some(e) => eprintln!("xfer: pull {id} of {p} failed: {e}"),
     }
-    let done = Done {
-        error,
-        e2e: req.hash.then(|| e2e.hex()),
-        bytes,
-        total_size: size,
-        elapsed,
-        flows: Vec::new(),
-        goodput: Vec::new(),
-        data_start: None,
-    };
-    let _ = send_msg(&mut conn, &done);
-    // Wait (briefly) for the client to read the verdict and close.
-    let _ = conn.set_read_timeout(Some(Duration::from_secs(10)));
-    let _ = conn.shutdown(Shutdown::Write);
-    let _ = watcher.join();
-    Ok(())
 }
 
 /// Waits for a pull's data connections (30 s at most), and gives up as soon

@@ -411,7 +411,7 @@ CASES = {
 
 #: What runs by default: the simulator cases (the netns ones need root and real time).
 #: Repetitions per point of seed001_tables (the seed: 100; about 25 s of wall time per run).
-SEED001_REPETITIONS = 10
+SEED001_REPETITIONS = 30
 #: Cases that need root (netns) or long campaigns: run by name, or with --all.
 SIM_CASES = [c for c in CASES if not c.startswith("netns") and c != "seed001_tables"]
 

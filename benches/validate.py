@@ -272,11 +272,11 @@ SEED001_LABELS = {"IFS": "ifs", "ViFi": "vifi", "SS (pacing)": "ss_pspacer", "SS
 
 def seed001_tables(quick: bool) -> str:
     """Seed 001 Tables 2 and 3: scenarios/campaigns/seed001-tables.yaml on the simulator
-    (full volumes), run into results/seed001-tables/ (resumable: a rerun finishes it), the
+    (full volumes), run into results/seed001-tables-REPS/ (resumable: a rerun finishes it), the
     deficiency of the mean and of the 99th percentile makespan beside the seed's."""
     reps = 2 if quick else SEED001_REPETITIONS
     camp = load_campaign(ROOT / "scenarios/campaigns/seed001-tables.yaml", {"repetitions": reps})
-    out = ROOT / "results" / ("seed001-tables-quick" if quick else "seed001-tables")
+    out = ROOT / "results" / ("seed001-tables-quick" if quick else f"seed001-tables-{reps}")
     runner.run(camp, out, workers=2)
     manifest, df = creport.load(out)
     ok = df[df["status"] == "ok"].copy()

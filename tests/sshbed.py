@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import shutil
 import signal
 import socket
@@ -41,6 +42,17 @@ PREFIX = "xlssh"
 ROOT = Path(__file__).resolve().parent.parent
 SSHD = "/usr/sbin/sshd"
 FAKETIME_LIB = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
+
+
+def stateless_faketime(command: list[str]) -> list[str]:
+    """``command`` with a private, read-only /dev/shm. libfaketime (0.9.10) shares a
+    semaphore between a process and its descendants through /dev/shm, and a forked child that
+    exits (a shell's ``$(...)``) unlinks it under its parent: the next program the parent starts
+    dies with "sem_open failed" (5 in 300 ``ip route get`` in a loop here; CI once lost a
+    route that way). Where it cannot create the semaphore it shares nothing, silently, and an
+    offset clock needs no sharing."""
+    mount = "mount -t tmpfs -o ro,size=64k xl-noshm /dev/shm && exec " + " ".join(map(shlex.quote, command))
+    return ["unshare", "--mount", "sh", "-c", mount]
 
 
 def sh(*args: str, ns: str | None = None, check: bool = True) -> str:
@@ -223,6 +235,8 @@ class Bed:
         cfg.write_text("\n".join(lines) + "\n")
         log = open(self.dir / f"sshd-{h}.log", "ab")
         args = ["ip", "netns", "exec", self.ns(h), SSHD, "-D", "-e", "-f", str(cfg)]
+        if h in self.clock_skew:
+            args = ["ip", "netns", "exec", self.ns(h), *stateless_faketime(args[4:])]
         self.sshd[h] = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
         deadline = time.monotonic() + 10
         while True:

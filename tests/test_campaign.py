@@ -181,6 +181,37 @@ def test_foreign_corrupt_and_other_campaign_folders_are_never_overwritten(tmp_pa
     assert p.returncode == 2 and "no such folder" in p.stderr
 
 
+def test_a_campaign_grows_its_repetitions_in_place_and_never_shrinks(tmp_path, cli):
+    """1 repetition, then 3 of the same campaign in the same folder: the first run is kept
+    (not run again), two are added with the seeds a 3-repetition campaign has from the start."""
+    out = tmp_path / "camp"
+    one = write(tmp_path, make(repetitions=1, sweep={"topology.rtt": ["5ms"]}), "one.yaml")
+    assert cli("campaign", "run", one, "--out", out, "-q").returncode == 0
+    first = rows(out)[0]
+    mtime = (out / "runs" / first["run_key"] / "metrics.json").stat().st_mtime_ns
+    three = write(tmp_path, make(repetitions=3, sweep={"topology.rtt": ["5ms"]}), "three.yaml")
+    p = cli("campaign", "run", three, "--out", out, "--workers", "1")
+    assert p.returncode == 0, p.stderr
+    said = " ".join(p.stdout.split())
+    assert "grows from 1 to 3 repetitions (2 runs to do)" in said and "1 already in the catalog" in said
+    rs = rows(out)
+    assert sorted((r["repetition"], r["seed"]) for r in rs) == [(k, derive_seed(3, k)) for k in range(3)]
+    assert (out / "runs" / first["run_key"] / "metrics.json").stat().st_mtime_ns == mtime
+    m = json.loads((out / "campaign.json").read_text())
+    assert m["repetitions"] == 3 and m["runs"] == 3 and [(g["from"], g["to"]) for g in m["grown"]] == [(1, 3)]
+    # Resumed as 3: nothing to do. Asked for 2: refused, nothing removed.
+    p = cli("campaign", "run", three, "--out", out)
+    assert p.returncode == 0 and "3 already in the catalog" in " ".join(p.stdout.split())
+    two = write(tmp_path, make(repetitions=2, sweep={"topology.rtt": ["5ms"]}), "two.yaml")
+    p = cli("campaign", "run", two, "--out", out)
+    assert p.returncode == 2 and "grows but never shrinks: ask for 3 or more" in " ".join(p.stderr.split())
+    assert len(rows(out)) == 3
+    # The same repetitions at another point is another campaign, as before.
+    other = write(tmp_path, make(repetitions=4, sweep={"topology.rtt": ["7ms"]}), "other.yaml")
+    p = cli("campaign", "run", other, "--out", out)
+    assert p.returncode == 2 and "another campaign" in p.stderr
+
+
 def test_user_mistakes_exit_2_without_a_traceback(tmp_path, cli):
     path = write(tmp_path, make())
     for args in (

@@ -26,7 +26,7 @@ import duckdb
 
 from .. import registry, runfolder
 from .. import scenario as sc
-from .spec import Campaign, CampaignError, RunSpec
+from .spec import Campaign, CampaignError, RunSpec, family_of
 
 FORMAT = "xferlab-campaign/1"
 MANIFEST = "campaign.json"
@@ -137,6 +137,7 @@ class CampaignFolder:
         self.root = Path(root)
         self.campaign = campaign
         self._lock_fd = None
+        self.grown_from: int | None = None  # the repetitions the folder held, when this run adds more
         if campaign is not None:
             self._prepare(force, create)
         else:
@@ -195,6 +196,8 @@ class CampaignFolder:
                 if not force:
                     raise CampaignError(f"{e}; {hint}") from None
                 m = None
+            if m is not None and m.get("fingerprint") != c.fingerprint() and not force and self._grows(m):
+                m = None  # the same campaign with more repetitions: _init_catalog records it
             if m is not None and m.get("fingerprint") != c.fingerprint():
                 if not force:
                     raise CampaignError(
@@ -208,6 +211,22 @@ class CampaignFolder:
             raise CampaignError(f"{root}: no such campaign folder")
         root.mkdir(parents=True, exist_ok=True)
         (root / RUNS).mkdir(exist_ok=True)
+
+    def _grows(self, held: dict) -> bool:
+        """Whether this campaign is the one ``held`` (a manifest or the catalog's record) with
+        more repetitions; fewer is an error (their runs are there: nothing is discarded)."""
+        c = self.campaign
+        if family_of(held) != c.family():
+            return False
+        had = held.get("repetitions")
+        if not isinstance(had, int) or had > c.repetitions:
+            raise CampaignError(
+                f"{self.root} holds {c.name!r} with {had} repetitions; {c.source} asks for {c.repetitions}. "
+                f"A campaign folder grows but never shrinks: ask for {had} or more (the report can select "
+                "repetitions), or choose a new --out"
+            )
+        self.grown_from = had
+        return True
 
     def _wipe(self) -> None:
         for name in os.listdir(self.root):
@@ -241,14 +260,31 @@ class CampaignFolder:
                 for k, v in (("format", FORMAT), ("name", c.name), ("fingerprint", c.fingerprint()), ("campaign", c.manifest())):
                     self.db.execute("INSERT INTO meta VALUES (?, ?)", [k, v if isinstance(v, str) else json.dumps(v)])
         elif row[0] != c.fingerprint():
-            raise CampaignError(
-                f"{self.root / CATALOG} belongs to another campaign (fingerprint {row[0]}, not {c.fingerprint()}); "
-                "choose a new --out, or pass --force to discard it"
-            )
-        if not (self.root / MANIFEST).is_file():
-            m = {"format": FORMAT, **c.manifest(), "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
-            runfolder.write_json(self.root / MANIFEST, m)
+            held = self.db.execute("SELECT value FROM meta WHERE key = 'campaign'").fetchone()
+            if held is None or not self._grows(json.loads(held[0])):
+                raise CampaignError(
+                    f"{self.root / CATALOG} belongs to another campaign (fingerprint {row[0]}, not {c.fingerprint()}); "
+                    "choose a new --out, or pass --force to discard it"
+                )
+            with self.transaction():
+                for k, v in (("fingerprint", c.fingerprint()), ("campaign", json.dumps(c.manifest()))):
+                    self.db.execute("UPDATE meta SET value = ? WHERE key = ?", [v, k])
+        self._write_manifest()
         self.manifest = self._read_manifest()
+
+    def _write_manifest(self) -> None:
+        """The manifest, when missing (a new folder) or behind the catalog (a folder grown in place:
+        the previous repetitions are kept in ``grown``, the first creation time stays)."""
+        path = self.root / MANIFEST
+        now = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+        old = json.loads(path.read_text()) if path.is_file() else None
+        if old is not None and old.get("fingerprint") == self.campaign.fingerprint():
+            return
+        m = {"format": FORMAT, **self.campaign.manifest(), "created": now}
+        if old is not None:
+            m["created"] = old.get("created", now)
+            m["grown"] = [*old.get("grown", []), {"from": old.get("repetitions"), "to": self.campaign.repetitions, "at": now}]
+        runfolder.write_json(path, m)
 
     def _add_new_columns(self) -> None:
         """A catalog written by an older xferlab lacks the metrics added since: add them (null)."""

@@ -268,6 +268,8 @@ def run(
     t0 = time.perf_counter()
     with _maybe_dask(dask, log) as client, CampaignFolder(out, campaign, force=force) as folder:
         todo, skipped, adopted = _plan(folder, campaign, retry_failed)
+        if folder.grown_from is not None and log:
+            log(f"{out}: grows from {folder.grown_from} to {campaign.repetitions} repetitions ({len(todo)} runs to do)")
         if on_start:
             on_start(len(campaign.runs), skipped + adopted)
         counts = {"ok": 0, "failed": 0}

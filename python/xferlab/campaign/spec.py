@@ -63,6 +63,22 @@ def derive_seed(base: int, repetition: int) -> int:
     return int.from_bytes(h[:8], "big") >> 1  # < 2**63
 
 
+def family_of(manifest: dict) -> str:
+    """What a campaign is, repetitions left out, from its manifest. Two campaigns of one family
+    share the runs of the repetitions they both have: a run's key and seed depend on its
+    repetition's index, never on how many there are, so a folder can grow in place."""
+    return _digest(
+        {
+            "name": manifest.get("name"),
+            "base": manifest.get("scenario"),
+            "axes": manifest.get("sweep"),
+            "zip": manifest.get("zip"),
+            "backend": manifest.get("backend"),
+            **({"labels": manifest["labels"]} if manifest.get("labels") else {}),
+        }
+    )
+
+
 def _canonical(data: Any) -> str:
     return json.dumps(data, sort_keys=True, separators=(",", ":"), default=str)
 
@@ -125,6 +141,10 @@ class Campaign:
                 **({"labels": self.labels} if self.labels else {}),
             }
         )
+
+    def family(self) -> str:
+        """Identity of the campaign but for its repetitions (see :func:`family_of`)."""
+        return family_of(self.manifest())
 
     def manifest(self) -> dict:
         return {

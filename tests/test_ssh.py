@@ -162,6 +162,28 @@ def test_volume_transfers_move_with_xfer_deployed_over_ssh(cli, bed, clean, tmp_
     assert_restored(bed)
 
 
+def test_a_transfer_signalled_by_another_s_end_starts_after_it_on_another_host(cli, bed, clean, tmp_path):
+    """ViFi by signal on two pairs: s1's transfer waits for s0's to end. s1's clock is 3 s
+    ahead, so a start read off the wrong clock would come 3 s early or late."""
+    data = yaml.safe_load(open(scenario(tmp_path, "vifi")))
+    data.pop("workload")
+    data["requests"] = [{"volume": "4MB", "name": "first"}, {"volume": "4MB", "name": "second"}]
+    data["schedule"] = {"strategy": "vifi", "mechanism": "pacing", "time_control": {"sync": "signal", "processing": "0.1ms"}}
+    path = tmp_path / "vifi.yaml"
+    path.write_text(yaml.safe_dump(data))
+    out = tmp_path / "vifi"
+    cli("run", path, "--backend", "ssh", "--inventory", bed.fast, "--out", out, "-q", check=True)
+    flows = pq.read_table(out / "trace" / "flows.parquet").to_pandas().set_index("flow_id")
+    assert (flows["bytes"] == 4_000_000).all()
+    first_end, second_start = flows.loc[0, "end"], flows.loc[1, "start"]
+    # The second's data follows the first's end: by the signal's delay (1.5 RTT + 0.1 ms), the
+    # controller's poll (50 ms) and an SSH round trip, then xfer's session set-up (~10 RTT).
+    assert first_end + 0.030 <= second_start < first_end + 3.0, (first_end, second_start)
+    errors = json.loads((out / "run.json").read_text())["provenance"]["stats"]["start_error_ms"]["per_flow"]
+    assert 0 <= errors["1"] < 2000 and abs(errors["0"]) < 500
+    assert_restored(bed)
+
+
 # ----------------------------------------------------------------------------- refusals
 
 

@@ -57,6 +57,8 @@ NAME = "ssh"
 LEAD_S = 1.5
 #: How often the hosts are asked which flows have ended.
 POLL_S = 0.25
+#: The poll interval while flows wait for another pair's end (signalled starts).
+SIGNAL_POLL_S = 0.05
 IPERF3_MIN_INTERVAL = 0.1
 #: Pings of the idle path that give its RTT at calibration (the smallest).
 PINGS = 5
@@ -95,6 +97,9 @@ class _Measured:
     outputs: dict = field(default_factory=dict)  # flow name → its JSON
     link: list = field(default_factory=list)  # (controller s from t0, {dev: counters})
     warnings: list[str] = field(default_factory=list)
+    waiting: list = field(default_factory=list)  # flows waiting for another pair's end (start_after)
+    interval: float = 0.0  # the tools' report interval
+    end_s: float = 0.0  # the scenario's end, for duration-bound clients
 
 
 def run(scenario, resolved: dict, progress: Progress | None = None, inventory: str | Path | None = None) -> Trace:
@@ -119,11 +124,6 @@ def _refuse_unsupported(r: dict, inv: Inventory) -> None:
         raise BackendError("random loss (topology.loss_rate) is not emulated by the ssh backend: real paths lose what they lose")
     if any((f.get("limiter") or {}).get("kind") == "token_bucket" for f in r["flows"]):
         raise BackendError("per-flow token buckets (limiter: token_bucket) are not run by the ssh backend yet; use pacing")
-    if any(f.get("start_after") for f in r["flows"]):
-        raise BackendError(
-            "a start signalled by another transfer's completion is not run by the ssh backend yet: use "
-            "schedule.time_control.sync: clock, or `xferlab schedule run` (xfer's own start signals)"
-        )
     for f in r["flows"]:
         if why := xfer_plan.not_drivable(f):
             raise BackendError(f"the ssh backend does not run {why}")
@@ -541,11 +541,11 @@ class _Run:
         m.t0_ns = time.time_ns() + int(lead * 1e9)
         by_src: dict[str, list[str]] = {}
         end_s = self._end_s()
+        m.interval, m.end_s = interval, end_s
+        m.waiting = [f for f in self.flows if f.spec.get("start_after")]
         for f in self.flows:
-            at = clock.host_time_ns(m.t0_ns, f.spec["start_s"], self.offsets[f.src])
-            by_src.setdefault(f.src, []).append(
-                launch.timed(self.bed.workdir(f.src), f.name, at, self._client(f, interval, end_s))
-            )
+            if f not in m.waiting:
+                by_src.setdefault(f.src, []).append(self._start_command(m, f))
         await hosts.together(
             self._start_sampler(m.t0_ns), *(self.bed.hosts[h].run("\n".join(cmds)) for h, cmds in by_src.items())
         )
@@ -559,6 +559,11 @@ class _Run:
         await self._wait(m, end_s)
         await self._stop(m)
         return m
+
+    def _start_command(self, m: _Measured, f: _Flow) -> str:
+        """The command that starts ``f``'s client at its start_s on its host's clock."""
+        at = clock.host_time_ns(m.t0_ns, f.spec["start_s"], self.offsets[f.src])
+        return launch.timed(self.bed.workdir(f.src), f.name, at, self._client(f, m.interval, m.end_s))
 
     def _servers(self, h: str, flows: list[_Flow], interval: float) -> list[str]:
         return [launch.timed(self.bed.workdir(h), f"{f.name}-server", None, self._server(f, interval)) for f in flows]
@@ -601,12 +606,35 @@ class _Run:
             now = (time.time_ns() - m.t0_ns) / 1e9
             if self.progress is not None:
                 self.progress(min(max(now, 0.0), end_s), end_s)
+            await self._launch_signalled(m)
             if all(f.name in m.done for f in transfers):
                 return
             if now > deadline:
                 m.warnings.append(f"transfers still running at {deadline:.1f} s were stopped")
                 return
-            await asyncio.sleep(POLL_S)
+            await asyncio.sleep(SIGNAL_POLL_S if m.waiting else POLL_S)
+
+    async def _launch_signalled(self, m: _Measured) -> None:
+        """Flows that start after another pair's transfers (ViFi by signal): once every transfer
+        of that pair has ended, each is due ``delay_s`` after the last of their ends, those ends
+        read on their hosts' clocks and brought to the controller's by the measured offsets.
+        The controller learns of an end by polling, so a delay shorter than a poll and an SSH
+        round trip starts late: the start error says by how much."""
+        due = []
+        for f in m.waiting:
+            after = f.spec["start_after"]
+            awaited = [t for t in self.flows if t.transfer and t.spec["pair"] == after["pair"]]
+            if awaited and all(t.name in m.done for t in awaited):
+                ends = [m.done[t.name][1] - round(self.offsets[t.src].offset_s * 1e9) for t in awaited]
+                f.spec = dict(f.spec, start_s=(max(ends) - m.t0_ns) / 1e9 + after["delay_s"])
+                due.append(f)
+        if not due:
+            return
+        m.waiting = [f for f in m.waiting if f not in due]
+        by_src: dict[str, list[str]] = {}
+        for f in due:
+            by_src.setdefault(f.src, []).append(self._start_command(m, f))
+        await hosts.together(*(self.bed.hosts[h].run("\n".join(cmds)) for h, cmds in by_src.items()))
 
     async def _failure(self, f: _Flow, status: int) -> str:
         w = self.bed.workdir(f.src)

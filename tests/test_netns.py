@@ -105,21 +105,33 @@ def test_rtt_accuracy(cli, tmp_path, rtt_ms):
     assert 0.9 * 20 * 1448 / 1514 < m["aggregate_goodput_mbps"] < 1.05 * 20
 
 
+#: Runs at most of a rate test: a host short of CPU (CI on a loaded machine) only ever takes
+#: rate away from the emulated path, never adds any, so a run below the rate is tried again.
+RATE_TRIES = 3
+
+
 @needs_host
 def test_bottleneck_rate_and_drop_counting(cli, tmp_path):
     """One unlimited flow into a 50 Mbit/s bottleneck with 10 packets of buffer: the link
     carries C and drops; every drop the qdisc counted is in the trace."""
-    out, m, meta = run(
-        cli,
-        tmp_path,
-        topology={"pairs": 2, "access_rate": "100Mbps", "bottleneck_rate": "50Mbps", "rtt": "10ms", "buffer": 10},
-        workload={"duration": "4s"},
-    )
-    link = pq.read_table(out / "trace" / "link.parquet").to_pandas()
-    b = link[(link["link"] == "bottleneck") & (link["t"] >= 1.0) & (link["t"] < 3.5)]
     # IP bytes through an HTB at 50 Mbit/s of frames: at most 50 × 1500/1514.
-    rate = b["bytes"].sum() * 8 / (len(b) * 0.1) / 1e6
-    assert 0.9 * 50 * 1500 / 1514 < rate < 1.02 * 50
+    low, high = 0.9 * 50 * 1500 / 1514, 1.02 * 50
+    for attempt in range(RATE_TRIES):
+        folder = tmp_path / f"try{attempt}"
+        folder.mkdir()
+        out, m, meta = run(
+            cli,
+            folder,
+            topology={"pairs": 2, "access_rate": "100Mbps", "bottleneck_rate": "50Mbps", "rtt": "10ms", "buffer": 10},
+            workload={"duration": "4s"},
+        )
+        link = pq.read_table(out / "trace" / "link.parquet").to_pandas()
+        b = link[(link["link"] == "bottleneck") & (link["t"] >= 1.0) & (link["t"] < 3.5)]
+        rate = b["bytes"].sum() * 8 / (len(b) * 0.1) / 1e6
+        assert rate < high  # more than the shaper allows is never the machine's load
+        if rate > low:
+            break
+    assert low < rate, f"{rate:.1f} Mbit/s in each of {RATE_TRIES} runs"
     assert m["bottleneck_drops"] > 0
     assert m["bottleneck_drops"] == int(link["drops"].sum())
     # TCP recovered every drop: retransmissions at least cover what the queue dropped, less

@@ -98,6 +98,9 @@ def parse(text: str, source: str) -> Any:
         raise
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
+        if "nesting depth" in str(e.problem):  # newer PyYAML (6.0.4) has its own limit; its scanner meets it before our check
+            line = f" (line {mark.line + 1})" if mark is not None else ""
+            raise DataFileError(f"{source}: nested too deeply{line}; at most {MAX_DEPTH} levels") from None
         at = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
         raise DataFileError(f"{source}: not valid YAML ({at}{e.problem or e.context})") from None
     except yaml.YAMLError as e:

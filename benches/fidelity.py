@@ -54,7 +54,7 @@ VOLUME_BYTES = 300_000_000
 SAMPLE_S = 0.002
 VETH_BPS = 10e9
 #: Mean spacing of the emulation hosts' softirq runs (transmit batching), from the trains
-#: of packets seen at the left router in a capture (VALIDATION.md §7).
+#: of packets seen at the left router in a capture; the capture itself is not kept in the repository.
 EMULATION_TX_BATCH_NS = 400_000
 #: What "agrees" means, per metric (issue 11).
 TOLERANCE = {"goodput": 0.05, "jain": 0.05, "ss_cwnd": 0.20, "completion": 0.05, "retx_over_loss": 1.10}
@@ -126,7 +126,7 @@ def emulated(cfg: dict) -> dict:
     a veth (~10 Gbit/s) under an HTB at the access rate with a burst of 1 ms or 10 frames,
     the bottleneck a veth under an HTB at C with a burst of 20 frames (both counting wire
     bytes), and the hosts batch their transmissions as this machine's saturated CPUs do
-    (softirq runs every ~0.4 ms, measured: see VALIDATION.md §7)."""
+    (softirq runs every ~0.4 ms, measured: see EMULATION_TX_BATCH_NS)."""
     frame = cfg["mss"] + cfg["header_bytes"] + 14
     wire = frame / (frame + topology.WIRE_OVERHEAD)
     bucket = lambda rate, burst: {"kind": "token_bucket", "rate_bps": rate * wire, "burst_bytes": burst, "tick_ns": 1000}  # noqa: E731

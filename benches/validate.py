@@ -446,7 +446,11 @@ def write(name: str, table: str) -> None:
     text = path.read_text() if path.exists() else "# Validation\n"
     block = f"<!-- table:{name} -->\n{table}\n<!-- /table:{name} -->"
     pattern = re.compile(rf"<!-- table:{name} -->.*?<!-- /table:{name} -->", re.S)
-    text = pattern.sub(lambda _: block, text) if pattern.search(text) else text.rstrip("\n") + f"\n\n{block}\n"
+    if pattern.search(text):
+        text = pattern.sub(lambda _: block, text)
+    else:
+        text = text.rstrip("\n") + f"\n\n{block}\n"
+        print(f"VALIDATION.md had no <!-- table:{name} --> block: appended at the end; move it where it belongs", flush=True)
     path.write_text(text)
 
 

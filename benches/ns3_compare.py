@@ -435,8 +435,9 @@ def main() -> int:
     if args.quick or args.no_write or args.only or args.ns3_arg:
         return 0
     version = rows[0].ns3_res["ns3_version"] if rows else "?"
+    groups = "".join(f"{g} " for g in args.groups)
     body = (
-        f"Command: `.venv/bin/python benches/ns3_compare.py --jobs {args.jobs}` "
+        f"Command: `.venv/bin/python benches/ns3_compare.py {groups}--jobs {args.jobs}` "
         f"({len(rows)} cases, {total / 60:.0f} min wall, ns-3 {ns3_wall / 60:.0f} min of CPU). "
         f"ns-3 {version} (the `ns3` wheel from PyPI); machine: {machine()}.\n\n{table_}"
     )

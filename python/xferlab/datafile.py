@@ -75,6 +75,13 @@ def read_text(path: str | Path, what: str = "file", max_bytes: int = MAX_FILE_BY
         raise DataFileError(f"{p}: not UTF-8 text ({e.reason} at byte {e.start}); expected a {what}") from None
 
 
+def too_deep(where: str, mark: yaml.Mark | None = None) -> DataFileError:
+    """The one refusal of deep nesting, wherever it is met (our event-stream check, PyYAML's
+    own limit, the constructor's recursion, the copy into plain data)."""
+    line = f" (line {mark.line + 1})" if mark is not None else ""
+    return DataFileError(f"{where}: nested too deeply{line}; at most {MAX_DEPTH} levels")
+
+
 def _check_depth(text: str, source: str) -> None:
     """Refuses deep nesting from the event stream, before anything recursive sees it (the
     loader's constructor recurses, and crashes the interpreter at some 10⁵ levels)."""
@@ -83,8 +90,7 @@ def _check_depth(text: str, source: str) -> None:
         if isinstance(ev, (yaml.SequenceStartEvent, yaml.MappingStartEvent)):
             depth += 1
             if depth > MAX_DEPTH:
-                line = f" (line {ev.start_mark.line + 1})" if ev.start_mark is not None else ""
-                raise DataFileError(f"{source}: nested too deeply{line}; at most {MAX_DEPTH} levels")
+                raise too_deep(source, ev.start_mark)
         elif isinstance(ev, (yaml.SequenceEndEvent, yaml.MappingEndEvent)):
             depth -= 1
 
@@ -99,14 +105,13 @@ def parse(text: str, source: str) -> Any:
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
         if "nesting depth" in str(e.problem):  # newer PyYAML (6.0.4) has its own limit; its scanner meets it before our check
-            line = f" (line {mark.line + 1})" if mark is not None else ""
-            raise DataFileError(f"{source}: nested too deeply{line}; at most {MAX_DEPTH} levels") from None
+            raise too_deep(source, mark) from None
         at = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
         raise DataFileError(f"{source}: not valid YAML ({at}{e.problem or e.context})") from None
     except yaml.YAMLError as e:
         raise DataFileError(f"{source}: not valid YAML ({e})") from None
     except RecursionError:
-        raise DataFileError(f"{source}: nested too deeply (at most {MAX_DEPTH} levels)") from None
+        raise too_deep(source) from None
     except ValueError as e:  # an integer of thousands of digits
         raise DataFileError(f"{source}: cannot read a value ({str(e).split(';')[0]})") from None
     return plain(data, source)
@@ -135,7 +140,7 @@ def _copy(v: Any, source: str, path: list, budget: list[int]) -> Any:
     if budget[0] < 0:
         raise DataFileError(f"{source}: more than {MAX_VALUES} values (YAML aliases expanding?)")
     if len(path) > MAX_DEPTH:
-        raise DataFileError(f"{_where(source, path)}: nested too deeply (at most {MAX_DEPTH} levels)")
+        raise too_deep(_where(source, path))
     if v is None or isinstance(v, (bool, str)):
         return v
     if isinstance(v, int):

@@ -38,7 +38,12 @@ def test_run_folder_contents(cli, small_scenario, tmp_path):
     assert len(flows) == 2 and all(f["bytes"] > 0 for f in flows)
     assert (out / "report.html").stat().st_size > 10_000
     # Two Reno flows share 1 Gbit/s: the aggregate is close to the ideal, shared fairly.
-    assert 0.9 * m["ideal_goodput_mbps"] < m["aggregate_goodput_mbps"] <= m["ideal_goodput_mbps"] * 1.001
+    ideal = m["ideal_goodput_mbps"]
+    assert 0.9 * ideal < m["aggregate_goodput_mbps"] <= ideal * 1.01
+    # Over the whole run nothing can beat the ideal (one interval may, by what the receivers
+    # held back behind a loss in the interval before).
+    seconds = max(f["end"] for f in flows) - min(f["start"] for f in flows)
+    assert sum(f["bytes"] for f in flows) * 8 / 1e6 / seconds <= ideal * 1.0001
     assert not list(tmp_path.glob(".run.tmp*"))
 
 

@@ -29,7 +29,7 @@
 use rand_core::{Rng, SeedableRng};
 use rand_pcg::Pcg64Mcg;
 
-use super::{Ack, CongestionControl, Control, Window};
+use super::{Ack, CongestionControl, Control, Window, MIN_TSO_SEGS};
 use crate::tcp::CaState;
 use crate::time::{Time, NS_PER_MS, NS_PER_S};
 
@@ -268,12 +268,9 @@ impl Bbr {
     /// Linux `bbr_tso_segs_goal`.
     fn tso_segs_goal(&self) -> u32 {
         let bytes = (self.pacing_rate / 1024.0).min(TSO_MAX_BYTES);
-        let min_segs = if self.pacing_rate < MIN_TSO_RATE {
-            1
-        } else {
-            2
-        };
-        ((bytes / self.mss as f64) as u32).max(min_segs).min(0x7f)
+        ((bytes / self.mss as f64) as u32)
+            .max(CongestionControl::min_tso_segs(self))
+            .min(0x7f)
     }
 
     /// Linux `bbr_bdp`: `gain × bw × RTprop`, rounded up.
@@ -688,6 +685,15 @@ impl CongestionControl for Bbr {
 
     fn pacing_rate(&self) -> Option<f64> {
         Some(self.pacing_rate)
+    }
+
+    /// Linux `bbr_min_tso_segs`: one segment per skb below `bbr_min_tso_rate`.
+    fn min_tso_segs(&self) -> u32 {
+        if self.pacing_rate < MIN_TSO_RATE {
+            1
+        } else {
+            MIN_TSO_SEGS
+        }
     }
 }
 

@@ -195,7 +195,16 @@ pub trait CongestionControl: Send {
     fn pacing_rate(&self) -> Option<f64> {
         None
     }
+
+    /// The fewest segments per skb TCP builds (Linux `.min_tso_segs`, else the sysctl
+    /// `net.ipv4.tcp_min_tso_segs`).
+    fn min_tso_segs(&self) -> u32 {
+        MIN_TSO_SEGS
+    }
 }
+
+/// `net.ipv4.tcp_min_tso_segs`.
+pub const MIN_TSO_SEGS: u32 = 2;
 
 /// Variant names as Linux spells them, in the order the seeds list them.
 pub const NAMES: &[&str] = &[

@@ -36,6 +36,12 @@ pub const SKB_OVERHEAD: u32 = 1280;
 pub const LIMIT_OUTPUT_BYTES: f64 = 4_194_304.0;
 /// TSQ keeps `pacing rate >> sk_pacing_shift` bytes in the host: 2^-10 s.
 const PACING_SHIFT: f64 = 1024.0;
+/// The largest skb TCP builds (`sk_gso_max_size`, `GSO_LEGACY_MAX_SIZE`). TCP builds
+/// multi-segment skbs whatever the interface's offloads (GSO is always on for TCP since
+/// Linux 4.14; the interface segments them).
+const GSO_MAX_SIZE: f64 = 65536.0;
+/// `net.ipv4.tcp_tso_rtt_log`: skbs grow by `GSO_MAX_SIZE >> (min_rtt_us >> 9)`.
+const TSO_RTT_LOG: u32 = 9;
 /// Without TSQ (kernels before 3.6) the interface queue bounds what a sender keeps in its
 /// host (`txqueuelen`, 1000 packets).
 const TXQUEUELEN: usize = 1000;
@@ -333,16 +339,32 @@ impl Sender {
     }
 
     /// Segments this flow may keep in its host (Linux `tcp_small_queue_check`, whose
-    /// limit doubles for retransmissions): ~1 ms of the pacing rate in socket memory.
+    /// limit doubles for retransmissions): two skbs of `tso_segs` segments, or ~1 ms of
+    /// the pacing rate in socket memory if that is more.
     pub fn tsq_limit(&self, retransmission: bool) -> usize {
         self.tsq_segs[retransmission as usize]
+    }
+
+    /// Segments per skb (Linux `tcp_tso_segs` and `tcp_tso_autosize`): about 1 ms of the
+    /// pacing rate, more at RTTs below a few ms, at least the control's minimum.
+    fn tso_segs(&self) -> u32 {
+        let mut bytes = self.pacing_rate / PACING_SHIFT;
+        if self.min_rtt != Time::MAX {
+            let r = (self.min_rtt / 1_000) >> TSO_RTT_LOG;
+            if r < 32 {
+                bytes += GSO_MAX_SIZE / (1u64 << r) as f64;
+            }
+        }
+        ((bytes.min(GSO_MAX_SIZE) / self.mss as f64) as u32).max(self.cc.min_tso_segs())
     }
 
     fn compute_tsq_limit(&self, retransmission: bool) -> usize {
         if self.kernel == Kernel::Linux2006 {
             return TXQUEUELEN;
         }
-        let truesize = (self.mss + SKB_OVERHEAD) as f64;
+        // TSQ counts skbs (`tcp_small_queue_check`): at least two of the size TCP builds.
+        let segs = self.tso_segs() as f64;
+        let truesize = segs * self.mss as f64 + SKB_OVERHEAD as f64;
         let mut limit = (2.0 * truesize).max(self.pacing_rate / PACING_SHIFT);
         if !self.paced {
             limit = limit.min(LIMIT_OUTPUT_BYTES);
@@ -350,9 +372,10 @@ impl Sender {
         if retransmission {
             limit *= 2.0;
         }
-        // Another segment may go while the memory in use (one unit over the segments'
-        // truesize) does not exceed the limit.
-        ((limit - 1.0) / truesize).floor() as usize + 1
+        // Another skb may go while the memory in use (one unit over the skbs' truesize)
+        // does not exceed the limit.
+        let skbs = ((limit - 1.0) / truesize).floor() + 1.0;
+        (skbs * segs) as usize
     }
 
     fn tsq_blocks(&self, host_queued: usize, retransmission: bool) -> bool {

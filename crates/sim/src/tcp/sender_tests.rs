@@ -246,15 +246,18 @@ fn volume_bound_sender_completes() {
 }
 
 #[test]
-fn tsq_keeps_about_a_millisecond_of_the_pacing_rate_in_the_host() {
+fn tsq_keeps_two_skbs_or_a_millisecond_of_the_pacing_rate_in_the_host() {
     let s = sender(None);
-    // No RTT yet: only tcp_limit_output_bytes (4 MiB of 2728-byte skbs).
-    assert_eq!(s.tsq_limit(false), 1538);
-    // 10 segments per 100 ms paced at 200 %: 290 kB/s, so the floor of two segments.
+    // No RTT yet: skbs of 64 KiB (45 segments, truesize 66 440 bytes) up to
+    // tcp_limit_output_bytes (4 MiB): 64 skbs.
+    assert_eq!(s.tsq_limit(false), 64 * 45);
+    // 10 segments per 100 ms paced at 200 %: 290 kB/s, skbs of the minimum 2 segments
+    // (truesize 4 176 bytes); the limit is two of them, four for retransmissions.
     let s = sender_of("reno", None, Some(100 * NS_PER_MS));
-    assert_eq!(s.tsq_limit(false), 2);
-    assert_eq!(s.tsq_limit(true), 4);
-    // 8 333 segments per 100 ms in congestion avoidance (120 %): 145 MB/s, 141 kB, 52.
+    assert_eq!(s.tsq_limit(false), 2 * 2);
+    assert_eq!(s.tsq_limit(true), 4 * 2);
+    // 8 333 segments per 100 ms in congestion avoidance (120 %): 145 MB/s, 141 kB per ms,
+    // more than two 64 KiB skbs: a third goes while 132 881 bytes ≤ 141 400.
     let mut s = sender_of("reno", None, Some(100 * NS_PER_MS));
     s.win = Window {
         cwnd: 8333,
@@ -262,18 +265,30 @@ fn tsq_keeps_about_a_millisecond_of_the_pacing_rate_in_the_host() {
         cwnd_cnt: 0,
     };
     s.update_pacing_rate();
-    assert_eq!(s.tsq_limit(false), 52);
+    assert_eq!(s.tsq_limit(false), 3 * 45);
+}
+
+#[test]
+fn skbs_grow_toward_64_kib_at_small_rtts() {
+    // Linux `tcp_tso_autosize`: pacing >> 10, + 64 KiB >> (min_rtt_us >> 9). 10 segments
+    // per 1 ms at 200 % (r = 1): 28 281 + 32 768 bytes, 42 segments per skb; TSQ holds two.
+    let s = sender_of("reno", None, Some(NS_PER_MS));
+    assert_eq!(s.tsq_limit(false), 2 * 42);
+    // At 100 µs (r = 0): skbs of the full 64 KiB, and 1 ms of pacing (282 812 bytes)
+    // exceeds two of them: a fifth goes while 265 761 bytes ≤ the limit.
+    let s = sender_of("reno", None, Some(NS_PER_MS / 10));
+    assert_eq!(s.tsq_limit(false), 5 * 45);
 }
 
 #[test]
 fn slow_start_may_grow_while_half_the_window_is_used() {
     let mut s = sender(None);
     s.win.cwnd = 100;
-    // The host takes 60 segments, then TSQ holds the sender back.
+    // The host takes 60 segments, then TSQ holds the sender back (its limit is 2 880).
     for _ in 0..60 {
         assert!(matches!(s.poll_transmit(0, 0), Poll::Send(_)));
     }
-    assert_eq!(s.poll_transmit(0, 2000), Poll::HostQueue);
+    assert_eq!(s.poll_transmit(0, 3000), Poll::HostQueue);
     s.end_transmit(0, 60);
     // Not cwnd-limited, but 60 ≥ 100/2 in slow start: it may still grow (Linux
     // `tcp_is_cwnd_limited`), and is latched for this window.

@@ -122,7 +122,10 @@ fn queue_never_exceeds_the_buffer_and_packets_are_conserved() {
         }
         let (sent, received, dropped, in_flight) = sim.packet_accounting();
         assert_eq!(sent, received + dropped + in_flight, "buffer {buffer}");
-        assert!(dropped > 0 && in_flight > 0, "buffer {buffer}: dropped {dropped}, in flight {in_flight}");
+        assert!(
+            dropped > 0 && in_flight > 0,
+            "buffer {buffer}: dropped {dropped}, in flight {in_flight}"
+        );
         let tr = sim.finish();
         assert!(
             tr.stats.bottleneck_max_queue <= buffer,

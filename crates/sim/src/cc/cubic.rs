@@ -42,7 +42,7 @@
 //!   samples within 1 s of a congestion-avoidance epoch's start are ignored, as in Linux's
 //!   `bictcp_acked`. `Cubic::new(false)` disables it.
 
-use super::{Ack, CongestionControl, Window};
+use super::{Ack, CongestionControl, Window, GSO_MAX_SIZE};
 use crate::time::{Time, NS_PER_MS, NS_PER_S};
 
 /// The cubic scaling constant C, segments/s³ (RFC 9438 §5.1).
@@ -56,6 +56,9 @@ const BETA_DEN: u64 = 10;
 pub const HYSTART_LOW_WINDOW: u32 = 16;
 /// Largest spacing of two ACKs of the same train (Linux `hystart_ack_delta_us`).
 pub const HYSTART_ACK_DELTA: Time = 2 * NS_PER_MS;
+/// The most HyStart's ACK train allows for ACKs spread by the sender's bursts
+/// (`hystart_ack_delay`).
+const HYSTART_ACK_DELAY_MAX: Time = NS_PER_MS;
 /// RTT samples taken at the start of each round for the delay detector.
 pub const HYSTART_MIN_SAMPLES: u32 = 8;
 /// Bounds of the delay-increase threshold `min_rtt/8`.
@@ -180,10 +183,15 @@ impl Cubic {
         if w.cwnd < HYSTART_LOW_WINDOW {
             return;
         }
-        // ACK train: closely spaced ACKs spanning half the minimum RTT (unpaced sender).
+        // ACK train: closely spaced ACKs spanning the minimum RTT plus the time four
+        // GSO-sized bursts take at the pacing rate, halved for a sender that does not pace.
         if ack.now.saturating_sub(h.last_ack) <= HYSTART_ACK_DELTA {
             h.last_ack = ack.now;
-            if ack.now - h.round_start > self.min_rtt / 2 {
+            let mut threshold = self.min_rtt + hystart_ack_delay(ack.pacing_rate);
+            if !ack.paced {
+                threshold /= 2;
+            }
+            if ack.now - h.round_start > threshold {
                 h.found = true;
             }
         }
@@ -201,6 +209,15 @@ impl Cubic {
             w.ssthresh = w.cwnd;
         }
     }
+}
+
+/// Linux `hystart_ack_delay`: four GSO-sized bursts at the pacing rate, at most 1 ms (0
+/// while the rate is unknown).
+fn hystart_ack_delay(pacing_rate: f64) -> Time {
+    if pacing_rate <= 0.0 {
+        return 0;
+    }
+    ((4.0 * GSO_MAX_SIZE / pacing_rate * 1e9) as Time).min(HYSTART_ACK_DELAY_MAX)
 }
 
 impl CongestionControl for Cubic {
@@ -572,6 +589,35 @@ mod tests {
         c.on_packets_acked(&mut w, &a);
         c.on_ack(&mut w, &a);
         assert_eq!(w.ssthresh, u32::MAX);
+    }
+
+    #[test]
+    fn hystart_ack_train_allows_for_the_senders_bursts() {
+        // 64 ACKs of two segments 0.1 ms apart, RTT 10 ms, in one round.
+        let train = |pacing_rate: f64, paced: bool| {
+            let mut c = Cubic::default();
+            let mut w = Window::new(128);
+            for k in 0..64u64 {
+                let a = Ack {
+                    snd_una: 2 * (k + 1),
+                    snd_nxt: 128 + 2 * k,
+                    pacing_rate,
+                    paced,
+                    ..ack(k * NS_PER_MS / 10, 2, 10 * NS_PER_MS, 128)
+                };
+                c.on_packets_acked(&mut w, &a);
+                c.on_ack(&mut w, &a);
+            }
+            w.ssthresh
+        };
+        // Rate unknown: half the minimum RTT, passed at the ACK 5.1 ms after the first.
+        assert_eq!(train(0.0, false), 128 + 2 * 51);
+        // 37 MB/s: four 64 KiB bursts take 7 ms, capped at 1 ms: (10 + 1)/2 = 5.5 ms.
+        assert_eq!(train(37e6, false), 128 + 2 * 56);
+        // 2.6 GB/s: 0.1 ms more, (10 + 0.1)/2 = 5.05 ms.
+        assert_eq!(train(2.6e9, false), 128 + 2 * 51);
+        // A paced sender waits for a whole minimum RTT (+1 ms): no exit within 6.4 ms.
+        assert_eq!(train(37e6, true), u32::MAX);
     }
 
     #[test]

@@ -143,6 +143,11 @@ pub struct Ack {
     pub pacing_next: Time,
     /// Segments sent and not cumulatively acknowledged (`packets_out`).
     pub packets_out: u32,
+    /// `sk_pacing_rate`, payload bytes per second (0: unknown, infinite: no RTT yet).
+    pub pacing_rate: f64,
+    /// The sender paces (`sk_pacing_status` not `SK_PACING_NONE`: a pacing control, or
+    /// `SO_MAX_PACING_RATE` set).
+    pub paced: bool,
 }
 
 /// What a `cong_control` asks of the sender beyond cwnd and pacing.
@@ -205,6 +210,9 @@ pub trait CongestionControl: Send {
 
 /// `net.ipv4.tcp_min_tso_segs`.
 pub const MIN_TSO_SEGS: u32 = 2;
+
+/// The largest skb TCP builds (`sk_gso_max_size`, `GSO_LEGACY_MAX_SIZE`), bytes.
+pub const GSO_MAX_SIZE: f64 = 65536.0;
 
 /// Variant names as Linux spells them, in the order the seeds list them.
 pub const NAMES: &[&str] = &[

@@ -25,7 +25,7 @@ use super::board::{Board, Seg, EVER_RETRANS};
 use super::rate::{RateSample, RateState};
 use super::timers::{Jiffies, TimerKind, RTO_MAX};
 use super::{rack::Rack, AckSegment, CaState, Segment, MAX_SACK_BLOCKS};
-use crate::cc::{Ack, CongestionControl, Window};
+use crate::cc::{Ack, CongestionControl, Window, GSO_MAX_SIZE};
 use crate::config::{Kernel, TcpConfig};
 use crate::time::Time;
 
@@ -36,10 +36,6 @@ pub const SKB_OVERHEAD: u32 = 1280;
 pub const LIMIT_OUTPUT_BYTES: f64 = 4_194_304.0;
 /// TSQ keeps `pacing rate >> sk_pacing_shift` bytes in the host: 2^-10 s.
 const PACING_SHIFT: f64 = 1024.0;
-/// The largest skb TCP builds (`sk_gso_max_size`, `GSO_LEGACY_MAX_SIZE`). TCP builds
-/// multi-segment skbs whatever the interface's offloads (GSO is always on for TCP since
-/// Linux 4.14; the interface segments them).
-const GSO_MAX_SIZE: f64 = 65536.0;
 /// `net.ipv4.tcp_tso_rtt_log`: skbs grow by `GSO_MAX_SIZE >> (min_rtt_us >> 9)`.
 const TSO_RTT_LOG: u32 = 9;
 /// Without TSQ (kernels before 3.6) the interface queue bounds what a sender keeps in its
@@ -346,7 +342,9 @@ impl Sender {
     }
 
     /// Segments per skb (Linux `tcp_tso_segs` and `tcp_tso_autosize`): about 1 ms of the
-    /// pacing rate, more at RTTs below a few ms, at least the control's minimum.
+    /// pacing rate, more at RTTs below a few ms, at least the control's minimum, at most
+    /// `GSO_MAX_SIZE`. TCP builds such skbs whatever the interface's offloads (GSO is
+    /// always on for TCP since Linux 4.14; the interface segments them).
     fn tso_segs(&self) -> u32 {
         let mut bytes = self.pacing_rate / PACING_SHIFT;
         if self.min_rtt != Time::MAX {
@@ -982,6 +980,8 @@ impl Sender {
             srtt: self.srtt,
             pacing_next: self.wstamp,
             packets_out: self.board.packets_out(),
+            pacing_rate: self.pacing_rate,
+            paced: self.paced || self.max_pacing_rate.is_finite(),
         }
     }
 }

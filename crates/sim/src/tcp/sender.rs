@@ -2,8 +2,9 @@
 //!
 //! Send path (`tcp_write_xmit`): lost segments first, then new data, each within the
 //! congestion window, the receive window, the pacing schedule (Linux internal pacing, used
-//! by BBR) and TCP Small Queues: at most about 1 ms of the pacing rate (at least two
-//! segments) may wait in the sender's own host (`tcp_small_queue_check`). The caller puts
+//! by BBR) and TCP Small Queues: two skbs of the size TCP builds (`tcp_tso_autosize`, ~1 ms
+//! of the pacing rate), or 1 ms of the pacing rate if more, may wait in the sender's own
+//! host (`tcp_small_queue_check`). The caller puts
 //! segments on the wire and polls again when one leaves the host (TSQ completion,
 //! `tcp_tsq_handler`). After each attempt the window's use is latched for the current
 //! window (`tcp_cwnd_validate`): a window counts as used if it was full, or, in slow start,

@@ -323,7 +323,23 @@ def sample_fields(samples: pd.DataFrame) -> dict:
     exit_ = slow_start_exit(samples)
     ss, t = exit_ if exit_ else (None, None)
     trajectories = {k: v.tolist() for k, v in trajectory(samples, DURATION_S).items()}
-    return {"ss_ssthresh": ss, "ss_time_s": t, "first_loss_s": first_loss(samples), "trajectory": trajectories}
+    out = {"ss_ssthresh": ss, "ss_time_s": t, "first_loss_s": first_loss(samples), "trajectory": trajectories}
+    return out | {"broken": broken_window(samples)}
+
+
+#: No congestion control sets ssthresh above Linux's "infinite" (0x7fffffff), and no window
+#: here comes near 2^24 segments.
+SSTHRESH_INFINITE, CWND_ABSURD = 0x7FFFFFFF, 1 << 24
+
+
+def broken_window(samples: pd.DataFrame) -> dict | None:
+    """The first sample whose ssthresh or cwnd no congestion control can have produced, if
+    any: the run's TCP did not follow its law (VALIDATION.md §6b, the BPF ssthresh)."""
+    bad = samples[(samples["ssthresh"] > SSTHRESH_INFINITE) | (samples["cwnd"] > CWND_ABSURD)]
+    if bad.empty:
+        return None
+    first = bad.iloc[0]
+    return {"t": float(first["t"]), "flow": int(first["flow"]), "ssthresh": int(first["ssthresh"]), "cwnd": int(first["cwnd"])}
 
 
 # --------------------------------------------------------------------------- comparing
@@ -332,6 +348,7 @@ def sample_fields(samples: pd.DataFrame) -> dict:
 def distance(a: dict, b: dict) -> float | None:
     """Mean |cwnd_sim − cwnd_netns| over the mean netns cwnd, flows and grid points together."""
     num, den = 0.0, 0.0
+    a, b = {str(k): v for k, v in a.items()}, {str(k): v for k, v in b.items()}  # JSON keys are strings
     for k in set(a) & set(b):
         x, y = np.asarray(a[k], float), np.asarray(b[k], float)
         ok = ~np.isnan(x) & ~np.isnan(y)
@@ -407,6 +424,8 @@ def row(res: dict) -> tuple[str, dict]:
     d = distance(sd.get("trajectory") or {}, nd.get("trajectory") or {})
     ss = lambda r: None if r.get("ss_ssthresh") is None else f"{r['ss_ssthresh']:.0f} ({r['ss_time_s']:.2f} s)"  # noqa: E731
     misses = [k for k, good in ok.items() if good is False]
+    if (bad := nd.get("broken")) is not None:
+        misses = [f"kernel run void: ssthresh {bad['ssthresh']:#x} at {bad['t']:.2f} s"]
     cells = [
         v,
         f"{rtt} ms",
@@ -457,8 +476,16 @@ def table(results: list[dict]) -> str:
     lines = list(HEADER)
     for res in results:
         lines.append(row(res)[0])
-    lines += ["", tally([verdicts(r) for r in results]) + "."]
-    plain = [verdicts(r, "simplain") for r in results if "simplain_duration" in r]
+    void = [r for r in results if r["netns_duration"].get("broken") is not None]
+    valid = [r for r in results if r not in void]
+    lines += ["", tally([verdicts(r) for r in valid]) + "."]
+    if void:
+        lines += [
+            "",
+            f"{len(void)} cases are left out: their kernel run set an ssthresh no congestion control can "
+            "give (" + ", ".join(r["case"] for r in void) + ").",
+        ]
+    plain = [verdicts(r, "simplain") for r in valid if "simplain_duration" in r]
     if plain:
         lines += [
             "",

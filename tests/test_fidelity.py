@@ -9,6 +9,7 @@ import os
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from test_netns import needs_host
 from xferlab.backends.netns import LATE_MEAN_MS
@@ -81,6 +82,38 @@ def test_sim_beside_the_kernel(case):
         # Reno leaves slow start at its first loss, where and when the kernel does.
         assert sim["ss_ssthresh"] == pytest.approx(net["ss_ssthresh"], rel=0.25)
         assert sim["ss_time_s"] == pytest.approx(net["ss_time_s"], rel=0.25)
-    # CUBIC's HyStart exit on the kernel moves from run to run (2 245, 2 704, 4 646 segments
-    # in three runs of this case; the simulator: 1 154), and BBR's startup ends ~0.2 s later
+    # CUBIC's HyStart exit on the kernel moves from run to run (a window of 2 245, 2 704,
+    # 4 646 segments in three runs of this case), and BBR's startup ends ~0.2 s later
     # on the simulator (VALIDATION.md §6): neither is compared here, where it would flicker.
+
+
+def _samples(rows):
+    return pd.DataFrame(rows, columns=["t", "flow", "cwnd", "ssthresh", "ss_done"])
+
+
+def test_slow_start_exit_is_read_from_the_first_ssthresh():
+    # Two flows: the window doubles between samples, so the exit is read from ssthresh.
+    inf = fidelity.SSTHRESH_INFINITE
+    s = _samples(
+        [
+            (0.00, 0, 100, inf, False),
+            (0.01, 0, 180, inf, False),
+            (0.02, 0, 150, 132, True),
+            (0.03, 0, 132, 132, True),
+            (0.00, 1, 100, inf, False),
+            (0.04, 1, 200, 120, True),
+        ]
+    )
+    assert fidelity.slow_start_exit(s) == (126.0, 0.03)
+    assert fidelity.slow_start_exit(s[s["t"] < 0.02]) is None
+
+
+def test_a_window_no_congestion_control_gives_voids_the_run():
+    inf = fidelity.SSTHRESH_INFINITE
+    good = [(0.0, 0, 10, inf, False), (1.0, 0, 300, 183, True)]
+    assert fidelity.broken_window(_samples(good)) is None
+    # What this host's BPF BIC and HighSpeed handed the kernel (VALIDATION.md §6b).
+    bad = _samples([*good, (24.49, 0, 130_554_012, 0x822034E5, True), (24.5, 0, 1498, 0x822034E5, True)])
+    assert fidelity.broken_window(bad) == {"t": 24.49, "flow": 0, "ssthresh": 0x822034E5, "cwnd": 130_554_012}
+    # A window of 2^24 segments is as impossible here.
+    assert fidelity.broken_window(_samples([*good, (2.0, 0, 1 << 25, 183, True)]))["cwnd"] == 1 << 25

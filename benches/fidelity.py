@@ -40,7 +40,7 @@ sys.path.insert(0, str(ROOT / "benches"))
 
 from xferlab import backends, metrics, scenario  # noqa: E402
 from xferlab.backends import sim as sim_backend  # noqa: E402
-from xferlab.netns import topology  # noqa: E402
+from xferlab.netns import bpfcc, topology  # noqa: E402
 from xferlab.trace import Provenance, Trace  # noqa: E402
 
 RESULTS = ROOT / "results" / "fidelity"
@@ -327,15 +327,10 @@ def sample_fields(samples: pd.DataFrame) -> dict:
     return out | {"broken": broken_window(samples)}
 
 
-#: No congestion control sets ssthresh above Linux's "infinite" (0x7fffffff), and no window
-#: here comes near 2^24 segments.
-SSTHRESH_INFINITE, CWND_ABSURD = 0x7FFFFFFF, 1 << 24
-
-
 def broken_window(samples: pd.DataFrame) -> dict | None:
     """The first sample whose ssthresh or cwnd no congestion control can have produced, if
     any: the run's TCP did not follow its law (VALIDATION.md §6b, the BPF ssthresh)."""
-    bad = samples[(samples["ssthresh"] > SSTHRESH_INFINITE) | (samples["cwnd"] > CWND_ABSURD)]
+    bad = samples[[bpfcc.impossible_window(t, c) for t, c in zip(samples["ssthresh"], samples["cwnd"], strict=True)]]
     if bad.empty:
         return None
     first = bad.iloc[0]

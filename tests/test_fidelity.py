@@ -13,6 +13,7 @@ import pandas as pd
 import pytest
 from test_netns import needs_host
 from xferlab.backends.netns import LATE_MEAN_MS
+from xferlab.netns import bpfcc
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benches"))
 import fidelity  # noqa: E402
@@ -93,7 +94,7 @@ def _samples(rows):
 
 def test_slow_start_exit_is_read_from_the_first_ssthresh():
     # Two flows: the window doubles between samples, so the exit is read from ssthresh.
-    inf = fidelity.SSTHRESH_INFINITE
+    inf = bpfcc.SSTHRESH_INFINITE
     s = _samples(
         [
             (0.00, 0, 100, inf, False),
@@ -109,7 +110,7 @@ def test_slow_start_exit_is_read_from_the_first_ssthresh():
 
 
 def test_a_window_no_congestion_control_gives_voids_the_run():
-    inf = fidelity.SSTHRESH_INFINITE
+    inf = bpfcc.SSTHRESH_INFINITE
     good = [(0.0, 0, 10, inf, False), (1.0, 0, 300, 183, True)]
     assert fidelity.broken_window(_samples(good)) is None
     # What this host's BPF BIC and HighSpeed handed the kernel (VALIDATION.md §6b).

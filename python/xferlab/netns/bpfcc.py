@@ -40,6 +40,19 @@ VMLINUX_BTF = Path("/sys/kernel/btf/vmlinux")
 CLANG_FLAGS = ["-O2", "-g", "-target", "bpf", "-D__TARGET_ARCH_x86"]
 
 
+#: Linux's "infinite" ssthresh (``TCP_INFINITE_SSTHRESH``): no congestion control sets more.
+SSTHRESH_INFINITE = 0x7FFFFFFF
+#: No window on the paths here comes near 2^24 segments.
+CWND_ABSURD = 1 << 24
+
+
+def impossible_window(ssthresh: int, cwnd: int) -> bool:
+    """A window no congestion control can have set. This host's kernel sometimes hands a
+    socket run by one of these BPF programs a stale stack value as its ssthresh
+    (0x822034e5, ``srso_return_thunk + 5``; VALIDATION.md §6b); the run is then void."""
+    return ssthresh > SSTHRESH_INFINITE or cwnd > CWND_ABSURD
+
+
 def kernel_name(variant: str) -> str:
     """The name to give ``setsockopt(TCP_CONGESTION)`` or ``iperf3 -C`` for a project variant."""
     return variants.kernel_name(variant)

@@ -562,23 +562,30 @@ mod tests {
         assert_eq!(w.ssthresh, u32::MAX);
     }
 
-    #[test]
-    fn hystart_ack_train_ends_slow_start() {
+    /// 64 ACKs of two segments `spacing` apart, all in one round from cwnd 128, minimum
+    /// RTT `rtt`: the ssthresh HyStart leaves.
+    fn ack_train(spacing: Time, rtt: Time, pacing_rate: f64, paced: bool) -> u32 {
         let mut c = Cubic::default();
         let mut w = Window::new(128);
-        // 64 ACKs of two segments, 1 ms apart, RTT 100 ms, all in one round: the train
-        // passes half the minimum RTT (50 ms) at the ACK 51 ms after the first, when
-        // cwnd = 128 + 2·51.
         for k in 0..64u64 {
             let a = Ack {
                 snd_una: 2 * (k + 1),
                 snd_nxt: 128 + 2 * k,
-                ..ack(k * NS_PER_MS, 2, RTT, 128)
+                pacing_rate,
+                paced,
+                ..ack(k * spacing, 2, rtt, 128)
             };
             c.on_packets_acked(&mut w, &a);
             c.on_ack(&mut w, &a);
         }
-        assert_eq!(w.ssthresh, 230);
+        w.ssthresh
+    }
+
+    #[test]
+    fn hystart_ack_train_ends_slow_start() {
+        // 1 ms apart, RTT 100 ms: the train passes half the minimum RTT (50 ms) at the ACK
+        // 51 ms after the first, when cwnd = 128 + 2·51.
+        assert_eq!(ack_train(NS_PER_MS, RTT, 0.0, false), 230);
         // Below 16 segments HyStart does not act.
         let mut c = Cubic::default();
         let mut w = Window::new(10);
@@ -593,23 +600,9 @@ mod tests {
 
     #[test]
     fn hystart_ack_train_allows_for_the_senders_bursts() {
-        // 64 ACKs of two segments 0.1 ms apart, RTT 10 ms, in one round.
-        let train = |pacing_rate: f64, paced: bool| {
-            let mut c = Cubic::default();
-            let mut w = Window::new(128);
-            for k in 0..64u64 {
-                let a = Ack {
-                    snd_una: 2 * (k + 1),
-                    snd_nxt: 128 + 2 * k,
-                    pacing_rate,
-                    paced,
-                    ..ack(k * NS_PER_MS / 10, 2, 10 * NS_PER_MS, 128)
-                };
-                c.on_packets_acked(&mut w, &a);
-                c.on_ack(&mut w, &a);
-            }
-            w.ssthresh
-        };
+        // ACKs 0.1 ms apart, RTT 10 ms.
+        let train =
+            |pacing_rate, paced| ack_train(NS_PER_MS / 10, 10 * NS_PER_MS, pacing_rate, paced);
         // Rate unknown: half the minimum RTT, passed at the ACK 5.1 ms after the first.
         assert_eq!(train(0.0, false), 128 + 2 * 51);
         // 37 MB/s: four 64 KiB bursts take 7 ms, capped at 1 ms: (10 + 1)/2 = 5.5 ms.

@@ -393,10 +393,25 @@ class BicLaw(Law):
     def ssthresh(self, cwnd: int) -> int:
         return max(cwnd * 819 // 1024, 2) if cwnd > 14 else max(cwnd // 2, 2)
 
+    def window_seen(self, ev: Event) -> float:
+        """The window the reduction saw, read back from the kernel's own ssthresh.
+
+        The sample before a loss can lag it by a segment or two (SSTHRESH_TOLERANCE), and
+        fast convergence flips on one segment: a window of 201 against a W_max of 202 gives
+        W_max 182, and a window of 202 keeps W_max 202 — a 10-segment difference in where the
+        next epoch goes (a CI run: growth 1.22 × the law's).  β·cwnd is one-to-one at these
+        windows, so the kernel's ssthresh names the window exactly; the slow-start exit is
+        not sampled at all, and there it is all there is.
+        """
+        if ev.cwnd_before <= 0:
+            return ev.ssthresh / self.BETA
+        near = range(ev.cwnd_before - SSTHRESH_TOLERANCE, ev.cwnd_before + 4 * SSTHRESH_TOLERANCE)
+        exact = [c for c in near if self.ssthresh(c) == ev.ssthresh]
+        return min(exact, key=lambda c: abs(c - ev.cwnd_before), default=ev.cwnd_before)
+
     def start_epoch(self, ev: Event) -> None:
-        # W_max with fast convergence, from the window the loss saw; the slow-start exit is
-        # not sampled precisely, but its ssthresh is β·cwnd.
-        cwnd = ev.cwnd_before if ev.cwnd_before > 0 else ev.ssthresh / self.BETA
+        # W_max with fast convergence, from the window the loss saw.
+        cwnd = self.window_seen(ev)
         self.w_max = cwnd * (1 + self.BETA) / 2 if cwnd < self.w_max else cwnd
         if ev.timeout:
             self.w_max = 0.0  # a timeout forgets W_max

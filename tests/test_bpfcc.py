@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pytest
-from xferlab.netns import bpfcc, host
+from xferlab.netns import bpfcc, host, tcpdiag
 
 TOOLS = ("clang", "bpftool", "ip", "tc", "ethtool")
 
@@ -214,8 +214,9 @@ def _tcp_info(sock: socket.socket) -> tuple[int, ...]:
     return tuple(struct.unpack_from("=" + fmt, raw, off)[0] for off, fmt in _TCPI.values())
 
 
-def bulk_flow(cc: str, seconds: float) -> Trace:
-    """A bulk transfer sender → receiver with congestion control ``cc``; samples its TCP_INFO."""
+def connect(cc: str) -> tuple[socket.socket, socket.socket, socket.socket]:
+    """The listener, the sender (congestion control ``cc``) and the receiver of a connection
+    across the path."""
     with in_netns(RCV):
         listener = socket.create_server((RECEIVER, PORT))
     with in_netns(SND):
@@ -223,6 +224,12 @@ def bulk_flow(cc: str, seconds: float) -> Trace:
     sender.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, cc.encode())
     sender.connect((RECEIVER, PORT))
     receiver, _ = listener.accept()
+    return listener, sender, receiver
+
+
+def bulk_flow(cc: str, seconds: float) -> Trace:
+    """A bulk transfer sender → receiver with congestion control ``cc``; samples its TCP_INFO."""
+    listener, sender, receiver = connect(cc)
     stop = threading.Event()
 
     def sink() -> None:
@@ -752,3 +759,71 @@ def test_reno_fails_every_law():
         assert not f.growth_follows_law(), f"reno's growth passes the {name} law: {f.summary()}"
         if name != "htcp":
             assert not f.reductions_follow_law(), f"reno's reduction passes the {name} law: {f.summary()}"
+
+
+# ---------------------------------------------------------------------------------------------
+# The window watch the netns backend runs beside these programs (bpfcc.WindowWatch)
+
+
+@contextlib.contextmanager
+def idle_connection(cc: str, seconds: float) -> Iterator[tuple[socket.socket, int]]:
+    """A connection that sent for ``seconds`` through the bottleneck (losses included) and is
+    then idle with everything acknowledged: its tcp_info no longer changes. Yields the
+    sending socket and the bytes it sent."""
+    listener, sender, receiver = connect(cc)
+    sink = threading.Thread(target=lambda: [None for _ in iter(lambda: receiver.recv(1 << 20), b"")], daemon=True)
+    sink.start()
+    try:
+        data, end, sent = bytes(1 << 16), time.monotonic() + seconds, 0
+        while time.monotonic() < end:
+            sent += sender.send(data)
+        while struct.unpack_from("=I", sender.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 256), 24)[0]:
+            time.sleep(0.05)  # tcpi_unacked: wait until every segment is acknowledged
+        yield sender, sent
+    finally:
+        sender.close()
+        receiver.close()
+        listener.close()
+        sink.join(timeout=2)
+
+
+@needs_host
+def test_sock_diag_reads_what_the_socket_says():
+    """tcpdiag's dump of the sender's namespace against the socket's own TCP_INFO, parsed here
+    with this file's offsets: every field equal on an idle connection that had losses."""
+    with host.host_lock(), bottleneck_path(), idle_connection("reno", 1.5) as (sender, sent):
+        own = dict(zip(_TCPI, _tcp_info(sender), strict=True))
+        port = sender.getsockname()[1]
+        with tcpdiag.TcpDiag(SND) as diag:
+            (seen,) = diag.dump()
+    assert (seen.sport, seen.dport) == (port, PORT)
+    assert own["retrans"] > 0 and own["ssthresh"] < bpfcc.SSTHRESH_INFINITE, own  # it had losses
+    got = {"ca_state": seen.ca_state, "srtt": seen.rtt_us, "ssthresh": seen.ssthresh, "cwnd": seen.cwnd}
+    got |= {"retrans": seen.total_retrans, "delivered": seen.delivered}
+    assert got == {k: own[k] for k in got}
+    assert seen.bytes_acked == sent + 1  # a 64-bit field further on; the SYN counts one
+    assert seen.data_segs_out == seen.delivered + seen.total_retrans - 1  # the SYN is delivered, not a data segment
+
+
+@needs_host
+def test_window_watch_sees_a_window_and_names_the_socket(monkeypatch):
+    """The watch finds a window its predicate calls impossible, on the right socket, and no
+    sighting on the same kind of flow when the predicate is the real one."""
+    with host.host_lock(), bottleneck_path():
+        clean = bpfcc.WindowWatch([SND], time.monotonic())
+        clean.start()
+        with idle_connection("reno", 1.0):
+            pass
+        clean.stop.set()
+        clean.join()
+        monkeypatch.setattr(bpfcc, "impossible_window", lambda ssthresh, cwnd: cwnd > 40)
+        t0 = time.monotonic()
+        watch = bpfcc.WindowWatch([SND], t0)
+        watch.start()
+        with idle_connection("reno", 1.0) as (sender, _):
+            watch.join(timeout=5)
+            port = sender.getsockname()[1]
+    assert clean.sighting is None and clean.samples > 100, (clean.sighting, clean.samples)
+    seen = watch.sighting
+    assert seen is not None and (seen.ns, seen.sport, seen.dport) == (SND, port, PORT)
+    assert 40 < seen.cwnd < 10_000 and 0 < seen.t < 1.0

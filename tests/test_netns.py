@@ -14,8 +14,10 @@ import time
 import pyarrow.parquet as pq
 import pytest
 import yaml
+from xferlab import engine, scenario
 from xferlab.backends import netns
-from xferlab.netns import host
+from xferlab.backends.base import BackendError
+from xferlab.netns import bpfcc, host
 
 pytestmark = [pytest.mark.slow]
 
@@ -325,4 +327,40 @@ def test_vifi_starts_the_next_transfer_when_the_first_has_committed(cli, tmp_pat
     assert first["bytes"] == 12e6 and second["bytes"] == 24e6
     # Never before the first is done; after it by the signal's 31 ms plus xfer's set-up.
     assert first["end_s"] + 0.031 < second["start_s"] < first["end_s"] + 1.0
+    no_leftovers()
+
+
+@needs_host
+def test_a_void_run_is_run_again_and_repeated_voids_fail_cleanly(tmp_path, monkeypatch):
+    """A run where the window watch sees an impossible window (bpfcc.WindowWatch; the kernel
+    defect of VALIDATION.md §6b) is not kept: it is run again, said in the kept run's
+    warnings; when every attempt is void the run fails naming the flow, and nothing is
+    written. The defect cannot be caused on demand, so the watch's predicate stands in for it
+    (any window over 20 segments), on the attempts chosen here."""
+    path = write(tmp_path, topology={"pairs": 1}, workload={"duration": "1s"}, protocol={"variant": "scalable"})
+    sc, given = scenario.load(path)
+    attempts, void_on = [], set()
+    run_locked = netns._run_locked
+
+    def counted(*args, **kw):
+        attempts.append(len(attempts) + 1)
+        return run_locked(*args, **kw)
+
+    monkeypatch.setattr(netns, "_run_locked", counted)
+    monkeypatch.setattr(netns, "VOID_RETRIES", 1)
+    monkeypatch.setattr(bpfcc, "impossible_window", lambda ssthresh, cwnd: attempts[-1] in void_on and cwnd > 20)
+
+    void_on.add(1)
+    metrics = engine.run(sc, given, tmp_path / "kept", backend="netns")
+    meta = json.loads((tmp_path / "kept" / "run.json").read_text())
+    assert attempts == [1, 2] and metrics["aggregate_goodput_mbps"] > 50
+    (said,) = [w for w in meta["provenance"]["warnings"] if "void" in w]
+    assert said.startswith("attempt 1 was void and was run again: the kernel gave flow 0 (scalable) an impossible window")
+    assert meta["provenance"]["stats"]["window_watch"]["samples"] > 100
+
+    attempts.clear()
+    void_on.update({1, 2})
+    with pytest.raises(BackendError, match=r"2 runs in a row were void, the last because the kernel gave flow 0 \(scalable\)"):
+        engine.run(sc, given, tmp_path / "lost", backend="netns")
+    assert attempts == [1, 2] and not (tmp_path / "lost").exists()
     no_leftovers()

@@ -20,6 +20,7 @@ import signal
 import struct
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -124,7 +125,7 @@ def main() -> int:
     watcher = threading.Thread(target=capture_when_up, args=(pcap, "-a0", started), daemon=True)
     watcher.start()
     try:
-        res = fidelity.run_netns(case, "duration", duration_s=args.seconds)
+        res = fidelity.run_netns(case, "duration", duration_s=args.seconds, samples_dir=Path(tempfile.mkdtemp()))
     finally:
         watcher.join(timeout=1)
         for p in started:

@@ -183,10 +183,11 @@ def wait_for_quiet() -> float:
     return load
 
 
-def run_netns(case: Case, kind: str, duration_s: float = DURATION_S) -> dict:
-    """One netns run with the TCP_INFO sampler beside it (its rows kept beside the results)."""
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    csv = RESULTS / f".samples-{os.getpid()}.csv"
+def run_netns(case: Case, kind: str, duration_s: float = DURATION_S, samples_dir: Path = RESULTS) -> dict:
+    """One netns run with the TCP_INFO sampler beside it (its rows kept in ``samples_dir``:
+    beside the results, or elsewhere for a diagnostic run that must not replace them)."""
+    samples_dir.mkdir(parents=True, exist_ok=True)
+    csv = samples_dir / f".samples-{os.getpid()}.csv"
     sampler = None
     if kind == "duration":
         cmd = [sys.executable, str(ROOT / "benches/fidelity_tcpinfo.py"), "--out", str(csv), "--interval", str(SAMPLE_S)]
@@ -202,7 +203,7 @@ def run_netns(case: Case, kind: str, duration_s: float = DURATION_S) -> dict:
     samples = netns_samples(csv, case.flows, t_end) if sampler is not None else None
     csv.unlink(missing_ok=True)
     if samples is not None:
-        samples.to_parquet(RESULTS / f"{case.key.replace(':', '_')}-netns-samples.parquet")
+        samples.to_parquet(samples_dir / f"{case.key.replace(':', '_')}-netns-samples.parquet")
     out = summarize(m, stats, samples)
     out["load"] = [load, os.getloadavg()[0]]
     late = (stats.get("delay_line") or {}).get("queues", {})

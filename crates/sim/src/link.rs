@@ -176,6 +176,10 @@ impl Link {
         }
         let now_ps = now.saturating_mul(1000);
         let mut start = self.busy_until_ps.max(now_ps);
+        // The shaper's state before this packet: a packet the queue drops never reaches the
+        // shaper's dequeue, so it must not spend its tokens (HTB over pfifo: a full pfifo
+        // drops at enqueue, HTB charges at dequeue).
+        let before = self.shaper.clone();
         if let Some(g) = self.shaper.as_mut() {
             // Packets leave in order: the shaper sees them when the line could serve them.
             let release = g.release(start.div_ceil(1000), ip_bytes);
@@ -184,6 +188,7 @@ impl Link {
         if start > now_ps {
             if let Some(limit) = self.limit {
                 if self.waiting.len() as u32 >= limit {
+                    self.shaper = before;
                     self.total_drops += 1;
                     if let Some(s) = self.samples.as_mut() {
                         *s.drops.last_mut().expect("advanced") += 1;
@@ -222,6 +227,7 @@ impl Link {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::time::{NS_PER_MS, NS_PER_S};
 
     #[test]
     fn serialises_at_the_link_rate() {
@@ -261,6 +267,36 @@ mod tests {
         // Departures at 12.3, 24.6, 36.9 and 49.2 µs.
         assert_eq!(&s.packets[..3], &[1, 2, 1]);
         assert_eq!(s.queue_at_start[1], 2);
+    }
+
+    #[test]
+    fn a_shaped_queue_that_drops_still_delivers_the_shapers_rate() {
+        // A token bucket of 100 Mbit/s (1 ms ticks, 10-frame burst) on a 10 Gbit/s line over a
+        // 20-packet queue, offered 200 Mbit/s for 1 s: half the packets are dropped, and
+        // those must not spend tokens. 1500-byte packets + 14 bytes the shaper counts.
+        let mut l = Link::new(10e9, 38, Some(20), 0.0).shaped(Gate::token_bucket(
+            100e6,
+            10.0 * 1514.0,
+            NS_PER_MS,
+        ));
+        let gap = 1500 * 8 * 1_000_000_000 / 200_000_000; // ns between offers at 200 Mbit/s
+        let (mut delivered, mut dropped, mut last) = (0u64, 0u64, 0);
+        for k in 0..(NS_PER_S / gap) {
+            match l.offer(k * gap, 1500, 0.5) {
+                Offer::Departs(d) => {
+                    delivered += 1;
+                    last = d;
+                }
+                _ => dropped += 1,
+            }
+        }
+        // 100 Mbit/s of 1514-byte frames is 8 256 packets per second.
+        let rate = delivered as f64 / (last as f64 / 1e9);
+        assert!(
+            (rate / 8256.0 - 1.0).abs() < 0.01,
+            "{delivered} delivered in {last} ns: {rate:.0}/s"
+        );
+        assert!(dropped > 8000, "{dropped} dropped");
     }
 
     #[test]

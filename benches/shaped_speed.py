@@ -34,7 +34,7 @@ def main() -> int:
     t0 = time.perf_counter()
     out = sim_backend._module().run(json.dumps(cfg), None, 1.0)
     stats = dict(out["stats"])
-    print(json.dumps({"sim_s": time.perf_counter() - t0, "events": stats.get("events"), "drops": stats.get("drops")}))
+    print(json.dumps({"sim_s": time.perf_counter() - t0, "events": stats.get("events"), "drops": stats.get("bottleneck_drops")}))
     return 0
 
 

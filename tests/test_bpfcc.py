@@ -227,16 +227,18 @@ def connect(cc: str) -> tuple[socket.socket, socket.socket, socket.socket]:
     return listener, sender, receiver
 
 
+def drain(receiver: socket.socket) -> None:
+    """Reads and discards until the connection ends or the socket is closed."""
+    buf = bytearray(1 << 20)
+    with contextlib.suppress(OSError):
+        while receiver.recv_into(buf):
+            pass
+
+
 def bulk_flow(cc: str, seconds: float) -> Trace:
     """A bulk transfer sender → receiver with congestion control ``cc``; samples its TCP_INFO."""
     listener, sender, receiver = connect(cc)
     stop = threading.Event()
-
-    def sink() -> None:
-        buf = bytearray(1 << 20)
-        with contextlib.suppress(OSError):
-            while receiver.recv_into(buf):
-                pass
 
     def source() -> None:
         data = bytes(1 << 20)
@@ -244,7 +246,7 @@ def bulk_flow(cc: str, seconds: float) -> Trace:
             while not stop.is_set():
                 sender.send(data)
 
-    threads = [threading.Thread(target=f, daemon=True) for f in (sink, source)]
+    threads = [threading.Thread(target=drain, args=(receiver,), daemon=True), threading.Thread(target=source, daemon=True)]
     for th in threads:
         th.start()
     rows = []
@@ -783,7 +785,7 @@ def idle_connection(cc: str, seconds: float) -> Iterator[tuple[socket.socket, in
     then idle with everything acknowledged: its tcp_info no longer changes. Yields the
     sending socket and the bytes it sent."""
     listener, sender, receiver = connect(cc)
-    sink = threading.Thread(target=lambda: [None for _ in iter(lambda: receiver.recv(1 << 20), b"")], daemon=True)
+    sink = threading.Thread(target=drain, args=(receiver,), daemon=True)
     sink.start()
     try:
         data, end, sent = bytes(1 << 16), time.monotonic() + seconds, 0
@@ -807,7 +809,7 @@ def test_sock_diag_reads_what_the_socket_says():
         own = dict(zip(_TCPI, _tcp_info(sender), strict=True))
         port = sender.getsockname()[1]
         with tcpdiag.TcpDiag(SND) as diag:
-            (seen,) = diag.dump()
+            (seen,) = diag.find().values()
     assert (seen.sport, seen.dport) == (port, PORT)
     assert own["retrans"] > 0 and own["ssthresh"] < bpfcc.SSTHRESH_INFINITE, own  # it had losses
     got = {"ca_state": seen.ca_state, "srtt": seen.rtt_us, "ssthresh": seen.ssthresh, "cwnd": seen.cwnd}

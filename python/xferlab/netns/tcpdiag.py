@@ -3,7 +3,7 @@
 iperf3 reports TCP_INFO at most every 0.1 s and leaves out ssthresh; the window watch of the
 netns backend and ``benches/fidelity_tcpinfo.py`` need every socket's state every few ms.
 A :class:`TcpDiag` opens one ``NETLINK_SOCK_DIAG`` socket inside a namespace;
-:meth:`TcpDiag.dump` is one ``SOCK_DIAG_BY_FAMILY`` request for its established IPv4 TCP
+:meth:`TcpDiag.find` is one ``SOCK_DIAG_BY_FAMILY`` dump of its established IPv4 TCP
 sockets and :meth:`TcpDiag.lookup` one request for a socket already found, both walked with
 ``struct`` (the same reason as :mod:`.qstats`).
 
@@ -152,10 +152,6 @@ class TcpDiag:
             self.known = [sockid for sockid, r in found.items() if keep is None or keep(r)]
             return list(found.values())
         return [r for sockid in self.known if (r := self.lookup(sockid)) is not None]
-
-    def dump(self) -> list[TcpSample]:
-        """Every established IPv4 TCP socket of the namespace, now."""
-        return list(self.find().values())
 
     def find(self) -> dict[bytes, TcpSample]:
         """Every established IPv4 TCP socket of the namespace, by its sock_diag id."""

@@ -1,0 +1,90 @@
+"""H-TCP's adaptive backoff on the simulator: which RTT_max each congestion event uses.
+
+    .venv/bin/python benches/htcp_backoff.py [--rtt 11.5ms] [--variants htcp cubic]
+
+VALIDATION.md §4b's dumbbell (12 × 1 Gbit/s into 10 Gbit/s, a 1 000-packet buffer),
+shortened: pairs 2 s apart, 60 s with all 12 active, TCP samples every 10 ms. Per variant it
+prints the all-active window's flow mean, bottleneck throughput, mean queue, drops and
+retransmissions, and the backoff factors the samples show (ssthresh after an event over the
+cwnd just before it). Per flow it prints when it first lost, and its largest smoothed RTT
+before that and from 0.5 s after it on: H-TCP's β = RTT_min/RTT_max keeps the largest RTT
+sample of the connection, so an RTT reached before the first loss sets every later backoff.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "python"))
+
+import numpy as np  # noqa: E402
+from xferlab import backends, metrics, scenario  # noqa: E402
+
+#: Bins of the backoff factor for the printed histogram.
+BETA_BINS = (0.0, 0.45, 0.55, 0.65, 0.75, 0.85, 1.01)
+
+
+def run(variant: str, rtt: str):
+    data = {
+        "name": f"htcp-backoff-{variant}",
+        "topology": {"pairs": 12, "access_rate": "1Gbps", "bottleneck_rate": "10Gbps", "rtt": rtt, "buffer": 1000},
+        "workload": {"duration": "60s", "stagger": "2s", "align_end": True, "start_jitter": "10ms"},
+        "protocol": {"variant": variant},
+        "measure": {"window": "all-active", "tcp_interval": "10ms"},
+        "seed": 1,
+    }
+    s = scenario.from_dict(data, data["name"])
+    t0 = time.perf_counter()
+    trace = backends.get("sim").run(s, scenario.resolve(s))
+    return trace, metrics.compute(trace, None), time.perf_counter() - t0
+
+
+def events(flow) -> list[tuple[float, float]]:
+    """(time, ssthresh / the cwnd of the sample before) at each change of ssthresh."""
+    t, cwnd, ss = flow.t.to_numpy(), flow.cwnd.to_numpy(float), flow.ssthresh.to_numpy(float)
+    return [
+        (t[i], ss[i] / cwnd[i - 1])
+        for i in range(1, len(t))
+        if not np.isnan(ss[i]) and ss[i] != ss[i - 1] and cwnd[i - 1] > 0
+    ]
+
+
+def report(variant: str, rtt: str) -> None:
+    trace, m, wall = run(variant, rtt)
+    flows, tcp, link = trace.flows.to_pandas(), trace.tcp.to_pandas(), trace.link.to_pandas()
+    start = flows.start.max()
+    window = link[(link.link == "bottleneck") & (link.t >= start)]
+    betas = [b for _, g in tcp.groupby("flow_id") for t, b in events(g.sort_values("t")) if t > start]
+    hist = np.histogram(betas, bins=BETA_BINS)[0].tolist()
+    print(
+        f"{variant} at {rtt} ({wall:.0f} s): flow mean {m['mean_flow_goodput_mbps']:.1f} Mbit/s, Jain {m['jain_index']:.3f}, "
+        f"bottleneck {window.throughput_mbps.mean():.0f} Mbit/s, queue {window.queue_pkts.mean():.0f} pkts; "
+        f"drops {int(link.drops.sum())}, retransmissions {int(flows.retransmissions.sum())}"
+    )
+    if betas:
+        print(f"  backoffs with all active: {len(betas)}, median β {np.median(betas):.3f}; per bin {BETA_BINS[1:-1]}: {hist}")
+    for fid, g in tcp.groupby("flow_id"):
+        g = g.sort_values("t")
+        ev = events(g)
+        if not ev:
+            continue
+        first = ev[0][0]
+        before, after = g[g.t < first].srtt_ms.max(), g[g.t >= first + 0.5].srtt_ms.max()
+        print(f"  flow {fid:2d}: first loss {first:6.2f} s, largest srtt before {before:5.2f} ms, after {after:5.2f} ms")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rtt", default="11.5ms")
+    ap.add_argument("--variants", nargs="+", default=["htcp", "cubic"])
+    args = ap.parse_args()
+    for v in args.variants:
+        report(v, args.rtt)
+
+
+if __name__ == "__main__":
+    main()

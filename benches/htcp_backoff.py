@@ -47,9 +47,7 @@ def events(flow) -> list[tuple[float, float]]:
     """(time, ssthresh / the cwnd of the sample before) at each change of ssthresh."""
     t, cwnd, ss = flow.t.to_numpy(), flow.cwnd.to_numpy(float), flow.ssthresh.to_numpy(float)
     return [
-        (t[i], ss[i] / cwnd[i - 1])
-        for i in range(1, len(t))
-        if not np.isnan(ss[i]) and ss[i] != ss[i - 1] and cwnd[i - 1] > 0
+        (t[i], ss[i] / cwnd[i - 1]) for i in range(1, len(t)) if not np.isnan(ss[i]) and ss[i] != ss[i - 1] and cwnd[i - 1] > 0
     ]
 
 

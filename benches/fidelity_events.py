@@ -6,7 +6,8 @@ For each case of benches/fidelity.py whose kernel samples are stored
 (``results/fidelity/<case>-netns-samples.parquet``, TCP_INFO every 2 ms), runs the
 simulator's side of the duration run again with the same sampling and prints, simulator /
 kernel: how many congestion events the flows entered (Recovery or Loss), the median cwnd
-just before one, and the median backoff (the ssthresh set over that cwnd). Nothing runs on
+just before one (all of them, then without each flow's first, its exit from slow start),
+and the median backoff (the ssthresh set over that cwnd). Nothing runs on
 the kernel; nothing is written.
 
 The simulator's trace writes Recovery as 1 and Loss as 2, where the Trace contract (and
@@ -36,9 +37,10 @@ from xferlab.trace import Provenance, Trace  # noqa: E402
 SIM_RECOVERY, LINUX_RECOVERY = 1, 3
 
 
-def events(samples: pd.DataFrame, recovery: int) -> tuple[int, float, float]:
-    """(events, median cwnd before one, median ssthresh / that cwnd) over every flow."""
-    count, windows, betas = 0, [], []
+def events(samples: pd.DataFrame, recovery: int) -> tuple[int, float, float, float]:
+    """(events, median cwnd before one, the same without each flow's first event — its exit
+    from slow start —, median ssthresh / that cwnd) over every flow."""
+    count, windows, later, betas = 0, [], [], []
     for _, g in samples.groupby("flow"):
         state, cwnd = g.ca_state.to_numpy(), g.cwnd.to_numpy(float)
         ssthresh = g.ssthresh.to_numpy(float)
@@ -46,10 +48,11 @@ def events(samples: pd.DataFrame, recovery: int) -> tuple[int, float, float]:
         i = i[i < len(g) - 1]
         count += len(i)
         windows.extend(cwnd[i - 1])
+        later.extend(cwnd[i[1:] - 1])
         b = ssthresh[i + 1] / np.maximum(cwnd[i - 1], 1)  # ssthresh is set as the event starts
         betas.extend(b[(b > 0) & (b < 1.01)])
     med = lambda x: float(np.median(x)) if len(x) else float("nan")  # noqa: E731
-    return count, med(windows), med(betas)
+    return count, med(windows), med(later), med(betas)
 
 
 def sim_samples(case: fidelity.Case) -> pd.DataFrame:
@@ -68,8 +71,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("patterns", nargs="*", help="case keys or prefixes (default: every stored case)")
     args = ap.parse_args()
-    print("| case | events, sim / kernel | cwnd at an event | backoff |")
-    print("|---|---:|---:|---:|")
+    print("| case | events, sim / kernel | cwnd at an event | the same, after slow start | backoff |")
+    print("|---|---:|---:|---:|---:|")
     for case in fidelity.select(fidelity.matrix(), args.patterns):
         stored = fidelity.RESULTS / f"{case.key.replace(':', '_')}-netns-samples.parquet"
         if not stored.exists():
@@ -77,7 +80,8 @@ def main() -> None:
         kernel = pd.read_parquet(stored)
         a, b = events(sim_samples(case), SIM_RECOVERY), events(kernel, LINUX_RECOVERY)
         void = " (kernel run void)" if fidelity.broken_window(kernel) is not None else ""
-        print(f"| {case.key}{void} | {a[0]} / {b[0]} | {a[1]:.0f} / {b[1]:.0f} | {a[2]:.3f} / {b[2]:.3f} |", flush=True)
+        cells = [f"{a[0]} / {b[0]}", f"{a[1]:.0f} / {b[1]:.0f}", f"{a[2]:.0f} / {b[2]:.0f}", f"{a[3]:.3f} / {b[3]:.3f}"]
+        print(f"| {case.key}{void} | " + " | ".join(cells) + " |", flush=True)
 
 
 if __name__ == "__main__":

@@ -31,7 +31,12 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from xferlab import scenario  # noqa: E402
 from xferlab.backends import sim as sim_backend  # noqa: E402
+from xferlab.netns.bpfcc import SSTHRESH_INFINITE  # noqa: E402
 from xferlab.trace import Provenance, Trace  # noqa: E402
+
+#: When the first of the flows given inferred starts starts (the matrix's flows start within
+#: the scenario's 1 ms jitter).
+FIRST_START_NS = 100_000
 
 #: The first congestion state that is an event: the simulator's Recovery, Linux's Recovery.
 SIM_RECOVERY, LINUX_RECOVERY = 1, 3
@@ -55,22 +60,55 @@ def events(samples: pd.DataFrame, recovery: int) -> tuple[int, float, float, flo
     return count, med(windows), med(later), med(betas)
 
 
-def sim_samples(case: fidelity.Case) -> pd.DataFrame:
-    """The simulator's duration run of ``case`` as fidelity.run_sim builds it, every flow's TCP samples."""
+def sim_samples(case: fidelity.Case, starts_s: list[float] | None = None) -> pd.DataFrame:
+    """The simulator's duration run of ``case`` as fidelity.run_sim builds it (``starts_s``:
+    the flows' starts instead), every flow's TCP samples."""
     data = case.scenario("duration", fidelity.DURATION_S)
     data["measure"]["tcp_interval"] = f"{fidelity.SAMPLE_S}s"
     s = scenario.from_dict(data, data["name"])
     r = scenario.resolve(s)
     cfg = fidelity.emulated(sim_backend.sim_config(r))
+    if starts_s is not None:
+        for flow, start in zip(cfg["flows"], starts_s, strict=True):
+            flow["start_ns"] = int(start * 1e9) + FIRST_START_NS
     out = sim_backend._module().run(json.dumps(cfg), None, 1.0)
     trace = Trace.build(dict(out["tables"]), r, Provenance(producer="sim", stats=dict(out["stats"])), end_s=out["stats"]["end_s"])
     return trace.tcp.to_pandas().rename(columns={"flow_id": "flow"}).fillna({"ca_state": 0, "ssthresh": -1})
 
 
+def first_exits(samples: pd.DataFrame) -> list[tuple[float, float]]:
+    """Each flow's first ssthresh and its time since the flow's first sample."""
+    out = []
+    for _, g in samples.sort_values("t").groupby("flow"):
+        e = g[(g.ssthresh > 0) & (g.ssthresh < SSTHRESH_INFINITE)]
+        out.append((float(e.ssthresh.iloc[0]), float(e.t.iloc[0])))
+    return out
+
+
+def starts_table(cases: list[fidelity.Case]) -> None:
+    print("| case | kernel's starts, inferred (ms) | exit, kernel | simulator | simulator, those starts |")
+    print("|---|---|---:|---:|---:|")
+    for case in cases:
+        stored = fidelity.RESULTS / f"{case.key.replace(':', '_')}-netns-samples.parquet"
+        if not stored.exists():
+            continue
+        kernel = first_exits(pd.read_parquet(stored))
+        last = max(t for _, t in kernel)
+        starts = [last - t for _, t in kernel]
+        mean = lambda exits: np.mean([s for s, _ in exits])  # noqa: E731
+        plain, moved = first_exits(sim_samples(case)), first_exits(sim_samples(case, starts))
+        cells = [", ".join(f"{1000 * s:.0f}" for s in starts), f"{mean(kernel):.1f}", f"{mean(plain):.1f}", f"{mean(moved):.1f}"]
+        print(f"| {case.key} | " + " | ".join(cells) + " |", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("patterns", nargs="*", help="case keys or prefixes (default: every stored case)")
+    ap.add_argument("--starts", action="store_true", help="the slow-start exits with the kernel's inferred starts")
     args = ap.parse_args()
+    if args.starts:
+        starts_table(fidelity.select(fidelity.matrix(), args.patterns))
+        return
     print("| case | events, sim / kernel | cwnd at an event | the same, after slow start | backoff |")
     print("|---|---:|---:|---:|---:|")
     for case in fidelity.select(fidelity.matrix(), args.patterns):

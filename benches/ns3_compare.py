@@ -436,10 +436,13 @@ def main() -> int:
         return 0
     version = rows[0].ns3_res["ns3_version"] if rows else "?"
     groups = "".join(f"{g} " for g in args.groups)
+    flags = f"--jobs {args.jobs}" + (" --reuse" if args.reuse else "")
+    cost = f"{len(rows)} cases, {total / 60:.0f} min wall, ns-3 {ns3_wall / 60:.0f} min of CPU"
+    if args.reuse:  # ns-3's side may come from results/ns3/ (its CPU time is when it ran)
+        cost += " when its stored results were made; unchanged scenarios reuse them"
     body = (
-        f"Command: `.venv/bin/python benches/ns3_compare.py {groups}--jobs {args.jobs}` "
-        f"({len(rows)} cases, {total / 60:.0f} min wall, ns-3 {ns3_wall / 60:.0f} min of CPU). "
-        f"ns-3 {version} (the `ns3` wheel from PyPI); machine: {machine()}.\n\n{table_}"
+        f"Command: `.venv/bin/python benches/ns3_compare.py {groups}{flags}` ({cost}), "
+        f"{time.strftime('%Y-%m-%d')}. ns-3 {version} (the `ns3` wheel from PyPI); machine: {machine()}.\n\n{table_}"
     )
     write_section(body)
     return 0

@@ -1,6 +1,6 @@
 """H-TCP's adaptive backoff on the simulator: which RTT_max each congestion event uses.
 
-    .venv/bin/python benches/htcp_backoff.py [--rtt 11.5ms] [--variants htcp cubic]
+    .venv/bin/python benches/htcp_backoff.py [--rtt 11.5ms] [--variants htcp cubic] [--kernel linux2006]
 
 VALIDATION.md §4b's dumbbell (12 × 1 Gbit/s into 10 Gbit/s, a 1 000-packet buffer),
 shortened: pairs 2 s apart, 60 s with all 12 active, TCP samples every 10 ms. Per variant it
@@ -28,12 +28,13 @@ from xferlab import backends, metrics, scenario  # noqa: E402
 BETA_BINS = (0.0, 0.45, 0.55, 0.65, 0.75, 0.85, 1.01)
 
 
-def run(variant: str, rtt: str):
+def run(variant: str, rtt: str, kernel: str):
     data = {
         "name": f"htcp-backoff-{variant}",
         "topology": {"pairs": 12, "access_rate": "1Gbps", "bottleneck_rate": "10Gbps", "rtt": rtt, "buffer": 1000},
         "workload": {"duration": "60s", "stagger": "2s", "align_end": True, "start_jitter": "10ms"},
         "protocol": {"variant": variant},
+        "host": {"kernel": kernel},
         "measure": {"window": "all-active", "tcp_interval": "10ms"},
         "seed": 1,
     }
@@ -51,15 +52,16 @@ def events(flow) -> list[tuple[float, float]]:
     ]
 
 
-def report(variant: str, rtt: str) -> None:
-    trace, m, wall = run(variant, rtt)
+def report(variant: str, rtt: str, kernel: str) -> None:
+    trace, m, wall = run(variant, rtt, kernel)
     flows, tcp, link = trace.flows.to_pandas(), trace.tcp.to_pandas(), trace.link.to_pandas()
     start = flows.start.max()
     window = link[(link.link == "bottleneck") & (link.t >= start)]
     betas = [b for _, g in tcp.groupby("flow_id") for t, b in events(g.sort_values("t")) if t > start]
     hist = np.histogram(betas, bins=BETA_BINS)[0].tolist()
     print(
-        f"{variant} at {rtt} ({wall:.0f} s): flow mean {m['mean_flow_goodput_mbps']:.1f} Mbit/s, Jain {m['jain_index']:.3f}, "
+        f"{variant} at {rtt}, {kernel} host ({wall:.0f} s): "
+        f"flow mean {m['mean_flow_goodput_mbps']:.1f} Mbit/s, Jain {m['jain_index']:.3f}, "
         f"bottleneck {window.throughput_mbps.mean():.0f} Mbit/s, queue {window.queue_pkts.mean():.0f} pkts; "
         f"drops {int(link.drops.sum())}, retransmissions {int(flows.retransmissions.sum())}"
     )
@@ -79,9 +81,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rtt", default="11.5ms")
     ap.add_argument("--variants", nargs="+", default=["htcp", "cubic"])
+    ap.add_argument("--kernel", default="linux6", help="the host's sender model (host.kernel): linux6 or linux2006")
     args = ap.parse_args()
     for v in args.variants:
-        report(v, args.rtt)
+        report(v, args.rtt, args.kernel)
 
 
 if __name__ == "__main__":

@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT / "benches"))
 import fidelity  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
-from xferlab import scenario  # noqa: E402
+from xferlab import metrics, scenario  # noqa: E402
 from xferlab.backends import sim as sim_backend  # noqa: E402
 from xferlab.netns.bpfcc import SSTHRESH_INFINITE  # noqa: E402
 from xferlab.trace import Provenance, Trace  # noqa: E402
@@ -60,9 +60,9 @@ def events(samples: pd.DataFrame, recovery: int) -> tuple[int, float, float, flo
     return count, med(windows), med(later), med(betas)
 
 
-def sim_samples(case: fidelity.Case, starts_s: list[float] | None = None) -> pd.DataFrame:
+def sim_run(case: fidelity.Case, starts_s: list[float] | None = None) -> Trace:
     """The simulator's duration run of ``case`` as fidelity.run_sim builds it (``starts_s``:
-    the flows' starts instead), every flow's TCP samples."""
+    the flows' starts instead)."""
     data = case.scenario("duration", fidelity.DURATION_S)
     data["measure"]["tcp_interval"] = f"{fidelity.SAMPLE_S}s"
     s = scenario.from_dict(data, data["name"])
@@ -72,7 +72,11 @@ def sim_samples(case: fidelity.Case, starts_s: list[float] | None = None) -> pd.
         for flow, start in zip(cfg["flows"], starts_s, strict=True):
             flow["start_ns"] = int(start * 1e9) + FIRST_START_NS
     out = sim_backend._module().run(json.dumps(cfg), None, 1.0)
-    trace = Trace.build(dict(out["tables"]), r, Provenance(producer="sim", stats=dict(out["stats"])), end_s=out["stats"]["end_s"])
+    return Trace.build(dict(out["tables"]), r, Provenance(producer="sim", stats=dict(out["stats"])), end_s=out["stats"]["end_s"])
+
+
+def samples(trace: Trace) -> pd.DataFrame:
+    """Every flow's TCP samples, named as the kernel's stored ones."""
     return trace.tcp.to_pandas().rename(columns={"flow_id": "flow"}).fillna({"ca_state": 0, "ssthresh": -1})
 
 
@@ -86,8 +90,11 @@ def first_exits(samples: pd.DataFrame) -> list[tuple[float, float]]:
 
 
 def starts_table(cases: list[fidelity.Case]) -> None:
-    print("| case | kernel's starts, inferred (ms) | exit, kernel | simulator | simulator, those starts |")
-    print("|---|---|---:|---:|---:|")
+    print(
+        "| case | kernel's starts, inferred (ms) | exit, kernel | simulator | simulator, those starts "
+        "| Jain, kernel | simulator | those starts |"
+    )
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
     for case in cases:
         stored = fidelity.RESULTS / f"{case.key.replace(':', '_')}-netns-samples.parquet"
         if not stored.exists():
@@ -96,8 +103,11 @@ def starts_table(cases: list[fidelity.Case]) -> None:
         last = max(t for _, t in kernel)
         starts = [last - t for _, t in kernel]
         mean = lambda exits: np.mean([s for s, _ in exits])  # noqa: E731
-        plain, moved = first_exits(sim_samples(case)), first_exits(sim_samples(case, starts))
-        cells = [", ".join(f"{1000 * s:.0f}" for s in starts), f"{mean(kernel):.1f}", f"{mean(plain):.1f}", f"{mean(moved):.1f}"]
+        plain, moved = sim_run(case), sim_run(case, starts)
+        exits = [mean(e) for e in (kernel, first_exits(samples(plain)), first_exits(samples(moved)))]
+        stored_jain = json.loads((fidelity.RESULTS / f"{case.key.replace(':', '_')}-netns.json").read_text())["duration"]["jain"]
+        jain = [stored_jain] + [metrics.compute(t)["jain_index"] for t in (plain, moved)]
+        cells = [", ".join(f"{1000 * s:.0f}" for s in starts)] + [f"{e:.1f}" for e in exits] + [f"{j:.3f}" for j in jain]
         print(f"| {case.key} | " + " | ".join(cells) + " |", flush=True)
 
 
@@ -116,7 +126,7 @@ def main() -> None:
         if not stored.exists():
             continue
         kernel = pd.read_parquet(stored)
-        a, b = events(sim_samples(case), SIM_RECOVERY), events(kernel, LINUX_RECOVERY)
+        a, b = events(samples(sim_run(case)), SIM_RECOVERY), events(kernel, LINUX_RECOVERY)
         void = " (kernel run void)" if fidelity.broken_window(kernel) is not None else ""
         cells = [f"{a[0]} / {b[0]}", f"{a[1]:.0f} / {b[1]:.0f}", f"{a[2]:.0f} / {b[2]:.0f}", f"{a[3]:.3f} / {b[3]:.3f}"]
         print(f"| {case.key}{void} | " + " | ".join(cells) + " |", flush=True)

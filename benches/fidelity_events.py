@@ -10,9 +10,7 @@ just before one (all of them, then without each flow's first, its exit from slow
 and the median backoff (the ssthresh set over that cwnd). Nothing runs on
 the kernel; nothing is written.
 
-The simulator's trace writes Recovery as 1 and Loss as 2, where the Trace contract (and
-Linux) say 3 and 4 (a defect noted in VALIDATION.md §6b); the events are counted from
-each side's own numbering.
+Both sides number the congestion states as Linux does (the Trace contract: 3 Recovery, 4 Loss).
 """
 
 from __future__ import annotations
@@ -38,18 +36,18 @@ from xferlab.trace import Provenance, Trace  # noqa: E402
 #: the scenario's 1 ms jitter).
 FIRST_START_NS = 100_000
 
-#: The first congestion state that is an event: the simulator's Recovery, Linux's Recovery.
-SIM_RECOVERY, LINUX_RECOVERY = 1, 3
+#: The first congestion state that is an event: Linux's TCP_CA_Recovery (Loss is 4).
+RECOVERY = 3
 
 
-def events(samples: pd.DataFrame, recovery: int) -> tuple[int, float, float, float]:
+def events(samples: pd.DataFrame) -> tuple[int, float, float, float]:
     """(events, median cwnd before one, the same without each flow's first event — its exit
     from slow start —, median ssthresh / that cwnd) over every flow."""
     count, windows, later, betas = 0, [], [], []
     for _, g in samples.groupby("flow"):
         state, cwnd = g.ca_state.to_numpy(), g.cwnd.to_numpy(float)
         ssthresh = g.ssthresh.to_numpy(float)
-        i = np.nonzero((state[1:] >= recovery) & (state[:-1] < recovery))[0] + 1
+        i = np.nonzero((state[1:] >= RECOVERY) & (state[:-1] < RECOVERY))[0] + 1
         i = i[i < len(g) - 1]
         count += len(i)
         windows.extend(cwnd[i - 1])
@@ -151,7 +149,7 @@ def main() -> None:
         if not stored.exists():
             continue
         kernel = pd.read_parquet(stored)
-        a, b = events(samples(sim_run(case)), SIM_RECOVERY), events(kernel, LINUX_RECOVERY)
+        a, b = events(samples(sim_run(case))), events(kernel)
         void = " (kernel run void)" if fidelity.broken_window(kernel) is not None else ""
         cells = [f"{a[0]} / {b[0]}", f"{a[1]:.0f} / {b[1]:.0f}", f"{a[2]:.0f} / {b[2]:.0f}", f"{a[3]:.3f} / {b[3]:.3f}"]
         print(f"| {case.key}{void} | " + " | ".join(cells) + " |", flush=True)

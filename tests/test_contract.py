@@ -6,6 +6,7 @@ import json
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -40,6 +41,23 @@ def test_the_simulator_before_conforming_declares_the_same_nullability():
         for f in SCHEMAS[name]:
             got = batch.schema.field(f.name)
             assert (got.type, got.nullable) == (f.type, f.nullable), (name, f.name, got)
+
+
+def test_the_simulator_numbers_congestion_states_as_linux():
+    # tcp.ca_state is Linux's enum tcp_ca_state (0 Open, 3 Recovery, 4 Loss), the numbering
+    # the netns backend's TCP_INFO samples carry; the simulator once wrote 1 and 2.
+    tr = _sim_trace(**{"topology.buffer": "0.05bdp", "measure.tcp_interval": "1ms"})
+    tcp = tr.df("tcp")
+    assert set(tcp["ca_state"].unique()) <= {0, 3, 4}
+    entered = 0
+    for _, g in tcp.sort_values("t").groupby("flow_id"):
+        state, cwnd, ssthresh = g["ca_state"].to_numpy(), g["cwnd"].to_numpy(), g["ssthresh"].to_numpy()
+        i = np.flatnonzero(state == 3)
+        if len(i) and i[0] > 0:
+            entered += 1
+            # Entering Recovery set ssthresh below the window the flow had before the loss.
+            assert ssthresh[i[0]] < cwnd[i[0] - 1]
+    assert entered == 4, "every flow should enter fast recovery in a 0.05-BDP buffer"
 
 
 @pytest.mark.parametrize("make", ["iperf3", "ss"])

@@ -19,7 +19,7 @@ use crate::config::{ConfigError, FlowConfig, FlowRole, LimiterConfig, LinkConfig
 use crate::gate::Gate;
 use crate::host::{Host, Noise};
 use crate::link::{Link, Offer};
-use crate::tcp::{AckSegment, CaState, Poll, Receiver, Segment, Sender};
+use crate::tcp::{AckSegment, Poll, Receiver, Segment, Sender};
 use crate::time::{secs, Time};
 use crate::trace::{TcpTable, Trace};
 
@@ -1039,11 +1039,7 @@ impl Simulation {
             rows.rto_ms.push(s.rto() as f64 / 1e6);
             rows.in_flight.push(s.in_flight());
             rows.retransmissions.push(s.stats.retransmissions);
-            rows.ca_state.push(match s.state {
-                CaState::Open => 0,
-                CaState::Recovery => 1,
-                CaState::Loss => 2,
-            });
+            rows.ca_state.push(s.state as u8);
             f.next_tcp_sample += iv;
         }
     }

@@ -55,13 +55,15 @@ pub struct AckSegment {
     pub dsack: Option<u64>,
 }
 
-/// Congestion state, as Linux's `icsk_ca_state` (Disorder is not distinguished from Open,
-/// and CWR, entered only when a loss probe repairs a loss, lasts no longer than the ACK
-/// that enters it, as in Linux's `tcp_process_tlp_ack`).
+/// Congestion state, as Linux's `icsk_ca_state`, with Linux's numbering (`enum
+/// tcp_ca_state`: Open 0, Disorder 1, CWR 2, Recovery 3, Loss 4), which the trace's
+/// `tcp.ca_state` column stores. Disorder is not distinguished from Open, and CWR, entered
+/// only when a loss probe repairs a loss, lasts no longer than the ACK that enters it, as in
+/// Linux's `tcp_process_tlp_ack`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Default)]
 pub enum CaState {
     #[default]
     Open = 0,
-    Recovery = 1,
-    Loss = 2,
+    Recovery = 3,
+    Loss = 4,
 }

@@ -584,7 +584,10 @@ struct DataRun {
     retriable: bool,
     data_start: Instant,
     abort: Arc<AtomicBool>,
-    weak: Vec<Weak<TcpStream>>,
+    /// The data connections, held open until the verdict: a sender thread is
+    /// done when its last frame is in the socket buffer, but the kernel may
+    /// still be resending its tail, and TCP_INFO must count that too.
+    conns: Vec<Arc<TcpStream>>,
     sampler_stop: Arc<AtomicBool>,
     sampler: std::thread::JoinHandle<Vec<trace::TcpRow>>,
     bar: Option<std::thread::JoinHandle<()>>,
@@ -607,7 +610,8 @@ impl DataRun {
     ) -> Result<DataRun> {
         let abort = Arc::new(AtomicBool::new(false));
         let sent = Arc::new(AtomicU64::new(0));
-        let weak: Vec<Weak<TcpStream>> = r.conns.iter().map(Arc::downgrade).collect();
+        let conns = r.conns.clone();
+        let weak: Vec<Weak<TcpStream>> = conns.iter().map(Arc::downgrade).collect();
         let sampler_stop = Arc::new(AtomicBool::new(false));
         let sampler = {
             let (weak, stop, iv) = (weak.clone(), sampler_stop.clone(), o.interval);
@@ -651,7 +655,7 @@ impl DataRun {
             retriable: r.retriable,
             data_start,
             abort,
-            weak,
+            conns,
             sampler_stop,
             sampler,
             bar,
@@ -702,7 +706,10 @@ impl DataRun {
             .map_err(|e| fail(e.into()))?;
         let done: Result<Done> = recv_msg(&mut self.ctrl);
         self.sampler_stop.store(true, Ordering::SeqCst);
-        let tcp = self.sampler.join().unwrap_or_default();
+        let mut tcp = self.sampler.join().unwrap_or_default();
+        // The receiver has everything: what each connection resent is final.
+        let t = self.data_start.elapsed().as_secs_f64();
+        tcp.extend(tcp_rows(self.conns.iter().map(|c| Some(c.clone())), t));
         if let Some(b) = self.bar.take() {
             let _ = b.join();
         }
@@ -736,10 +743,8 @@ impl DataRun {
                         first_err = Some(e);
                     }
                     self.abort.store(true, Ordering::SeqCst);
-                    for w in &self.weak {
-                        if let Some(c) = w.upgrade() {
-                            let _ = c.shutdown(Shutdown::Both);
-                        }
+                    for c in &self.conns {
+                        let _ = c.shutdown(Shutdown::Both);
                     }
                 }
             }
@@ -1305,21 +1310,28 @@ pub(crate) fn sample_tcp(
         }
         next += iv;
         let t = t0.elapsed().as_secs_f64();
-        for (i, w) in conns.iter().enumerate() {
-            // Upgrade only briefly so a dropped socket really closes.
-            if let Some(s) = w.upgrade().and_then(|c| sock::tcp_info(c.as_ref())) {
-                out.push(trace::TcpRow {
-                    t,
-                    flow_id: i as u32,
-                    cwnd: s.cwnd,
-                    ssthresh: s.ssthresh,
-                    srtt_ms: s.srtt_ms,
-                    retransmissions: s.retrans,
-                });
-            }
-        }
+        // Upgrade only briefly so a dropped socket really closes.
+        out.extend(tcp_rows(conns.iter().map(Weak::upgrade), t));
     }
     out
+}
+
+/// One TCP_INFO row per connection still open (flow id: its position).
+fn tcp_rows(conns: impl Iterator<Item = Option<Arc<TcpStream>>>, t: f64) -> Vec<trace::TcpRow> {
+    conns
+        .enumerate()
+        .filter_map(|(i, c)| {
+            let s = sock::tcp_info(c?.as_ref())?;
+            Some(trace::TcpRow {
+                t,
+                flow_id: i as u32,
+                cwnd: s.cwnd,
+                ssthresh: s.ssthresh,
+                srtt_ms: s.srtt_ms,
+                retransmissions: s.retrans,
+            })
+        })
+        .collect()
 }
 
 pub(crate) fn progress_bar(

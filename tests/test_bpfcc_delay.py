@@ -52,6 +52,7 @@ from test_bpfcc import (
     fit,
     fitted_parameters,
     laws,
+    valid_run,
 )
 from xferlab.netns import bpfcc, host
 
@@ -314,7 +315,9 @@ def run_delayed(variant: str, seconds: float, probe: bool = False, changes=()):
 def htcp_checked_run() -> int:
     """One H-TCP flow on the delayed path, every backoff and every epoch's growth checked
     against the law; returns how many adaptive backoffs tell β apart from ½."""
-    tr, changes, (t_rtt, rtt) = run_delayed("htcp", HTCP_SECONDS, probe=True, changes=RATE_CHANGES)
+    tr, changes, (t_rtt, rtt) = valid_run(
+        lambda: run_delayed("htcp", HTCP_SECONDS, probe=True, changes=RATE_CHANGES), lambda r: r[0]
+    )
     assert len(changes) == len(RATE_CHANGES), "a rate change did not happen"
     backoffs = htcp_backoffs(tr, t_rtt, rtt)
     print(
@@ -370,7 +373,7 @@ def test_htcp_adaptive_backoff_and_throughput_reset_with_delay():
 @needs_delay
 @pytest.mark.parametrize("variant", ["scalable", "bic", "highspeed"])
 def test_laws_hold_with_delay(variant):
-    tr, _, _ = run_delayed(variant, OTHER_SECONDS)
+    tr, _, _ = valid_run(lambda: run_delayed(variant, OTHER_SECONDS), lambda r: r[0])
     f = fit(tr, laws(tr)[variant])
     print(
         f"\n{variant} at {DELAY_S * 1e3:.0f} ms (srtt {np.median(tr.srtt) * 1e3:.1f} ms median): "

@@ -41,7 +41,7 @@ sys.path.insert(0, str(ROOT / "benches"))
 from xferlab import backends, metrics, scenario  # noqa: E402
 from xferlab.backends import sim as sim_backend  # noqa: E402
 from xferlab.netns import bpfcc, topology  # noqa: E402
-from xferlab.trace import Provenance, Trace  # noqa: E402
+from xferlab.trace import Trace  # noqa: E402
 
 RESULTS = ROOT / "results" / "fidelity"
 VARIANTS = ("reno", "bic", "cubic", "highspeed", "htcp", "scalable", "bbr")
@@ -143,11 +143,18 @@ def emulated(cfg: dict) -> dict:
     return cfg
 
 
-def run_sim(
-    case: Case, kind: str, duration_s: float = DURATION_S, seed: int | None = None, plain: bool = False, noise: bool = True
-) -> dict:
-    """The simulator's side: the emulated network and host (`plain`: the scenario as it
-    reads, on quiet hosts with real interfaces)."""
+def sim_trace(
+    case: Case,
+    kind: str,
+    duration_s: float = DURATION_S,
+    seed: int | None = None,
+    plain: bool = False,
+    noise: bool = True,
+    starts_ns: list[int] | None = None,
+) -> Trace:
+    """The simulator's trace of ``case``: the emulated network and host (`plain`: the
+    scenario as it reads, on quiet hosts with real interfaces); ``starts_ns``: each flow's
+    start (ns) instead of the scenario's."""
     data = case.scenario(kind, duration_s)
     data["measure"]["tcp_interval"] = f"{SAMPLE_S}s"
     if seed is not None:
@@ -158,10 +165,19 @@ def run_sim(
     cfg["noise"]["enabled"] = noise
     if not plain:
         cfg = emulated(cfg)
+    if starts_ns is not None:
+        for flow, start in zip(cfg["flows"], starts_ns, strict=True):
+            flow["start_ns"] = start
+    return sim_backend.run_config(cfg, r)
+
+
+def run_sim(
+    case: Case, kind: str, duration_s: float = DURATION_S, seed: int | None = None, plain: bool = False, noise: bool = True
+) -> dict:
+    """The simulator's side, summarised as a backend's run is (see sim_trace)."""
     t0 = time.perf_counter()
-    out = sim_backend._module().run(json.dumps(cfg), None, 1.0)
-    stats = {"wall_s": time.perf_counter() - t0, **dict(out["stats"])}
-    trace = Trace.build(dict(out["tables"]), r, Provenance(producer="sim", stats=stats), end_s=stats["end_s"])
+    trace = sim_trace(case, kind, duration_s, seed, plain, noise)
+    stats = {"wall_s": time.perf_counter() - t0, **trace.provenance.stats}
     m = metrics.compute(trace)
     return summarize(m, stats, sim_samples(trace) if kind == "duration" else None)
 

@@ -27,10 +27,9 @@ sys.path.insert(0, str(ROOT / "benches"))
 import fidelity  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
-from xferlab import metrics, scenario  # noqa: E402
-from xferlab.backends import sim as sim_backend  # noqa: E402
+from xferlab import metrics  # noqa: E402
 from xferlab.netns.bpfcc import SSTHRESH_INFINITE  # noqa: E402
-from xferlab.trace import Provenance, Trace  # noqa: E402
+from xferlab.trace import Trace  # noqa: E402
 
 #: When the first of the flows given inferred starts starts (the matrix's flows start within
 #: the scenario's 1 ms jitter).
@@ -59,18 +58,10 @@ def events(samples: pd.DataFrame) -> tuple[int, float, float, float]:
 
 
 def sim_run(case: fidelity.Case, starts_s: list[float] | None = None) -> Trace:
-    """The simulator's duration run of ``case`` as fidelity.run_sim builds it (``starts_s``:
-    the flows' starts instead)."""
-    data = case.scenario("duration", fidelity.DURATION_S)
-    data["measure"]["tcp_interval"] = f"{fidelity.SAMPLE_S}s"
-    s = scenario.from_dict(data, data["name"])
-    r = scenario.resolve(s)
-    cfg = fidelity.emulated(sim_backend.sim_config(r))
-    if starts_s is not None:
-        for flow, start in zip(cfg["flows"], starts_s, strict=True):
-            flow["start_ns"] = int(start * 1e9) + FIRST_START_NS
-    out = sim_backend._module().run(json.dumps(cfg), None, 1.0)
-    return Trace.build(dict(out["tables"]), r, Provenance(producer="sim", stats=dict(out["stats"])), end_s=out["stats"]["end_s"])
+    """The simulator's duration run of ``case`` as fidelity.run_sim makes it (``starts_s``:
+    the flows' starts instead, the first at FIRST_START_NS)."""
+    starts = None if starts_s is None else [int(s * 1e9) + FIRST_START_NS for s in starts_s]
+    return fidelity.sim_trace(case, "duration", starts_ns=starts)
 
 
 def samples(trace: Trace) -> pd.DataFrame:

@@ -30,10 +30,10 @@ def main() -> int:
     data["protocol"]["rate_limit"] = "250Mbps"
     data["protocol"]["limiter"] = "pacing"
     s = scenario.from_dict(data, data["name"])
-    cfg = fidelity.emulated(sim_backend.sim_config(scenario.resolve(s)))
+    r = scenario.resolve(s)
+    cfg = fidelity.emulated(sim_backend.sim_config(r))
     t0 = time.perf_counter()
-    out = sim_backend._module().run(json.dumps(cfg), None, 1.0)
-    stats = dict(out["stats"])
+    stats = sim_backend.run_config(cfg, r).provenance.stats
     print(json.dumps({"sim_s": time.perf_counter() - t0, "events": stats.get("events"), "drops": stats.get("bottleneck_drops")}))
     return 0
 

@@ -203,7 +203,7 @@ def _short_run(resolved: dict) -> None:
     rate = min(resolved["bottleneck_rate_bps"], sum(p["access_rate_bps"] for p in resolved["pair_paths"]))
     budget_s = min(0.5, 2e4 * 8 * (resolved["mtu"] + 38) / rate)
     cfg["end_ns"] = max(1, min(cfg["end_ns"] or 2**62, int(budget_s * 1e9)))
-    simbackend._module().run(json.dumps(cfg), None, 1.0)
+    simbackend.run_config(cfg, resolved)
 
 
 @FUZZ

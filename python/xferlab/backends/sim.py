@@ -125,21 +125,27 @@ def expected_end_s(resolved: dict) -> float | None:
 
 
 def run(scenario, resolved: dict, progress: Progress | None = None) -> Trace:
-    sim = _module()
-    implemented = set(sim.variants())
+    implemented = set(variants())
     missing = sorted({f["variant"] for f in resolved["flows"]} - implemented)
     if missing:
         raise BackendError(
             f"variant {', '.join(missing)} is not implemented by the simulator yet "
             f"(implemented: {', '.join(sorted(implemented))})"
         )
+    return run_config(sim_config(resolved), resolved, progress)
+
+
+def run_config(cfg: dict, resolved: dict, progress: Progress | None = None) -> Trace:
+    """Runs a simulator configuration: ``sim_config(resolved)``, or one a bench altered (the
+    emulation's hosts modelled, a cut-off end, noise off), and returns its Trace."""
+    sim = _module()
     total = expected_end_s(resolved)
     callback = None
     if progress is not None:
         callback = lambda now_s, _events: progress(now_s, total)  # noqa: E731
     chunk = max(0.05, (total or 10.0) / 200)
     try:
-        out = sim.run(json.dumps(sim_config(resolved)), callback, chunk)
+        out = sim.run(json.dumps(cfg), callback, chunk)
     except ValueError as e:
         raise BackendError(f"simulator: {e}") from None
     stats = dict(out["stats"])

@@ -272,7 +272,7 @@ def netns_samples(csv: Path, n_flows: int, t_end: int) -> pd.DataFrame | None:
                     "retransmissions": d["total_retrans"].to_numpy(),
                     "ssthresh": d["ssthresh"].to_numpy(),
                     "rtt_us": d["rtt_us"].to_numpy(),
-                    "in_flight": (d["data_segs_out"] - d["delivered"]).to_numpy(),
+                    "in_flight": d["in_flight"].to_numpy(),
                     "ca_state": d["ca_state"].to_numpy(),
                     # what else held the sender back: the receiver's window (bytes), and the
                     # time so far limited by it and by the socket's send buffer (µs)

@@ -202,6 +202,10 @@ class Trace:
 # struct tcp_info (include/uapi/linux/tcp.h): byte offsets of the fields sampled.
 _TCPI = {
     "ca_state": (1, "B"),
+    "unacked": (24, "I"),
+    "sacked": (28, "I"),
+    "lost": (32, "I"),
+    "retrans_out": (36, "I"),
     "srtt": (68, "I"),
     "ssthresh": (76, "I"),
     "cwnd": (80, "I"),
@@ -837,6 +841,9 @@ def test_sock_diag_reads_what_the_socket_says():
     got = {"ca_state": seen.ca_state, "srtt": seen.rtt_us, "ssthresh": seen.ssthresh, "cwnd": seen.cwnd}
     got |= {"retrans": seen.total_retrans, "delivered": seen.delivered, "data_segs_out": seen.data_segs_out}
     assert got == {k: own[k] for k in got}
+    assert seen.lost == own["lost"] == 0
+    # Idle with everything acknowledged: nothing in flight, by Linux's count.
+    assert seen.in_flight == own["unacked"] - own["sacked"] - own["lost"] + own["retrans_out"] == 0
     assert seen.bytes_acked == sent + 1  # a 64-bit field further on; the SYN counts one
     # Each data segment was delivered once, or resent: at least delivered − 1 (the SYN is
     # delivered, not a data segment), at most that plus every retransmission. Not equal to

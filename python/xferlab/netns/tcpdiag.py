@@ -48,7 +48,8 @@ class TcpSample(NamedTuple):
     ssthresh: int
     rtt_us: int
     total_retrans: int
-    lost: int
+    lost: int  # tcpi_lost: segments marked lost and not yet resent or acknowledged
+    in_flight: int  # unacked − sacked − lost + retrans: Linux's tcp_packets_in_flight
     delivered: int
     bytes_acked: int
     data_segs_out: int
@@ -100,6 +101,7 @@ def parse(msg: bytes) -> TcpSample | None:
     ssthresh, cwnd = struct.unpack_from("=II", info, 76)
     pacing_rate, max_pacing_rate, bytes_acked = struct.unpack_from("=QQQ", info, 104)
     rwnd_limited, sndbuf_limited = struct.unpack_from("=QQ", info, 176)
+    unacked, sacked, lost, retrans_out = struct.unpack_from("=IIII", info, 24)
     return TcpSample(
         sport=sport,
         dport=dport,
@@ -108,7 +110,8 @@ def parse(msg: bytes) -> TcpSample | None:
         ssthresh=ssthresh,
         rtt_us=struct.unpack_from("=I", info, 68)[0],
         total_retrans=struct.unpack_from("=I", info, 100)[0],
-        lost=struct.unpack_from("=I", info, 32)[0],
+        lost=lost,
+        in_flight=unacked - sacked - lost + retrans_out,
         delivered=struct.unpack_from("=I", info, 192)[0],
         bytes_acked=bytes_acked,
         data_segs_out=struct.unpack_from("=I", info, 156)[0],

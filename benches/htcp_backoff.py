@@ -1,6 +1,7 @@
 """H-TCP's adaptive backoff on the simulator: which RTT_max each congestion event uses.
 
-    .venv/bin/python benches/htcp_backoff.py [--rtt 11.5ms] [--variants htcp cubic] [--kernel linux2006]
+    .venv/bin/python benches/htcp_backoff.py [--rtt 11.5ms] [--variants htcp cubic htcp_linux]
+                                             [--kernel linux2006] [--hz 1000]
 
 VALIDATION.md §4b's dumbbell (12 × 1 Gbit/s into 10 Gbit/s, a 1 000-packet buffer),
 shortened: pairs 2 s apart, 60 s with all 12 active, TCP samples every 10 ms. Per variant it
@@ -9,6 +10,11 @@ retransmissions, and the backoff factors the samples show (ssthresh after an eve
 cwnd just before it). Per flow it prints when it first lost, and its largest smoothed RTT
 before that and from 0.5 s after it on: H-TCP's β = RTT_min/RTT_max keeps the largest RTT
 sample of the connection, so an RTT reached before the first loss sets every later backoff.
+
+``htcp_linux`` is Linux's own ``tcp_htcp.c`` (crates/sim/src/cc/htcp_linux.rs: RTTs in
+jiffies, RTT_max faded 5 % per event, α scaled by RTT_min, the bandwidth switch's
+``modeswitch``), which is not a scenario variant: the simulator's config is altered to run it,
+with the host's timer frequency ``--hz`` (the sim's ``tcp.hz``, 250 by default).
 """
 
 from __future__ import annotations
@@ -22,25 +28,36 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "python"))
 
 import numpy as np  # noqa: E402
-from xferlab import backends, metrics, scenario  # noqa: E402
+from xferlab import metrics, scenario  # noqa: E402
+from xferlab.backends import sim  # noqa: E402
 
 #: Bins of the backoff factor for the printed histogram.
 BETA_BINS = (0.0, 0.45, 0.55, 0.65, 0.75, 0.85, 1.01)
 
 
-def run(variant: str, rtt: str, kernel: str):
+#: The experiment variant outside the scenario's table, run by altering the config.
+LINUX_HTCP = "htcp_linux"
+
+
+def run(variant: str, rtt: str, kernel: str, hz: int | None):
     data = {
         "name": f"htcp-backoff-{variant}",
         "topology": {"pairs": 12, "access_rate": "1Gbps", "bottleneck_rate": "10Gbps", "rtt": rtt, "buffer": 1000},
         "workload": {"duration": "60s", "stagger": "2s", "align_end": True, "start_jitter": "10ms"},
-        "protocol": {"variant": variant},
+        "protocol": {"variant": "htcp" if variant == LINUX_HTCP else variant},
         "host": {"kernel": kernel},
         "measure": {"window": "all-active", "tcp_interval": "10ms"},
         "seed": 1,
     }
     s = scenario.from_dict(data, data["name"])
+    resolved = scenario.resolve(s)
+    cfg = sim.sim_config(resolved)
+    for f in cfg["flows"]:
+        f["variant"] = variant
+    if hz is not None:
+        cfg["tcp"]["hz"] = hz
     t0 = time.perf_counter()
-    trace = backends.get("sim").run(s, scenario.resolve(s))
+    trace = sim.run_config(cfg, resolved)
     return trace, metrics.compute(trace, None), time.perf_counter() - t0
 
 
@@ -52,15 +69,15 @@ def events(flow) -> list[tuple[float, float]]:
     ]
 
 
-def report(variant: str, rtt: str, kernel: str) -> None:
-    trace, m, wall = run(variant, rtt, kernel)
+def report(variant: str, rtt: str, kernel: str, hz: int | None) -> None:
+    trace, m, wall = run(variant, rtt, kernel, hz)
     flows, tcp, link = trace.flows.to_pandas(), trace.tcp.to_pandas(), trace.link.to_pandas()
     start = flows.start.max()
     window = link[(link.link == "bottleneck") & (link.t >= start)]
     betas = [b for _, g in tcp.groupby("flow_id") for t, b in events(g.sort_values("t")) if t > start]
     hist = np.histogram(betas, bins=BETA_BINS)[0].tolist()
     print(
-        f"{variant} at {rtt}, {kernel} host ({wall:.0f} s): "
+        f"{variant} at {rtt}, {kernel} host{'' if hz is None else f' at HZ {hz}'} ({wall:.0f} s): "
         f"flow mean {m['mean_flow_goodput_mbps']:.1f} Mbit/s, Jain {m['jain_index']:.3f}, "
         f"bottleneck {window.throughput_mbps.mean():.0f} Mbit/s, queue {window.queue_pkts.mean():.0f} pkts; "
         f"drops {int(link.drops.sum())}, retransmissions {int(flows.retransmissions.sum())}"
@@ -82,9 +99,10 @@ def main() -> None:
     ap.add_argument("--rtt", default="11.5ms")
     ap.add_argument("--variants", nargs="+", default=["htcp", "cubic"])
     ap.add_argument("--kernel", default="linux6", help="the host's sender model (host.kernel): linux6 or linux2006")
+    ap.add_argument("--hz", type=int, help="the host's timer frequency (the simulator's tcp.hz; default 250)")
     args = ap.parse_args()
     for v in args.variants:
-        report(v, args.rtt, args.kernel)
+        report(v, args.rtt, args.kernel, args.hz)
 
 
 if __name__ == "__main__":

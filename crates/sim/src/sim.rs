@@ -266,7 +266,7 @@ fn build_flow(cfg: &SimConfig, i: usize, route: Route) -> Flow {
         .volume_bytes
         .map_or(cfg.mss, |v| (v - (v.div_ceil(mss) - 1) * mss) as u32);
     let cc_seed = cfg.seed ^ (i as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    let cc = cc::build(&fc.variant, cc_seed).expect("validated");
+    let cc = cc::build(&fc.variant, cc_seed, cfg.tcp.hz).expect("validated");
     let sender = Sender::new(cc, &cfg.tcp, cfg.mss, total_segs, fc.max_window_pkts);
     let tcp_iv = cfg.measure.tcp_interval_ns;
     // A flow waiting for another pair's transfers has no start time yet.

@@ -227,12 +227,13 @@ pub const NAMES: &[&str] = &[
 
 /// Builds the congestion control called `name`, or `None` if it is not implemented.
 pub fn by_name(name: &str) -> Option<Box<dyn CongestionControl>> {
-    build(name, 0)
+    build(name, 0, 250)
 }
 
 /// Builds the congestion control called `name`; `seed` feeds its random choices (BBR's
-/// starting phase of the gain cycle).
-pub fn build(name: &str, seed: u64) -> Option<Box<dyn CongestionControl>> {
+/// starting phase of the gain cycle), `hz` is the host's timer frequency (`tcp.hz`), which
+/// only Linux's own H-TCP counts in.
+pub fn build(name: &str, seed: u64, hz: u32) -> Option<Box<dyn CongestionControl>> {
     match name {
         "bbr" => Some(Box::new(bbr::Bbr::new(seed))),
         "reno" => Some(Box::new(reno::Reno)),
@@ -240,9 +241,9 @@ pub fn build(name: &str, seed: u64) -> Option<Box<dyn CongestionControl>> {
         "cubic" => Some(Box::new(cubic::Cubic::default())),
         "highspeed" => Some(Box::new(highspeed::HighSpeed::default())),
         "htcp" => Some(Box::new(htcp::Htcp::default())),
-        // Linux's tcp_htcp.c at HZ = 250 (the sim's default `tcp.hz`); not in `NAMES`:
-        // an experiment beside the published law, which the netns port follows.
-        "htcp_linux" => Some(Box::new(htcp_linux::HtcpLinux::new(250))),
+        // Linux's tcp_htcp.c at the host's HZ; not in `NAMES`: an experiment beside the
+        // published law, which the netns port follows (benches/htcp_backoff.py --linux).
+        "htcp_linux" => Some(Box::new(htcp_linux::HtcpLinux::new(hz))),
         "scalable" => Some(Box::new(scalable::Scalable)),
         _ => None,
     }

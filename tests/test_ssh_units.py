@@ -2,10 +2,16 @@
 journal's undo script, facts and link-log parsing, the plan's refusals."""
 
 import asyncio
+import json
+import os
+import shutil
+import subprocess
+import time
 
 import pytest
 import yaml
-from xferlab.backends import netns
+from xferlab import scenario as sc
+from xferlab.backends import netns, ssh
 from xferlab.remote import clock, facts, journal, launch, plan
 from xferlab.remote.inventory import InventoryError, load
 
@@ -160,3 +166,95 @@ def test_a_static_xfer_is_deployed_when_there_is_one(monkeypatch, tmp_path):
     monkeypatch.setattr(netns, "STATIC_XFER", tmp_path / "nowhere")
     monkeypatch.setenv("XFERLAB_XFER", "/opt/xfer-glibc")
     assert netns.deployable_xfer() == ("/opt/xfer-glibc", False)
+
+
+# ---------------------------------------------------------------------------------------------
+# Per-flow token buckets: the plan's commands run for real in two namespaces made here
+
+
+def _sh(*args: str, ns: str | None = None, stdin: str | None = None) -> str:
+    cmd = (["ip", "netns", "exec", ns] if ns else []) + list(args)
+    p = subprocess.run(cmd, input=stdin, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, f"{cmd}: {p.stderr}"
+    return p.stdout
+
+
+def _goodput_mbps(a: str, b: str, port: int) -> float:
+    """An iperf3 flow a → b:port for 3 s (the first omitted): the receiver's goodput."""
+    server = subprocess.Popen(["ip", "netns", "exec", b, "iperf3", "-s", "-1", "-p", str(port)], stdout=subprocess.DEVNULL)
+    try:
+        for _ in range(100):  # until it listens
+            if f":{port} " in _sh("ss", "-ltnH", ns=b):
+                break
+            time.sleep(0.05)
+        out = json.loads(_sh("iperf3", "-c", "10.203.0.2", "-p", str(port), "-t", "3", "-O", "1", "-J", "-C", "cubic", ns=a))
+        return out["end"]["sum_received"]["bits_per_second"] / 1e6
+    finally:
+        server.wait(timeout=30)
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("iperf3") is None, reason="needs root and iperf3")
+def test_a_token_bucket_holds_its_flow_alone_and_is_undone():
+    """Two namespaces joined by a veth with a 200 Mbit/s root HTB (a NIC's qdisc, which the
+    buckets must leave alone): the planned changes (from the facts the script reads there) hold
+    the flow to port 5301 to its 20 Mbit/s bucket and leave port 5302 free; the journal's undo
+    script removes them, and the root HTB is still there."""
+    pid = os.getpid()
+    a, b, va, vb = f"xltb-{pid}-a", f"xltb-{pid}-b", f"xltba{pid}", f"xltbb{pid}"
+    try:
+        for ns in (a, b):
+            _sh("ip", "netns", "add", ns)
+        _sh("ip", "link", "add", va, "netns", a, "type", "veth", "peer", "name", vb, "netns", b)
+        for ns, dev, addr in ((a, va, "10.203.0.1/24"), (b, vb, "10.203.0.2/24")):
+            _sh("ip", "addr", "add", addr, "dev", dev, ns=ns)
+            _sh("ip", "link", "set", dev, "up", ns=ns)
+            _sh("ip", "link", "set", "lo", "up", ns=ns)
+        root = "tc qdisc add dev {0} root handle 1: htb default 1 && tc class add dev {0} parent 1: classid 1:1 htb rate 200mbit"
+        _sh("sh", "-c", root.format(va), ns=a)
+        f = facts.parse(a, _sh("sh", ns=a, stdin=facts.script(["10.203.0.2"], [], [], "/nonexistent")))
+        assert f.routes["10.203.0.2"]["get"]["dev"] == va and f.hooks == {va: 0} and not f.ifbs
+        bucket = plan.Bucket("10.203.0.2", 5301, 20e6, 20_000_000 // 8 // 250 + 1514, 1514, 1000)
+        changes = plan.changes(f, plan.Needs(buckets=[bucket]), modprobe=False)
+        assert [c.undo for c in changes] == [journal.link(plan.IFB), journal.clsact(va)]
+        j = journal.new(a, "test")
+        j["entries"] = [c.undo for c in changes]
+        _sh("sh", "-c", " && ".join(c.command for c in changes), ns=a)
+        again = facts.parse(a, _sh("sh", ns=a, stdin=facts.script(["10.203.0.2"], [], [], "/nonexistent")))
+        with pytest.raises(plan.PlanError, match="a device xl-ifb exists already"):
+            plan.changes(again, plan.Needs(buckets=[bucket]), modprobe=False)
+        limited, free = _goodput_mbps(a, b, 5301), _goodput_mbps(a, b, 5302)
+        print(f"\nthrough the 20 Mbit/s bucket: {limited:.2f} Mbit/s; the other port: {free:.1f} Mbit/s")
+        # The bucket counts qdisc frames (1 514 bytes per 1 448 of payload): 19.1 Mbit/s of goodput.
+        assert 15 < limited <= 20, (limited, free)
+        assert free > 4 * limited, (limited, free)
+        assert journal.failures(_sh("sh", ns=a, stdin=journal.undo_script(j))) == []
+        after = facts.parse(a, _sh("sh", ns=a, stdin=facts.script(["10.203.0.2"], [va], [], "/nonexistent")))
+        assert after.hooks == {va: 0} and not after.ifbs and after.qdiscs[va].startswith("qdisc htb 1: root")
+    finally:
+        for ns in (a, b):
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+
+
+def test_a_token_bucket_is_refused_where_it_could_not_be_undone():
+    text = "tool.tc=/usr/sbin/tc\nroute.10.0.0.2=10.0.0.2 dev eth0 src 10.0.0.1\nhooks.eth0=1\nifb=ifb0"
+    b4 = plan.Bucket("10.0.0.2", 5201, 1e7, 6514, 1514, 1000)
+    with pytest.raises(plan.PlanError, match="eth0 has a clsact or ingress qdisc configured"):
+        plan.changes(facts.parse("s0", text), plan.Needs(buckets=[b4]), modprobe=False)
+    with pytest.raises(plan.PlanError, match="need tc, which the host lacks"):
+        plan.changes(facts.parse("s0", text.replace("tool.tc=/usr/sbin/tc\n", "")), plan.Needs(buckets=[b4]), modprobe=False)
+    v6 = "tool.tc=/usr/sbin/tc\nroute.fd00::2=fd00::2 dev eth1 src fd00::1"
+    (ifb, redirect) = plan.changes(
+        facts.parse("s0", v6), plan.Needs(buckets=[plan.Bucket("fd00::2", 5202, 1e7, 6514, 1514, 1000)]), modprobe=False
+    )
+    assert "protocol ipv6 prio 1 u32 match ip6 dport 5202 0xffff flowid 1:100" in ifb.command
+    assert redirect.command.startswith("tc qdisc add dev eth1 clsact && tc filter add dev eth1 egress protocol ipv6")
+
+
+def test_the_backend_plans_a_bucket_on_the_sender_of_each_limited_flow(tmp_path, small_scenario):
+    s, _ = sc.load(small_scenario(topology={"pairs": 1}, protocol={"rate_limit": "30Mbps", "limiter": "token_bucket"}), [])
+    r = sc.resolve(s)
+    run = ssh._Run(load(write(tmp_path, good(tmp_path))), "hosts.yaml", r, None)
+    needs = run._needs()
+    lim = r["flows"][0]["limiter"]
+    assert needs["s0"].buckets == [plan.Bucket("10.0.0.2", 5201, lim["rate_bps"], lim["burst_bytes"], 1514, 1000)]
+    assert needs["r0"].buckets == [] and lim["rate_bps"] == 30e6  # rate_limit counts qdisc frames

@@ -122,8 +122,6 @@ def _refuse_unsupported(r: dict, inv: Inventory) -> None:
         raise BackendError("background ON/OFF sources (workload.background) are not run by the ssh backend yet")
     if r.get("loss_rate"):
         raise BackendError("random loss (topology.loss_rate) is not emulated by the ssh backend: real paths lose what they lose")
-    if any((f.get("limiter") or {}).get("kind") == "token_bucket" for f in r["flows"]):
-        raise BackendError("per-flow token buckets (limiter: token_bucket) are not run by the ssh backend yet; use pacing")
     for f in r["flows"]:
         if why := xfer_plan.not_drivable(f):
             raise BackendError(f"the ssh backend does not run {why}")
@@ -298,6 +296,11 @@ class _Run:
             for n, peer in ((src, f.dst_addr), (dst, f.src_addr)):
                 if peer not in n.peers:
                     n.peers.append(peer)
+            lim = f.spec.get("limiter") or {}
+            if lim.get("kind") == "token_bucket":
+                frame = constants.qdisc_frame(r["mtu"])
+                b = plan.Bucket(f.dst_addr, f.port, lim["rate_bps"], lim["burst_bytes"], frame, topology.ACCESS_QUEUE)
+                src.buckets.append(b)
         if self.inv.router is not None:
             needs[self.inv.router.host].shaping = self._shaping()
         return needs

@@ -1,6 +1,7 @@
 """What a host is, read in one command: kernel, tools, congestion controls, TCP sysctls, the
-routes to its peers, the root qdiscs and offloads of its devices, and whether it still holds
-the journal of an unfinished run.
+routes to its peers (with their devices' offloads and clsact/ingress qdiscs), the root qdiscs
+and offloads of its devices, its ifb devices, and whether it still holds the journal of an
+unfinished run.
 
 The host needs a POSIX shell and the usual Linux tools (``ip``, ``ss``, ``tc`` on a router,
 ``setsid``, GNU ``date``); ``ethtool`` and ``modprobe`` are optional. No Python.
@@ -40,6 +41,8 @@ class Facts:
     routes: dict[str, dict] = field(default_factory=dict)  # peer → {"get": parsed route get, "exact": line or None}
     qdiscs: dict[str, str] = field(default_factory=dict)  # device → its root qdisc line ("" if no device)
     offloads: dict[str, dict[str, bool]] = field(default_factory=dict)  # device → {tso: on?, …}
+    hooks: dict[str, int] = field(default_factory=dict)  # a peer's device → its clsact/ingress qdiscs
+    ifbs: set[str] = field(default_factory=set)  # the host's ifb devices
     journal: bool = False  # an unfinished run's journal is on the host
 
     @property
@@ -78,10 +81,13 @@ def script(peers: list[str], devices: list[str], modules: list[str], journal_pat
         lines.append(f'r=$(ip -o route get {q} 2>/dev/null | head -n 1); echo "route.{p}=$r"')
         lines.append(f'echo "exact.{p}=$(ip -o route show exact {q}/32 2>/dev/null | head -n 1)"')
         lines.append('d=$(echo "$r" | sed -n \'s/.* dev \\([^ ]*\\).*/\\1/p\'); [ -n "$d" ] && offl "$d"')
+        hooks = "tc qdisc show dev \"$d\" 2>/dev/null | grep -cE '^qdisc (clsact|ingress) '"
+        lines.append(f'[ -n "$d" ] && echo "hooks.$d=$({hooks})"')
     for d in devices:
         q = shlex.quote(d)
         lines.append(f'echo "qdisc.{d}=$(tc qdisc show dev {q} root 2>/dev/null | head -n 1)"')
         lines.append(f"offl {q}")
+    lines.append("ip -o link show type ifb 2>/dev/null | sed -n 's/^[0-9]*: \\([^:@]*\\).*/ifb=\\1/p'")
     lines.append(f'[ -e {shlex.quote(journal_path)} ] && echo "journal=present"')
     return "\n".join(lines) + "\ntrue\n"
 
@@ -113,6 +119,10 @@ def parse(host: str, text: str) -> Facts:
             dev, _, feature = key[8:].rpartition(".")
             if feature in OFFLOADS:
                 f.offloads.setdefault(dev, {})[OFFLOADS[feature]] = value == "on"
+        elif key.startswith("hooks."):
+            f.hooks[key[6:]] = int(value) if value.isdigit() else 0
+        elif key == "ifb":
+            f.ifbs.add(value)
         elif key == "journal":
             f.journal = True
     return f

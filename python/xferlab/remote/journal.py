@@ -1,7 +1,7 @@
 """What the backend changed on a host, written down before it is changed, and undone.
 
-Every change to a host (a sysctl, a route, a qdisc, an offload, a module, the run's
-processes and folder) is first recorded as an *undo entry* — the previous value, or how to
+Every change to a host (a sysctl, a route, a qdisc, an offload, a module, a device it
+makes, the run's processes and folder) is first recorded as an *undo entry* — the previous value, or how to
 remove what is added — in a journal kept in two places: on the host itself
 (``<state_dir>/<host>.json``) and on the controller (:data:`CONTROLLER_DIR`). Only then is it
 made. Restoring runs the entries backwards; each undo is idempotent (it sets the saved value,
@@ -98,6 +98,16 @@ def module(name: str) -> dict:
     return {"kind": "module", "name": name}
 
 
+def clsact(dev: str) -> dict:
+    """A ``clsact`` qdisc (with its filters) added to ``dev``, which had none."""
+    return {"kind": "clsact", "dev": dev}
+
+
+def link(name: str) -> dict:
+    """A device the run made (the ifb its token buckets shape on), with its qdiscs."""
+    return {"kind": "link", "name": name}
+
+
 def workdir(path: str) -> dict:
     """The run's folder on the host; its ``*.pid`` files name the process groups it started."""
     return {"kind": "workdir", "path": path}
@@ -122,6 +132,12 @@ def undo_command(e: dict) -> str:
         return f"{{ [ ! -e /sys/class/net/{dev} ] || ethtool -K {dev} {on}; }}"
     if kind == "module":
         return f"{{ modprobe -r {shlex.quote(e['name'])} 2>/dev/null || true; }}"
+    if kind == "clsact":
+        dev = shlex.quote(e["dev"])
+        return f"{{ [ ! -e /sys/class/net/{dev} ] || tc qdisc del dev {dev} clsact 2>/dev/null || true; }}"
+    if kind == "link":
+        name = shlex.quote(e["name"])
+        return f"{{ [ ! -e /sys/class/net/{name} ] || ip link del {name}; }}"
     if kind == "workdir":
         return stop_processes(e["path"], "KILL") + f" && rm -rf {shlex.quote(e['path'])}"
     raise ValueError(f"unknown journal entry {kind!r}")

@@ -9,6 +9,13 @@ each peer carrying the scenario's TCP options (``initcwnd``, ``rto_min``, ``quic
 delayed ACKs are off). The router: HTB at the bottleneck's rate
 over a ``pfifo`` of B packets on its egress devices, offloads off there.
 
+A sender with per-flow token buckets (``limiter: token_bucket``, seed 001's HTB limiter): an
+``ifb`` device (:data:`IFB`) with one HTB class per flow (rate = ceil = the bucket's rate, its
+burst, a ``pfifo``), and a ``clsact`` qdisc on the device the flow leaves by whose egress
+filter redirects the flow's packets (its destination port) into the ifb. The packets come back
+out of the ifb into that device's own root qdisc, which is left as it is (a NIC's ``mq``, a
+router's shaping). Undone by deleting the clsact and the ifb.
+
 Planning is pure: facts and needs in, changes out (:func:`changes`); the backend writes the
 undo entries into the journal, then runs the commands.
 """
@@ -38,6 +45,25 @@ class Shaping:
     overhead: int  # bytes per frame a link spends beyond what a qdisc counts (24 on Ethernet)
 
 
+#: The device a host's per-flow token buckets shape on (made by the run, deleted after).
+IFB = "xl-ifb"
+#: The first HTB class of the buckets on the ifb (``1:100``, ``1:101``…, tc's hex minors).
+BUCKET_CLASS0 = 0x100
+
+
+@dataclass(frozen=True)
+class Bucket:
+    """A flow's token bucket on its sender: the packets to ``peer``:``port`` held to ``rate_bps``
+    with a bucket of ``burst_bytes`` (qdisc frames counted) over ``pfifo limit limit_pkts``."""
+
+    peer: str  # the receiver's data address: its route names the device the flow leaves by
+    port: int
+    rate_bps: float
+    burst_bytes: int
+    frame_bytes: int
+    limit_pkts: int
+
+
 @dataclass
 class Needs:
     """What the scenario asks of one host."""
@@ -49,6 +75,7 @@ class Needs:
     rto_min_ms: int = 200
     quickack: bool = False
     shaping: list[Shaping] = field(default_factory=list)
+    buckets: list[Bucket] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -65,6 +92,7 @@ def changes(facts: Facts, needs: Needs, modprobe: bool) -> list[Change]:
     out += _routes(facts, needs)
     for s in needs.shaping:
         out += _shaping(facts, s)
+    out += _buckets(facts, needs.buckets)
     return out
 
 
@@ -155,3 +183,55 @@ def _shaping(facts: Facts, s: Shaping) -> list[Change]:
     what = f"{s.dev}: bottleneck {s.rate_bps / 1e6:g} Mbit/s, pfifo {s.buffer_pkts} packets"
     out.append(Change(what, cmd, journal.qdisc(s.dev)))
     return out
+
+
+def _buckets(facts: Facts, buckets: list[Bucket]) -> list[Change]:
+    if not buckets:
+        return []
+    if "tc" not in facts.tools:
+        raise PlanError(f"{facts.host}: per-flow token buckets (limiter: token_bucket) need tc, which the host lacks")
+    if IFB in facts.ifbs:
+        raise PlanError(f"{facts.host}: a device {IFB} exists already; remove it first (ip link del {IFB})")
+    by_dev: dict[str, list[tuple[int, Bucket]]] = {}
+    for i, b in enumerate(buckets):
+        dev = ((facts.routes.get(b.peer) or {}).get("get") or {}).get("dev")
+        if dev is None:
+            raise PlanError(f"{facts.host}: no route to {b.peer} (its peer's data address)")
+        by_dev.setdefault(dev, []).append((i, b))
+    taken = [d for d in by_dev if facts.hooks.get(d)]
+    if taken:
+        raise PlanError(
+            f"{facts.host}: {', '.join(taken)} has a clsact or ingress qdisc configured; xferlab adds its token buckets' "
+            "redirection only where there is none, which it can remove: remove it first"
+        )
+    ifb = shlex.quote(IFB)
+    cmds = [f"ip link add {ifb} type ifb", f"ip link set {ifb} up", f"tc qdisc add dev {ifb} root handle 1: htb"]
+    for i, b in enumerate(buckets):
+        cid, rate = f"1:{BUCKET_CLASS0 + i:x}", f"{int(round(b.rate_bps))}bit"
+        cls = f"rate {rate} ceil {rate} burst {b.burst_bytes} cburst {b.burst_bytes} quantum {b.frame_bytes}"
+        cmds += [
+            f"tc class add dev {ifb} parent 1: classid {cid} htb {cls}",
+            f"tc qdisc add dev {ifb} parent {cid} pfifo limit {b.limit_pkts}",
+            f"tc filter add dev {ifb} parent 1: {_port_match(b)} flowid {cid}",
+        ]
+    shown = ", ".join(f"port {b.port} at {b.rate_bps / 1e6:g} Mbit/s" for b in buckets)
+    out = [Change(f"{IFB}: token buckets, {shown}", " && ".join(cmds), journal.link(IFB))]
+    for dev, bs in by_dev.items():
+        d = shlex.quote(dev)
+        redirect = [f"tc filter add dev {d} egress {_port_match(b)} action mirred egress redirect dev {ifb}" for _, b in bs]
+        ports = ", ".join(str(b.port) for _, b in bs)
+        out.append(
+            Change(
+                f"{dev}: port(s) {ports} through {IFB}",
+                " && ".join([f"tc qdisc add dev {d} clsact", *redirect]),
+                journal.clsact(dev),
+            )
+        )
+    return out
+
+
+def _port_match(b: Bucket) -> str:
+    """A u32 filter's protocol and match on the bucket's destination port (IPv4 or IPv6)."""
+    if ":" in b.peer:
+        return f"protocol ipv6 prio 1 u32 match ip6 dport {b.port} 0xffff"
+    return f"protocol ip prio 1 u32 match ip dport {b.port} 0xffff"

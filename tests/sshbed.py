@@ -300,7 +300,8 @@ class Bed:
         return sh("ip", "route", "show", ns=self.ns(h))
 
     def state(self) -> dict:
-        """What the backend may change, per host: sysctls, routes, root qdiscs of the router."""
+        """What the backend may change, per host: sysctls, routes, root qdiscs of the router,
+        the end hosts' qdiscs on eth0 (token buckets add a clsact there) and their ifb devices."""
         out = {}
         for h in self.hosts:
             keys = ("net.ipv4.tcp_rmem", "net.ipv4.tcp_wmem", "net.ipv4.tcp_no_metrics_save", "net.ipv4.tcp_congestion_control")
@@ -308,6 +309,9 @@ class Bed:
             out[h]["routes"] = self.routes(h)
             if h == "rt":
                 out[h]["qdisc"] = self.qdisc(h, "right") + self.qdisc(h, "left")
+            else:
+                out[h]["qdisc"] = self.qdisc(h, "eth0")
+                out[h]["ifb"] = sh("ip", "-o", "link", "show", "type", "ifb", ns=self.ns(h))
         return out
 
     def tools(self, with_args: bool = False) -> list[str]:

@@ -162,6 +162,21 @@ def test_volume_transfers_move_with_xfer_deployed_over_ssh(cli, bed, clean, tmp_
     assert_restored(bed)
 
 
+def test_per_flow_token_buckets_hold_each_flow_over_ssh(cli, bed, clean, tmp_path):
+    """20 Mbit/s buckets (qdisc frames) on 100 Mbit/s access links: each flow's goodput is
+    the bucket's, 19.1 Mbit/s of payload, where an unlimited one gets about 47."""
+    out = tmp_path / "tb"
+    path = scenario(tmp_path, "tb", protocol={"rate_limit": "20Mbps", "limiter": "token_bucket"})
+    cli("run", path, "--backend", "ssh", "--inventory", bed.fast, "--out", out, "-q", check=True)
+    g = pq.read_table(out / "trace" / "goodput.parquet").to_pandas()
+    steady = g[g["t"] >= 1.0].groupby("flow_id")["goodput_mbps"].mean()  # after slow start
+    assert len(steady) == 2 and ((steady > 15) & (steady <= 20)).all(), steady.tolist()
+    configured = json.loads((out / "run.json").read_text())["provenance"]["stats"]["configured"]
+    assert any(c.startswith("xl-ifb: token buckets, port 5201 at 20 Mbit/s") for c in configured["s0"]), configured["s0"]
+    assert any(c == "eth0: port(s) 5202 through xl-ifb" for c in configured["s1"]), configured["s1"]
+    assert_restored(bed)
+
+
 def test_a_transfer_signalled_by_another_s_end_starts_after_it_on_another_host(cli, bed, clean, tmp_path):
     """ViFi by signal on two pairs: s1's transfer waits for s0's to end. s1's clock is 3 s
     ahead, so a start read off the wrong clock would come 3 s early or late."""
@@ -300,11 +315,14 @@ def test_sigint_restores_every_host(bed, clean, tmp_path):
 
 
 def test_kill_9_then_cleanup_restores_every_host(cli, bed, clean, tmp_path):
-    p = start(bed, tmp_path, "k9", workload={"duration": "30s"})
+    # With per-flow token buckets: an ifb and a clsact on each sender for cleanup to remove.
+    p = start(bed, tmp_path, "k9", workload={"duration": "30s"}, protocol={"rate_limit": "40Mbps", "limiter": "token_bucket"})
     wait_running(bed, p, {"s0", "s1"})
     p.kill()
     p.wait()
-    assert "htb" in bed.state()["rt"]["qdisc"] and bed.tools()  # left as they were
+    left = bed.state()
+    assert "htb" in left["rt"]["qdisc"] and bed.tools()  # left as they were
+    assert all("xl-ifb" in left[s]["ifb"] and "clsact" in left[s]["qdisc"] for s in ("s0", "s1"))
     assert len(journals(bed)) == 10  # on each of the 5 hosts and the controller's copies
     r = cli("run", scenario(tmp_path, "next"), "--backend", "ssh", "--inventory", bed.inv, "-q")
     assert r.returncode == 2 and "the journal of an unfinished run is still there" in r.stderr

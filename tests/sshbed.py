@@ -38,7 +38,10 @@ from pathlib import Path
 
 import yaml
 
-PREFIX = "xlssh"
+#: Names of everything the bed makes, and the first two bytes of its control links' /24s.
+#: ``XFERLAB_SSHBED=PREFIX:NET`` (e.g. ``xlsst:10.240``) gives a second bed that can run beside
+#: a test suite's (a developer's check; tests that name 10.250 addresses then do not hold).
+PREFIX, CONTROL_NET = os.environ.get("XFERLAB_SSHBED", "xlssh:10.250").split(":")
 ROOT = Path(__file__).resolve().parent.parent
 SSHD = "/usr/sbin/sshd"
 FAKETIME_LIB = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
@@ -127,7 +130,7 @@ class Bed:
         return f"{PREFIX}-{self.id}-{host}"
 
     def ctl(self, host: str) -> str:
-        return f"10.250.{self.hosts.index(host)}.1"
+        return f"{CONTROL_NET}.{self.hosts.index(host)}.1"
 
     @staticmethod
     def data(host: str) -> str:
@@ -164,7 +167,7 @@ class Bed:
     def _control(self, j: int, h: str) -> None:
         root_end = f"{PREFIX}{self.id}c{j}"
         sh("ip", "link", "add", root_end, "type", "veth", "peer", "name", "ctl", "netns", self.ns(h))
-        sh("ip", "addr", "add", f"10.250.{j}.254/24", "dev", root_end)
+        sh("ip", "addr", "add", f"{CONTROL_NET}.{j}.254/24", "dev", root_end)
         sh("ip", "link", "set", root_end, "up")
         sh("ip", "addr", "add", f"{self.ctl(h)}/24", "dev", "ctl", ns=self.ns(h))
         sh("ip", "link", "set", "ctl", "up", ns=self.ns(h))

@@ -177,6 +177,28 @@ def test_per_flow_token_buckets_hold_each_flow_over_ssh(cli, bed, clean, tmp_pat
     assert_restored(bed)
 
 
+def test_background_sources_run_on_the_pairs_after_the_scenarios(cli, bed, clean, tmp_path):
+    """One pair and a background source at half the bottleneck on average: the source runs
+    `xfer onoff` from s1 (deployed there) to a sink on r1, and the bottleneck carries both."""
+    out = tmp_path / "bg"
+    bg = {"level": 0.5, "mean_on": "0.2s", "mean_off": "0.2s"}
+    path = scenario(tmp_path, "bg", topology={"pairs": 1}, workload={"duration": "5s", "background": bg})
+    cli("run", path, "--backend", "ssh", "--inventory", bed.fast, "--out", out, "-q", check=True)
+    stats = json.loads((out / "run.json").read_text())["provenance"]["stats"]
+    (sent,), (received,) = stats["background_bytes"], stats["background_received_bytes"]
+    print(f"\nbackground: sent {sent / 1e6:.1f} MB, received {received / 1e6:.1f} MB")
+    # 100 Mbit/s while ON, half the time, for about 5 s: some 31 MB, less what the bottleneck dropped.
+    assert 10e6 < sent < 60e6 and 0.5 * sent < received <= sent, (sent, received)
+    assert stats["xfer_deployed"] == {"s1": stats["xfer_deployed"]["s1"], "r1": stats["xfer_deployed"]["s1"]}
+    link = pq.read_table(out / "trace" / "link.parquet").to_pandas()
+    flows = pq.read_table(out / "trace" / "flows.parquet").to_pandas()
+    carried = link[link["link"] == "bottleneck"]["bytes"].sum()
+    assert carried > flows["bytes"].sum() + 0.3 * sent  # the bottleneck carried the background too
+    assert_restored(bed)
+    r = cli("run", scenario(tmp_path, "bg2", workload={"background": bg}), "--backend", "ssh", "--inventory", bed.fast, "-q")
+    assert r.returncode == 2 and "the inventory needs 3 pairs (senders → receivers), it has 2" in r.stderr, r.stderr
+
+
 def test_a_transfer_signalled_by_another_s_end_starts_after_it_on_another_host(cli, bed, clean, tmp_path):
     """ViFi by signal on two pairs: s1's transfer waits for s0's to end. s1's clock is 3 s
     ahead, so a start read off the wrong clock would come 3 s early or late."""

@@ -6,6 +6,7 @@ mod client;
 mod fsinfo;
 mod journal;
 mod limiter;
+mod onoff;
 mod profile;
 mod proto;
 mod pull;
@@ -52,6 +53,41 @@ DEST: HOST:PORT:/path (relative to the server's --root), or HOST:PORT with --to-
 Pull: SRC = HOST:PORT:/path, DEST = a local file or '-' (stdout)."
     )]
     Send(SendArgs),
+    /// An unresponsive ON/OFF UDP source (background traffic), or with --sink the
+    /// receiver that discards its datagrams; prints its totals as JSON.
+    Onoff(OnoffArgs),
+}
+
+/// `xfer onoff`'s options (numbers in seconds and bit/s, as the backends give them).
+#[derive(clap::Args)]
+struct OnoffArgs {
+    /// Where to send (ADDR:PORT).
+    #[arg(long, required_unless_present = "sink")]
+    dst: Option<std::net::SocketAddr>,
+    /// Take datagrams on ADDR:PORT and count them instead of sending.
+    #[arg(long, conflicts_with = "dst")]
+    sink: Option<std::net::SocketAddr>,
+    /// Local address to send from.
+    #[arg(long)]
+    bind: Option<std::net::SocketAddr>,
+    /// Rate while ON, bit/s of IP packets.
+    #[arg(long, required_unless_present = "sink")]
+    rate: Option<f64>,
+    /// Mean ON period, s (exponential).
+    #[arg(long, default_value_t = 1.0)]
+    mean_on: f64,
+    /// Mean OFF period, s (exponential).
+    #[arg(long, default_value_t = 1.0)]
+    mean_off: f64,
+    /// UDP payload bytes per datagram.
+    #[arg(long, default_value_t = 1472)]
+    size: usize,
+    /// Seed of the periods' draws.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Stop after this many seconds (or at SIGTERM/SIGINT).
+    #[arg(long)]
+    duration: f64,
 }
 
 /// `xfer serve`'s options.
@@ -337,7 +373,35 @@ fn run() -> Result<()> {
     match Cli::parse().cmd {
         Cmd::Serve(a) => serve(a),
         Cmd::Send(a) => send(a),
+        Cmd::Onoff(a) => run_onoff(a),
     }
+}
+
+/// `xfer onoff`: the source (or the sink) until its end, then its totals on stdout.
+fn run_onoff(a: OnoffArgs) -> Result<()> {
+    let line = match (a.sink, a.dst) {
+        (Some(listen), _) => {
+            let (packets, bytes) = onoff::sink(listen, a.duration)?;
+            serde_json::json!({ "packets": packets, "bytes": bytes })
+        }
+        (None, Some(dst)) => {
+            let s = onoff::Source {
+                dst,
+                bind: a.bind,
+                rate_bps: a.rate.unwrap_or(0.0),
+                mean_on: a.mean_on,
+                mean_off: a.mean_off,
+                size: a.size,
+                seed: a.seed,
+                duration: a.duration,
+            };
+            let sent = s.run()?;
+            serde_json::json!({ "packets": sent.packets, "bytes": sent.bytes, "send_errors": sent.send_errors })
+        }
+        (None, None) => return Err(util::usage("--dst or --sink is needed")),
+    };
+    println!("{line}");
+    Ok(())
 }
 
 /// `xfer serve`: the options checked, then the daemon.

@@ -77,6 +77,10 @@ def delay_binary() -> str:
     return _binary("XFERLAB_DELAY", "xferlab-delay", "xferlab-delayline")
 
 
+#: Where background sources send (the discard port; the receiving host drops it without ICMP).
+DISCARD_PORT = 9
+
+
 def xfer_binary() -> str:
     """The transfer tool that moves volume-bound flows: $XFERLAB_XFER, ``xfer``, or the workspace build."""
     return _binary("XFERLAB_XFER", "xfer", "xfer")
@@ -360,7 +364,10 @@ def _run_locked(emu: dict, kernel: dict, binary: str, k: float, progress) -> _Me
         d.build()
         for j in range(len(background)):
             # The sink discards the datagrams without an ICMP reply.
-            host.sh(["iptables", "-w", "-A", "INPUT", "-p", "udp", "--dport", "9", "-j", "DROP"], ns=d.ns("b", first_bg + j))
+            host.sh(
+                ["iptables", "-w", "-A", "INPUT", "-p", "udp", "--dport", str(DISCARD_PORT), "-j", "DROP"],
+                ns=d.ns("b", first_bg + j),
+            )
         build_s = time.monotonic() - t_build
         return _emulate(d, flows, emu, kernel, binary, k, progress, workdir, procs, first_bg, build_s)
     finally:
@@ -656,12 +663,23 @@ def _signalled(pending: list[_Flow], waiting: list[_Flow], transfers: list[_Flow
 
 
 def _start_background(d, pair: int, source: dict, emu: dict, seed: int) -> subprocess.Popen:
-    """One unresponsive ON/OFF UDP source (:mod:`xferlab.netns.onoff`) from host a{pair} to b{pair}."""
+    """One unresponsive ON/OFF UDP source (``xfer onoff``) from host a{pair} to b{pair}'s
+    discard port."""
     horizon = (emu["end_s"] or max((f["start_s"] + (f["duration_s"] or 0)) for f in emu["flows"])) + 60
-    args = [sys.executable, "-m", "xferlab.netns.onoff", "--dst", d.addr("b", pair), "--rate", repr(source["rate_bps"])]
+    return _popen(
+        onoff_args(xfer_binary(), f"{d.addr('b', pair)}:{DISCARD_PORT}", source, emu["mtu"], seed, horizon),
+        d.ns("a", pair),
+        stdout=subprocess.PIPE,
+    )
+
+
+def onoff_args(xfer: str, dst: str, source: dict, mtu: int, seed: int, seconds: float) -> list[str]:
+    """The command of a background source (``workload.background``) sending MTU-sized IP
+    packets to ``dst`` (ADDR:PORT) for ``seconds`` at most; it prints its totals at its end or
+    at SIGTERM."""
+    args = [xfer, "onoff", "--dst", dst, "--rate", repr(source["rate_bps"])]
     args += ["--mean-on", repr(source["mean_on_s"]), "--mean-off", repr(source["mean_off_s"])]
-    args += ["--size", str(emu["mtu"] - 28), "--seed", str(seed), "--duration", repr(horizon)]
-    return _popen(args, d.ns("a", pair), stdout=subprocess.PIPE)
+    return args + ["--size", str(mtu - 28), "--seed", str(seed), "--duration", repr(seconds)]
 
 
 def _stop_background(procs: list[subprocess.Popen]) -> list[int]:

@@ -62,6 +62,9 @@ SIGNAL_POLL_S = 0.05
 IPERF3_MIN_INTERVAL = 0.1
 #: Pings of the idle path that give its RTT at calibration (the smallest).
 PINGS = 5
+#: Background sources and sinks are started to last this much past the scenario's end; the
+#: run stops them (SIGTERM: they print their totals) once the transfers are done.
+BACKGROUND_SLACK_S = 60
 #: What a link sample row's ``losses`` cannot tell on a real router (nothing drops at random there).
 NO_RANDOM_LOSS = 0
 
@@ -90,6 +93,23 @@ class _Flow:
 
 
 @dataclass
+class _Background:
+    """One ON/OFF source (``workload.background``) on a pair of its own: the inventory's pairs
+    after the scenario's. Its sink on the receiver takes the datagrams (no ICMP back)."""
+
+    index: int
+    source: dict
+    src: str
+    dst: str
+    dst_addr: str
+    port: int
+
+    @property
+    def name(self) -> str:
+        return f"bg{self.index}"
+
+
+@dataclass
 class _Measured:
     t0_ns: int = 0
     done: dict = field(default_factory=dict)  # flow name → (status, end host ns)
@@ -98,6 +118,7 @@ class _Measured:
     link: list = field(default_factory=list)  # (controller s from t0, {dev: counters})
     warnings: list[str] = field(default_factory=list)
     waiting: list = field(default_factory=list)  # flows waiting for another pair's end (start_after)
+    background: dict = field(default_factory=dict)  # source name → {"sent": its JSON, "received": its sink's}
     interval: float = 0.0  # the tools' report interval
     end_s: float = 0.0  # the scenario's end, for duration-bound clients
 
@@ -118,8 +139,12 @@ def _refuse_unsupported(r: dict, inv: Inventory) -> None:
     """What this backend does not run (yet), said before any host is touched."""
     if r["pairs"] > inv.pairs:
         raise BackendError(f"the scenario has {r['pairs']} pair(s), the inventory {inv.pairs} (senders → receivers)")
-    if r.get("background"):
-        raise BackendError("background ON/OFF sources (workload.background) are not run by the ssh backend yet")
+    n_bg = len(r.get("background") or [])
+    if r["pairs"] + n_bg > inv.pairs:
+        raise BackendError(
+            f"the scenario's {n_bg} background source(s) each run on a pair of their own, after its {r['pairs']} "
+            f"pair(s): the inventory needs {r['pairs'] + n_bg} pairs (senders → receivers), it has {inv.pairs}"
+        )
     if r.get("loss_rate"):
         raise BackendError("random loss (topology.loss_rate) is not emulated by the ssh backend: real paths lose what they lose")
     for f in r["flows"]:
@@ -172,7 +197,8 @@ class _Run:
         self.say = _say(progress)
         self.run_id = uuid.uuid4().hex[:8]
         self.flows = self._flows()
-        self.bed = hosts.Testbed(inv, inv.used(resolved["pairs"]), self.run_id, inv_path)
+        self.background = self._background()
+        self.bed = hosts.Testbed(inv, inv.used(resolved["pairs"] + len(self.background)), self.run_id, inv_path)
         self.step = "connect"
         self.facts: dict = {}
         self.offsets: dict[str, clock.Offset] = {}
@@ -196,6 +222,21 @@ class _Run:
             port = self.inv.options.base_port + f["flow_id"]
             out.append(_Flow(f, src, dst, self.inv.hosts[src].data, self.inv.hosts[dst].data, port, rtt))
         return out
+
+    def _background(self) -> list[_Background]:
+        """The background sources on pairs pairs, pairs + 1, …; their ports follow the
+        calibration's."""
+        out, k0 = [], self.r["pairs"]
+        for j, b in enumerate(self.r.get("background") or []):
+            a, z = self.inv.senders[k0 + j], self.inv.receivers[k0 + j]
+            port = self.inv.options.base_port + len(self.flows) + k0 + j
+            out.append(_Background(j, b, a, z, self.inv.hosts[z].data, port))
+        return out
+
+    def _xfer_hosts(self) -> set[str]:
+        """The hosts that run xfer: volume-bound flows' ends, background sources and sinks."""
+        hosts_ = {h for f in self.flows if f.tool == "xfer" for h in (f.src, f.dst)}
+        return hosts_ | {h for b in self.background for h in (b.src, b.dst)}
 
     # ------------------------------------------------------------------ the event loop
 
@@ -340,6 +381,9 @@ class _Run:
         for f in self.flows:
             runs[f.src].add(f.tool)
             runs[f.dst].add(f.tool)
+        for h in self._xfer_hosts():
+            runs[h].add("xfer")
+        background = {h for b in self.background for h in (b.src, b.dst)}
         for name, f in self.facts.items():
             need = set(facts.TOOLS) | ({"tc"} if name == router else set()) | ({"iperf3"} if name != router else set())
             missing = sorted(t for t in need if t not in f.tools)
@@ -348,7 +392,7 @@ class _Run:
                     f"{name}: {', '.join(missing)} not installed (Debian: apt-get install iproute2 iperf3 util-linux)"
                 )
             if "xfer" in runs[name]:
-                if "xfer" in f.tools:
+                if "xfer" in f.tools and name not in background:  # a source needs this build's `xfer onoff`
                     self.xfer[name] = f.tools["xfer"]
                 elif f.arch != platform.machine():
                     problems.append(
@@ -362,7 +406,7 @@ class _Run:
     # ------------------------------------------------------------------ configure, calibrate
 
     async def configure(self) -> None:
-        xfer_hosts = {f.src for f in self.flows if f.tool == "xfer"} | {f.dst for f in self.flows if f.tool == "xfer"}
+        xfer_hosts = self._xfer_hosts()
 
         async def one(name: str) -> None:
             await self.bed.configure(name, self.changes[name], ["xfer-root"] if name in xfer_hosts else [])
@@ -536,19 +580,24 @@ class _Run:
         for f in self.flows:
             by_dst.setdefault(f.dst, []).append(f)
         t = time.monotonic()
-        await hosts.together(*(self.bed.hosts[h].run("\n".join(self._servers(h, fs, interval))) for h, fs in by_dst.items()))
+        end_s = self._end_s()
+        servers = {h: self._servers(h, fs, interval) for h, fs in by_dst.items()}
+        for b in self.background:
+            servers.setdefault(b.dst, []).append(self._sink_command(b, end_s))
+        await hosts.together(*(self.bed.hosts[h].run("\n".join(cmds)) for h, cmds in servers.items()))
         await self._wait_listening({h: {f.port for f in fs} for h, fs in by_dst.items()})
         # Launching takes a command per host: the first start leaves room for a few of them
         # (a loaded controller or a slow link makes them slower).
         lead = max(LEAD_S, 3 * (time.monotonic() - t))
         m.t0_ns = time.time_ns() + int(lead * 1e9)
         by_src: dict[str, list[str]] = {}
-        end_s = self._end_s()
         m.interval, m.end_s = interval, end_s
         m.waiting = [f for f in self.flows if f.spec.get("start_after")]
         for f in self.flows:
             if f not in m.waiting:
                 by_src.setdefault(f.src, []).append(self._start_command(m, f))
+        for b in self.background:
+            by_src.setdefault(b.src, []).append(self._source_command(m, b))
         await hosts.together(
             self._start_sampler(m.t0_ns), *(self.bed.hosts[h].run("\n".join(cmds)) for h, cmds in by_src.items())
         )
@@ -567,6 +616,24 @@ class _Run:
         """The command that starts ``f``'s client at its start_s on its host's clock."""
         at = clock.host_time_ns(m.t0_ns, f.spec["start_s"], self.offsets[f.src])
         return launch.timed(self.bed.workdir(f.src), f.name, at, self._client(f, m.interval, m.end_s))
+
+    def _source_command(self, m: _Measured, b: _Background) -> str:
+        """A background source from t = 0 until stopped (the netns backend's command and seed)."""
+        at = clock.host_time_ns(m.t0_ns, 0.0, self.offsets[b.src])
+        dst, seconds = f"{_host(b.dst_addr)}:{b.port}", m.end_s + BACKGROUND_SLACK_S
+        tool = netns.onoff_args(self.xfer[b.src], dst, b.source, self.r["mtu"], self.r["seed"] + b.index, seconds)
+        return launch.timed(self.bed.workdir(b.src), b.name, at, tool)
+
+    def _sink_command(self, b: _Background, end_s: float) -> str:
+        tool = [
+            self.xfer[b.dst],
+            "onoff",
+            "--sink",
+            f"{_host(b.dst_addr)}:{b.port}",
+            "--duration",
+            repr(end_s + BACKGROUND_SLACK_S),
+        ]
+        return launch.timed(self.bed.workdir(b.dst), f"{b.name}-sink", None, tool)
 
     def _servers(self, h: str, flows: list[_Flow], interval: float) -> list[str]:
         return [launch.timed(self.bed.workdir(h), f"{f.name}-server", None, self._server(f, interval)) for f in flows]
@@ -655,6 +722,9 @@ class _Run:
             if f.name not in m.done:
                 groups.setdefault(f.src, []).append(f.name)
             groups.setdefault(f.dst, []).append(f"{f.name}-server")
+        for b in self.background:
+            groups.setdefault(b.src, []).append(b.name)
+            groups.setdefault(b.dst, []).append(f"{b.name}-sink")
         if self.inv.router is not None:
             groups.setdefault(self.inv.router.host, []).append("link")
 
@@ -692,6 +762,11 @@ class _Run:
             start = _read_text(src / f"{f.name}.start")
             if start.isdigit():
                 m.started[f.name] = int(start)
+        for b in self.background:
+            sent, got = _read_json(self.logs / b.src / f"{b.name}.out"), _read_json(self.logs / b.dst / f"{b.name}-sink.out")
+            if not sent:
+                m.warnings.append(f"background source {b.index} ({b.src} → {b.dst}) reported nothing (logs/{b.src}/{b.name}.err)")
+            m.background[b.name] = {"sent": sent or {}, "received": got or {}}
         if self.inv.router is not None:
             self._link_samples(m)
         self.say(f"collect: logs of {len(self.bed.names)} host(s) kept in the run folder (logs/)")
@@ -723,6 +798,8 @@ class _Run:
                     if path.startswith(self.bed.workdir(n))
                 },
                 "restored": dict(self.restored.undone) if self.restored else {},
+                "background_bytes": [int(v["sent"].get("bytes", 0)) for v in m.background.values()],
+                "background_received_bytes": [int(v["received"].get("bytes", 0)) for v in m.background.values()],
                 "steps_s": self.step_s,
             }
             provenance = Provenance(

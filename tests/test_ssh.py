@@ -10,6 +10,7 @@ start s1's flows on time anyway. Runs are a few seconds at 100 Mbit/s; the fault
 import asyncio
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -230,7 +231,7 @@ def test_an_unreachable_host_stops_the_run_before_anything_changes(cli, bed, cle
     inv = bed.write_inventory(tmp_path / "hosts.yaml", data)
     r = cli("run", scenario(tmp_path), "--backend", "ssh", "--inventory", inv, "-q")
     assert r.returncode == 2 and "Traceback" not in r.stderr
-    assert "r1 (root@10.250.3.1:2222): unreachable" in r.stderr and "nothing was changed on any host" in r.stderr
+    assert f"r1 (root@{bed.ctl('r1')}:2222): unreachable" in r.stderr and "nothing was changed on any host" in r.stderr
     assert_restored(bed)
     assert journals(bed) == []
 
@@ -284,7 +285,8 @@ def test_a_wrong_key_or_a_host_key_that_does_not_match_is_refused(bed, clean, tm
     data = bed.inventory()
     data["hosts"]["s0"]["key"] = str(other)
     with pytest.raises(
-        Refused, match=r"s0 \(root@10.250.0.1:22\): login refused for root with key .*other \(permission denied\)"
+        Refused,
+        match=rf"s0 \(root@{re.escape(bed.ctl('s0'))}:22\): login refused for root with key .*other \(permission denied\)",
     ):
         connect(data, tmp_path, "s0")
     # known_hosts that lists r0's key for s0's address: a host-key mismatch.
@@ -293,7 +295,7 @@ def test_a_wrong_key_or_a_host_key_that_does_not_match_is_refused(bed, clean, tm
     swapped.write_text(f"{bed.ctl('s0')} {lines[2].split(' ', 1)[1]}\n")
     data = bed.inventory()
     data["hosts"]["s0"]["known_hosts"] = str(swapped)
-    with pytest.raises(Refused, match=r"its host key SHA256:\S+ is not one .* lists for 10.250.0.1"):
+    with pytest.raises(Refused, match=rf"its host key SHA256:\S+ is not one .* lists for {re.escape(bed.ctl('s0'))}"):
         connect(data, tmp_path, "s0")
     # A pinned fingerprint: the right one logs in, another is refused.
     data = bed.inventory(pin="s0")
@@ -312,7 +314,7 @@ def test_a_host_that_dies_fails_the_run_and_the_others_are_restored(cli, bed, cl
     bed.kill_host("r1")  # its sshd, its sessions, its iperf3 server
     _, err = p.communicate(timeout=120)
     assert p.returncode == 2 and "Traceback" not in err, err
-    assert "error: run: r1 (root@10.250.3.1:22): the connection was lost" in err
+    assert f"error: run: r1 (root@{bed.ctl('r1')}:22): the connection was lost" in err
     assert "restored r0, rt, s0, s1" in err and "not restored: r1" in err and "xferlab cleanup --inventory" in err
     assert not (tmp_path / "dies").exists()
     assert_restored(bed, but=("r1",))

@@ -258,3 +258,38 @@ def test_the_backend_plans_a_bucket_on_the_sender_of_each_limited_flow(tmp_path,
     lim = r["flows"][0]["limiter"]
     assert needs["s0"].buckets == [plan.Bucket("10.0.0.2", 5201, lim["rate_bps"], lim["burst_bytes"], 1514, 1000)]
     assert needs["r0"].buckets == [] and lim["rate_bps"] == 30e6  # rate_limit counts qdisc frames
+
+
+@pytest.mark.parametrize("shell", ["sh", "bash"])
+def test_the_run_s_processes_are_found_signalled_and_killed_in_any_login_shell(tmp_path, shell):
+    """The commands the backend sends run in the host user's login shell: dash (/bin/sh on
+    Debian) refuses ``kill -TERM -- -PGID``, which once left every process running there. A
+    source started as the backend starts it stops at SIGTERM with its totals written; a
+    process that ignores TERM goes with the journal's KILL."""
+    if shutil.which(shell) is None:
+        pytest.skip(f"no {shell}")
+    w = str(tmp_path)
+
+    def run(cmd: str) -> str:
+        return subprocess.run([shell, "-c", cmd], capture_output=True, text=True, timeout=30).stdout
+
+    xfer = netns.xfer_binary()
+    src = {"rate_bps": 1e6, "mean_on_s": 1.0, "mean_off_s": 1.0}
+    run(launch.timed(w, "bg0", None, netns.onoff_args(xfer, "127.0.0.1:9", src, 1500, 1, 60)))
+    run(launch.timed(w, "deaf", None, ["sh", "-c", "trap '' TERM; sleep 60"]))
+    deadline = time.monotonic() + 10
+    while run(launch.alive(w, ["bg0", "deaf"])).split() != ["bg0", "deaf"]:
+        assert time.monotonic() < deadline, "the processes did not start"
+        time.sleep(0.05)
+    run(launch.signal_group(w, "bg0") + "; " + launch.signal_group(w, "deaf"))
+    deadline = time.monotonic() + 10
+    while "bg0" in run(launch.alive(w, ["bg0"])).split():
+        assert time.monotonic() < deadline, f"{shell}: SIGTERM did not stop the source"
+        time.sleep(0.05)
+    assert json.loads((tmp_path / "bg0.out").read_text())["packets"] >= 0
+    assert run(launch.alive(w, ["deaf"])).split() == ["deaf"]  # it ignores TERM
+    run(journal.stop_processes(w, "KILL"))
+    deadline = time.monotonic() + 10
+    while run(launch.alive(w, ["bg0", "deaf"])).split():
+        assert time.monotonic() < deadline, f"{shell}: the journal's KILL left a process"
+        time.sleep(0.05)

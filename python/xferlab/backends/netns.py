@@ -526,7 +526,18 @@ def _setup_rows(stats: dict, k: float, emu: dict) -> list[tuple[str, str]]:
                 f"p99 {d.get('late_p99_ms', 0):.3f} / max {d.get('late_max_ms', 0):.3f} ms",
             )
         )
+    if stats.get("background_bytes"):
+        rows.append(background_row(stats["background_bytes"]))
     return rows
+
+
+def background_row(sent: list[int], received: list[int] | None = None) -> tuple[str, str]:
+    """The setup row of the background sources: how many, and the bytes they sent (and
+    their sinks received, where there are sinks)."""
+    text = f"{len(sent)} ON/OFF UDP source(s) (xfer onoff): {sum(sent) / 1e6:.1f} MB sent"
+    if received is not None:
+        text += f", {sum(received) / 1e6:.1f} MB received"
+    return ("background", text)
 
 
 def _wait_listening(flows: list[_Flow], timeout: float = 10.0) -> None:

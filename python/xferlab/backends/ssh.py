@@ -607,7 +607,13 @@ class _Run:
                 f"the flows' commands reached their hosts {late:.2f} s after the first start time: the first flows started late"
             )
         self.step_s["lead"] = lead
-        self.say(f"run: {len(self.flows)} flow(s) launched on {', '.join(by_src)}, the first in {lead:.1f} s")
+        bg = (
+            f"; {len(self.background)} background source(s) on {', '.join(b.src for b in self.background)}"
+            if self.background
+            else ""
+        )
+        senders = ", ".join(dict.fromkeys(f.src for f in self.flows))
+        self.say(f"run: {len(self.flows)} flow(s) launched on {senders}, the first in {lead:.1f} s{bg}")
         await self._wait(m, end_s)
         await self._stop(m)
         return m
@@ -804,7 +810,7 @@ class _Run:
             }
             provenance = Provenance(
                 producer=NAME,
-                setup=self._setup_rows(errors),
+                setup=self._setup_rows(errors, stats),
                 warnings=self.warnings + m.warnings,
                 unknown=self._unknown(),
                 stats=stats,
@@ -893,7 +899,7 @@ class _Run:
             "per_flow": per_flow,
         }
 
-    def _setup_rows(self, errors: dict) -> list[tuple[str, str]]:
+    def _setup_rows(self, errors: dict, stats: dict) -> list[tuple[str, str]]:
         inv, rows = self.inv, []
         pairs = ", ".join(f"{inv.senders[k]} → {inv.receivers[k]}" for k in range(self.r["pairs"]))
         rows.append(("hosts", f"{pairs}" + (f"; router {inv.router.host}" if inv.router else "")))
@@ -919,6 +925,10 @@ class _Run:
             rows.append((f"calibration pair {k}", f"{c['goodput_mbps']:.1f} Mbit/s alone, {rtt}"))
         n = sum(len(cs) for cs in self.changes.values())
         rows.append(("host changes", f"{n} change(s) on {len(self.changes)} host(s), restored after the run"))
+        if self.background:
+            where = ", ".join(f"{b.src} → {b.dst}" for b in self.background)
+            name, text = netns.background_row(stats["background_bytes"], stats["background_received_bytes"])
+            rows.append((name, f"{text}; on {where}"))
         return rows
 
     def _unknown(self) -> dict[str, str]:

@@ -150,7 +150,7 @@ def stop_processes(workdir: str, signal: str = "TERM") -> str:
     w = shlex.quote(workdir)
     return (
         f'{{ for f in {w}/*.pid; do [ -f "$f" ] || continue; p=$(cat "$f"); '
-        f"if grep -qF {w} /proc/$p/cmdline 2>/dev/null; then kill -{signal} -- -$p 2>/dev/null; fi; done; true; }}"
+        f"if grep -qF {w} /proc/$p/cmdline 2>/dev/null; then kill -s {signal} -- -$p 2>/dev/null; fi; done; true; }}"
     )
 
 

@@ -31,11 +31,15 @@ def detached(workdir: str, name: str, body: str) -> str:
 
 
 def timed(workdir: str, name: str, at_ns: int | None, tool: list[str]) -> str:
-    """Starts ``tool`` at host time ``at_ns`` (None: now): its stdout in ``NAME.out``, stderr in ``NAME.err``."""
+    """Starts ``tool`` at host time ``at_ns`` (None: now): its stdout in ``NAME.out``, stderr in ``NAME.err``.
+
+    The group's leader outlives a SIGTERM to the group (the tool gets it and ends, or not):
+    it still writes ``NAME.rc``, never starts a tool it was waiting to start, and keeps the
+    group findable by its command line, so that a KILL reaches a tool that ignored the TERM."""
     wait = f"T={at_ns}; {_SLEEP_UNTIL}; " if at_ns is not None else ""
     body = (
-        f"{wait}date +%s%N > {name}.start; "
-        f"{' '.join(map(shlex.quote, tool))} > {name}.out 2> {name}.err; "
+        f"trap 'stopped=1' TERM; {wait}date +%s%N > {name}.start; "
+        f'{{ [ -z "${{stopped:-}}" ] && {" ".join(map(shlex.quote, tool))} > {name}.out 2> {name}.err; }}; '
         f'echo "$? $(date +%s%N)" > {name}.rc.tmp && mv {name}.rc.tmp {name}.rc'
     )
     return detached(workdir, name, body)
@@ -57,11 +61,13 @@ def parse_status(text: str) -> dict[str, tuple[int, int]]:
 
 
 def signal_group(workdir: str, name: str, sig: str = "TERM") -> str:
-    """Signals the process group ``name`` started (if it is still ours and alive)."""
+    """Signals the process group ``name`` started (if it is still ours and alive). The
+    ``kill -s SIG -- -PGID`` form is POSIX: dash, a common login shell, refuses ``kill -SIG --
+    -PGID`` ("Illegal number"), bash takes both."""
     w = shlex.quote(workdir)
     return (
         f"p=$(cat {w}/{name}.pid 2>/dev/null) && grep -qF {w} /proc/$p/cmdline 2>/dev/null "
-        f"&& kill -{sig} -- -$p 2>/dev/null; true"
+        f"&& kill -s {sig} -- -$p 2>/dev/null; true"
     )
 
 
@@ -72,7 +78,9 @@ LISTENING = "ss -Hltn 2>/dev/null | awk '{print $4}' | sed 's/.*://' | sort -u"
 def alive(workdir: str, names: list[str]) -> str:
     """Prints each of ``names`` whose process group still has a process."""
     w = shlex.quote(workdir)
-    return f"for n in {' '.join(names)}; do p=$(cat {w}/$n.pid 2>/dev/null) && kill -0 -- -$p 2>/dev/null && echo $n; done; true"
+    return (
+        f"for n in {' '.join(names)}; do p=$(cat {w}/$n.pid 2>/dev/null) && kill -s 0 -- -$p 2>/dev/null && echo $n; done; true"
+    )
 
 
 def parse_ports(text: str) -> set[int]:

@@ -172,18 +172,28 @@ def sim_trace(
 
 
 def run_sim(
-    case: Case, kind: str, duration_s: float = DURATION_S, seed: int | None = None, plain: bool = False, noise: bool = True
+    case: Case,
+    kind: str,
+    duration_s: float = DURATION_S,
+    seed: int | None = None,
+    plain: bool = False,
+    noise: bool = True,
+    starts_s: list[float] | None = None,
 ) -> dict:
-    """The simulator's side, summarised as a backend's run is (see sim_trace)."""
+    """The simulator's side, summarised as a backend's run is (see sim_trace). ``starts_s``:
+    each flow's start, as the kernel's flows started (kernel_starts); with one flow the
+    scenario's start is kept."""
     t0 = time.perf_counter()
-    trace = sim_trace(case, kind, duration_s, seed, plain, noise)
+    starts_ns = [round(x * 1e9) for x in starts_s] if starts_s and len(starts_s) > 1 else None
+    trace = sim_trace(case, kind, duration_s, seed, plain, noise, starts_ns)
     stats = {"wall_s": time.perf_counter() - t0, **trace.provenance.stats}
     m = metrics.compute(trace)
-    return summarize(m, stats, sim_samples(trace) if kind == "duration" else None)
+    out = summarize(m, stats, sim_samples(trace) if kind == "duration" else None)
+    return out | {"starts_s": starts_s if starts_ns is not None else None}
 
 
-def run_sim_plain(case: Case, kind: str) -> dict:
-    return run_sim(case, kind, plain=True)
+def run_sim_plain(case: Case, kind: str, starts_s: list[float] | None = None) -> dict:
+    return run_sim(case, kind, plain=True, starts_s=starts_s)
 
 
 #: The emulation needs the machine to itself (2 cores here): a netns run waits until the
@@ -204,23 +214,23 @@ def run_netns(case: Case, kind: str, duration_s: float = DURATION_S, samples_dir
     beside the results, or elsewhere for a diagnostic run that must not replace them)."""
     samples_dir.mkdir(parents=True, exist_ok=True)
     csv = samples_dir / f".samples-{os.getpid()}.csv"
-    sampler = None
-    if kind == "duration":
-        cmd = [sys.executable, str(ROOT / "benches/fidelity_tcpinfo.py"), "--out", str(csv), "--interval", str(SAMPLE_S)]
-        sampler = subprocess.Popen(cmd)
+    cmd = [sys.executable, str(ROOT / "benches/fidelity_tcpinfo.py"), "--out", str(csv), "--interval", str(SAMPLE_S)]
+    if kind == "volume":  # only the starts: the sampler's CPU is taken from the emulation
+        cmd += ["--until-started", str(case.flows)]
+    sampler = subprocess.Popen(cmd)
     load = wait_for_quiet()
     try:
         m, _, stats = _run(case.scenario(kind, duration_s), "netns")
     finally:
         t_end = time.monotonic_ns()
-        if sampler is not None:
-            sampler.send_signal(signal.SIGTERM)
-            sampler.wait(timeout=10)
-    samples = netns_samples(csv, case.flows, t_end) if sampler is not None else None
+        sampler.send_signal(signal.SIGTERM)
+        sampler.wait(timeout=10)
+    samples = netns_samples(csv, case.flows, t_end)
     csv.unlink(missing_ok=True)
-    if samples is not None:
+    if samples is not None and kind == "duration":
         samples.to_parquet(samples_dir / f"{case.key.replace(':', '_')}-netns-samples.parquet")
-    out = summarize(m, stats, samples)
+    out = summarize(m, stats, samples if kind == "duration" else None)
+    out["starts_s"] = kernel_starts(samples, case.flows)
     out["load"] = [load, os.getloadavg()[0]]
     late = (stats.get("delay_line") or {}).get("queues", {})
     out["late_mean_ms"] = max((q.get("late_mean_ms") or 0.0 for q in late.values()), default=None)
@@ -243,8 +253,9 @@ def sim_samples(trace: Trace) -> pd.DataFrame:
 
 def netns_samples(csv: Path, n_flows: int, t_end: int) -> pd.DataFrame | None:
     """The sampler's rows for each sender's data connection (its busiest socket), time from
-    its first data segment. Of the emulations the sampler saw, ours is the one whose
-    namespaces (`xl-<run>-a<k>`) were seen last before our run ended."""
+    its first data segment (`start_s`: when that was, from the first flow's). Of the
+    emulations the sampler saw, ours is the one whose namespaces (`xl-<run>-a<k>`) were seen
+    last before our run ended."""
     if not csv.exists():
         return None
     df = pd.read_csv(csv)
@@ -267,6 +278,7 @@ def netns_samples(csv: Path, n_flows: int, t_end: int) -> pd.DataFrame | None:
                 {
                     "t": t.to_numpy(),
                     "flow": k,
+                    "start_ns": d["t_ns"].iloc[0],
                     "cwnd": d["cwnd"].to_numpy(),
                     "ss_done": (d["ssthresh"] < 0x7FFFFFFF).to_numpy(),
                     "retransmissions": d["total_retrans"].to_numpy(),
@@ -282,7 +294,23 @@ def netns_samples(csv: Path, n_flows: int, t_end: int) -> pd.DataFrame | None:
                 }
             )
         )
-    return pd.concat(out, ignore_index=True) if out else None
+    if not out:
+        return None
+    df = pd.concat(out, ignore_index=True)
+    start_ns = df.pop("start_ns")
+    df["start_s"] = (start_ns - start_ns.min()) / 1e9
+    return df
+
+
+def kernel_starts(samples: pd.DataFrame | None, n_flows: int) -> list[float] | None:
+    """Each kernel flow's first data sample, in seconds after the first flow's: iperf3 and
+    xfer start their data a few round trips after their launch, and each launch is a process
+    start on a busy 2-core host, so the kernel's flows do not start within the scenario's
+    1 ms jitter. Known to the sampling interval (2 ms), or None when a flow was not seen."""
+    if samples is None or "start_s" not in samples or samples["flow"].nunique() != n_flows:
+        return None
+    first = samples.groupby("flow")["start_s"].first().sort_index()
+    return [round(float(x), 6) for x in first]
 
 
 def slow_start_exit(s: pd.DataFrame) -> tuple[float, float] | None:
@@ -389,19 +417,33 @@ def verdict(sim: dict, net: dict) -> dict:
     }
 
 
-def _stored(case: Case, backend: str, run, force: bool) -> dict:
+def _stored(case: Case, backend: str, run, force: bool, starts: dict | None = None) -> dict:
     """One backend's results for a case (duration and volume runs), stored apart so that a
-    change to the simulator reruns only the simulator."""
+    change to the simulator reruns only the simulator. ``starts``: the kernel's flow starts
+    per kind, which a simulator's run takes; a stored run made with other starts (or before
+    the kernel's were known) is made again."""
     path = RESULTS / f"{case.key.replace(':', '_')}-{backend}.json"
+    want = {kind: (starts or {}).get(kind) for kind in ("duration", "volume")}
     if path.exists() and not force:
-        return json.loads(path.read_text())
-    res = {kind: run(case, kind) for kind in ("duration", "volume")}
+        res = json.loads(path.read_text())
+        if starts is None or all(res[kind].get("starts_s") == want[kind] for kind in want):
+            return res
+    res = {kind: run(case, kind) if starts is None else run(case, kind, starts_s=want[kind]) for kind in want}
     RESULTS.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(res))
     return res
 
 
-RUNNERS = {"sim": run_sim, "simplain": run_sim_plain, "netns": run_netns}
+#: The kernel's side first: the simulators' runs take its flows' starts.
+RUNNERS = {"netns": run_netns, "sim": run_sim, "simplain": run_sim_plain}
+
+
+def _starts(res: dict, n_flows: int) -> dict | None:
+    """The kernel's flow starts per kind, for the simulators (None: one flow, or the kernel's
+    run is not stored)."""
+    if n_flows == 1 or "netns_duration" not in res:
+        return None
+    return {kind: res[f"netns_{kind}"].get("starts_s") for kind in ("duration", "volume")}
 
 
 def run_case(case: Case, force: frozenset = frozenset(), backends_: tuple = tuple(RUNNERS)) -> dict | None:
@@ -413,7 +455,11 @@ def run_case(case: Case, force: frozenset = frozenset(), backends_: tuple = tupl
         if name not in backends_ and not path.exists():
             missing |= name != "simplain"
             continue
-        got = _stored(case, name, run, name in force and name in backends_)
+        starts = None if name == "netns" else _starts(res, case.flows)
+        if name not in backends_:  # shown as stored, even if made with other starts
+            got = json.loads(path.read_text())
+        else:
+            got = _stored(case, name, run, name in force, starts)
         samples = RESULTS / f"{case.key.replace(':', '_')}-{name}-samples.parquet"
         if samples.exists():  # the table's reading of the samples may be newer than the run
             got["duration"] |= sample_fields(pd.read_parquet(samples))
@@ -442,7 +488,7 @@ def row(res: dict) -> tuple[str, dict]:
         v,
         f"{rtt} ms",
         buf.replace("bdp", ""),
-        n,
+        f"{n} ({spread * 1e3:.0f} ms)" if (spread := start_spread(nd)) is not None else n,
         _pair(sd["goodput_mbps"], nd["goodput_mbps"]),
         _pair(sd["jain"], nd["jain"], "{:.3f}"),
         _pair(sd["cov"], nd["cov"], "{:.2f}"),
@@ -457,8 +503,15 @@ def row(res: dict) -> tuple[str, dict]:
     return "| " + " | ".join(str(c) for c in cells) + " |", ok
 
 
+def start_spread(r: dict) -> float | None:
+    """How far apart (s) the kernel's flows started, if more than one and it was recorded."""
+    starts = r.get("starts_s")
+    return max(starts) - min(starts) if starts and len(starts) > 1 else None
+
+
 HEADER = [
-    "| variant | RTT | B (BDP) | flows | goodput, sim / netns (Mbit/s) | Jain | CoV | ssthresh at slow-start exit (time) "
+    "| variant | RTT | B (BDP) | flows (starts over) | goodput, sim / netns (Mbit/s) | Jain | CoV "
+    "| ssthresh at slow-start exit (time) "
     "| first loss (s) | retx/drops, sim · netns | completion (s) | cwnd distance | load | misses |",
     "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
 ]

@@ -15,7 +15,8 @@ connection table: about 170 µs of CPU per namespace and sample here, a third of
 2 ms with 4 namespaces, taken from the emulation it measures (the matrix of VALIDATION.md
 §6b ran so). ``--discover S`` dumps every S seconds and reads the sockets found by lookup
 in between (7 µs each; xferlab.netns.tcpdiag), at the price of up to S seconds unseen after
-a socket opens.
+a socket opens. ``--until-started K`` stops once K namespaces have a transfer under way,
+for a run that only wants to know when its flows started.
 """
 
 from __future__ import annotations
@@ -29,6 +30,9 @@ import time
 
 from xferlab.netns.tcpdiag import FIELDS, TcpDiag
 
+#: A socket that has sent this many data segments is a transfer's, not a control connection's.
+STARTED_SEGS = 100
+
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -37,7 +41,16 @@ def main() -> int:
     ap.add_argument("--pattern", default="xl-*-a*")
     ap.add_argument("--max-seconds", type=float, default=3600.0)
     ap.add_argument("--discover", type=float, default=0.0, help="seconds between dumps (0: every sample)")
+    ap.add_argument(
+        "--until-started",
+        type=int,
+        default=0,
+        metavar="K",
+        help="stop once K namespaces each hold a socket that has sent STARTED_SEGS segments (only the flows' starts are wanted)",
+    )
     args = ap.parse_args()
+    segs_at = FIELDS.index("data_segs_out")
+    started: set[str] = set()
     stop = []
     signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
     socks: dict[str, TcpDiag] = {}
@@ -63,6 +76,10 @@ def main() -> int:
                     continue
                 for row in rows:
                     out.write(f"{t},{ns}," + ",".join(str(v) for v in row) + "\n")
+                    if row[segs_at] >= STARTED_SEGS:
+                        started.add(ns)
+            if args.until_started and len(started) >= args.until_started:
+                break
             time.sleep(args.interval)
     return 0
 

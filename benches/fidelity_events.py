@@ -7,8 +7,9 @@ For each case of benches/fidelity.py whose kernel samples are stored
 simulator's side of the duration run again with the same sampling and prints, simulator /
 kernel: how many congestion events the flows entered (Recovery or Loss), the median cwnd
 just before one (all of them, then without each flow's first, its exit from slow start),
-and the median backoff (the ssthresh set over that cwnd). Nothing runs on
-the kernel; nothing is written.
+and the median backoff (the ssthresh set over that cwnd). The simulator's flows start as the
+kernel's did where the matrix measured it (fidelity.kernel_starts). Nothing runs on the
+kernel; nothing is written.
 
 Both sides number the congestion states as Linux does (the Trace contract: 3 Recovery, 4 Loss).
 """
@@ -57,11 +58,18 @@ def events(samples: pd.DataFrame) -> tuple[int, float, float, float]:
     return count, med(windows), med(later), med(betas)
 
 
-def sim_run(case: fidelity.Case, starts_s: list[float] | None = None) -> Trace:
+def sim_run(case: fidelity.Case, starts_s: list[float] | None = None, first_ns: int = 0) -> Trace:
     """The simulator's duration run of ``case`` as fidelity.run_sim makes it (``starts_s``:
-    the flows' starts instead, the first at FIRST_START_NS)."""
-    starts = None if starts_s is None else [int(s * 1e9) + FIRST_START_NS for s in starts_s]
+    the flows' starts instead, shifted by ``first_ns``)."""
+    starts = None if starts_s is None else [round(s * 1e9) + first_ns for s in starts_s]
     return fidelity.sim_trace(case, "duration", starts_ns=starts)
+
+
+def measured_starts(res: dict, kind: str) -> list[float] | None:
+    """The kernel's flow starts of a stored case's run, as the matrix gives them to the
+    simulator (None with one flow, or where they were not recorded)."""
+    starts = res[f"netns_{kind}"].get("starts_s")
+    return starts if starts and len(starts) > 1 else None
 
 
 def samples(trace: Trace) -> pd.DataFrame:
@@ -92,7 +100,7 @@ def starts_table(cases: list[fidelity.Case]) -> None:
         last = max(t for _, t in kernel)
         starts = [last - t for _, t in kernel]
         mean = lambda exits: np.mean([s for s, _ in exits])  # noqa: E731
-        plain, moved = sim_run(case), sim_run(case, starts)
+        plain, moved = sim_run(case), sim_run(case, starts, FIRST_START_NS)
         exits = [mean(e) for e in (kernel, first_exits(samples(plain)), first_exits(samples(moved)))]
         stored_jain = json.loads((fidelity.RESULTS / f"{case.key.replace(':', '_')}-netns.json").read_text())["duration"]["jain"]
         jain = [stored_jain] + [metrics.compute(t)["jain_index"] for t in (plain, moved)]
@@ -109,7 +117,9 @@ def seeds_table(cases: list[fidelity.Case], seeds: int) -> None:
         net = {**res["netns_duration"], "makespan_s": res["netns_volume"]["makespan_s"]}
         marks = []
         for k in range(seeds):
-            sd, sv = (fidelity.run_sim(case, kind, seed=k + 1) for kind in ("duration", "volume"))
+            sd, sv = (
+                fidelity.run_sim(case, kind, seed=k + 1, starts_s=measured_starts(res, kind)) for kind in ("duration", "volume")
+            )
             ok = fidelity.verdict({**sd, "makespan_s": sv["makespan_s"]}, net)
             good = all(g is not False for g in ok.values())
             passing[k] += good
@@ -140,7 +150,9 @@ def main() -> None:
         if not stored.exists():
             continue
         kernel = pd.read_parquet(stored)
-        a, b = events(samples(sim_run(case))), events(kernel)
+        res = fidelity.run_case(case, backends_=())
+        starts = measured_starts(res, "duration") if res else None
+        a, b = events(samples(sim_run(case, starts))), events(kernel)
         void = " (kernel run void)" if fidelity.broken_window(kernel) is not None else ""
         cells = [f"{a[0]} / {b[0]}", f"{a[1]:.0f} / {b[1]:.0f}", f"{a[2]:.0f} / {b[2]:.0f}", f"{a[3]:.3f} / {b[3]:.3f}"]
         print(f"| {case.key}{void} | " + " | ".join(cells) + " |", flush=True)

@@ -12,7 +12,10 @@ at 1 Gbit/s into a 300 Mbit/s bottleneck (what this host emulates without dilati
 Each case is a 30 s duration run (slow start, losses, goodput, fairness) and a volume run
 (300 MB split over the pairs: completion time), on both backends. The senders' cwnd on
 netns comes from benches/fidelity_tcpinfo.py (TCP_INFO every 2 ms; iperf3 reports every
-0.1 s at best), the simulator's from its tcp table at the same step. Results are stored per
+0.1 s at best), the simulator's from its tcp table at the same step. The kernel's flows do
+not start within the scenario's 1 ms jitter (each is a process launched on a busy host, a
+few round trips of setup before its data): the sampler measures when each flow's data
+starts, and the simulator's runs of a multi-flow case start their flows so. Results are stored per
 case and backend in results/fidelity/ (a rerun skips stored ones unless --force sim|netns;
 --backend sim reruns only the simulator's side) and the table goes
 into VALIDATION.md between `<!-- table:fidelity -->` markers.

@@ -43,6 +43,7 @@ sys.path.insert(0, str(ROOT / "benches"))
 
 from xferlab import backends, metrics, scenario  # noqa: E402
 from xferlab.backends import sim as sim_backend  # noqa: E402
+from xferlab.backends.base import BackendError  # noqa: E402
 from xferlab.netns import bpfcc, topology  # noqa: E402
 from xferlab.trace import Trace  # noqa: E402
 
@@ -431,7 +432,11 @@ def _stored(case: Case, backend: str, run, force: bool, starts: dict | None = No
         res = json.loads(path.read_text())
         if starts is None or all(res[kind].get("starts_s") == want[kind] for kind in want):
             return res
-    res = {kind: run(case, kind) if starts is None else run(case, kind, starts_s=want[kind]) for kind in want}
+    try:
+        res = {kind: run(case, kind) if starts is None else run(case, kind, starts_s=want[kind]) for kind in want}
+    except BackendError as e:  # the netns backend refuses a case whose every attempt was void
+        res = {"failed": str(e)}
+        (RESULTS / f"{case.key.replace(':', '_')}-{backend}-samples.parquet").unlink(missing_ok=True)
     RESULTS.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(res))
     return res
@@ -463,6 +468,9 @@ def run_case(case: Case, force: frozenset = frozenset(), backends_: tuple = tupl
             got = json.loads(path.read_text())
         else:
             got = _stored(case, name, run, name in force, starts)
+        if "failed" in got:
+            res["failed"] = got["failed"]
+            continue
         samples = RESULTS / f"{case.key.replace(':', '_')}-{name}-samples.parquet"
         if samples.exists():  # the table's reading of the samples may be newer than the run
             got["duration"] |= sample_fields(pd.read_parquet(samples))
@@ -542,16 +550,24 @@ def tally(oks: list[dict]) -> str:
 
 def table(results: list[dict]) -> str:
     lines = list(HEADER)
-    for res in results:
+    failed = [r for r in results if "failed" in r]
+    ran = [r for r in results if r not in failed]
+    for res in ran:
         lines.append(row(res)[0])
-    void = [r for r in results if r["netns_duration"].get("broken") is not None]
-    valid = [r for r in results if r not in void]
+    void = [r for r in ran if r["netns_duration"].get("broken") is not None]
+    valid = [r for r in ran if r not in void]
     lines += ["", tally([verdicts(r) for r in valid]) + "."]
     if void:
         lines += [
             "",
             f"{len(void)} cases are left out: their kernel run set an ssthresh no congestion control can "
             "give (" + ", ".join(r["case"] for r in void) + ").",
+        ]
+    if failed:
+        lines += [
+            "",
+            f"{len(failed)} cases have no kernel run: every attempt the netns backend made was void "
+            "(" + "; ".join(f"{r['case']}: {r['failed'].split(', a known defect')[0]}" for r in failed) + ").",
         ]
     plain = [verdicts(r, "simplain") for r in valid if "simplain_duration" in r]
     if plain:
@@ -626,7 +642,7 @@ def main() -> int:
         if res is None:
             continue
         results.append(res)
-        line, _ = row(res)
+        line = f"| {res['case']} | kernel: {res['failed']}" if "failed" in res else row(res)[0]
         print(f"[{k}/{len(cases)}] {time.perf_counter() - t0:.0f} s {line}", flush=True)
     text = table(results)
     print(text)

@@ -112,7 +112,7 @@ def seeds_table(cases: list[fidelity.Case], seeds: int) -> None:
     passing, per_case = [0] * seeds, []
     for case in cases:
         res = fidelity.run_case(case, backends_=())
-        if res is None or res["netns_duration"].get("broken") is not None:
+        if res is None or "failed" in res or res["netns_duration"].get("broken") is not None:
             continue  # no stored kernel run, or a void one
         net = {**res["netns_duration"], "makespan_s": res["netns_volume"]["makespan_s"]}
         marks = []
@@ -151,7 +151,7 @@ def main() -> None:
             continue
         kernel = pd.read_parquet(stored)
         res = fidelity.run_case(case, backends_=())
-        starts = measured_starts(res, "duration") if res else None
+        starts = measured_starts(res, "duration") if res and "failed" not in res else None
         a, b = events(samples(sim_run(case, starts))), events(kernel)
         void = " (kernel run void)" if fidelity.broken_window(kernel) is not None else ""
         cells = [f"{a[0]} / {b[0]}", f"{a[1]:.0f} / {b[1]:.0f}", f"{a[2]:.0f} / {b[2]:.0f}", f"{a[3]:.3f} / {b[3]:.3f}"]

@@ -6,6 +6,7 @@ netns backend (this host's kernel), compared metric by metric.
     .venv/bin/python benches/fidelity.py --render              # rewrite the table from stored results
     .venv/bin/python benches/fidelity.py --backend sim --force sim   # the simulator's side again
     .venv/bin/python benches/fidelity.py --dispersion          # run-to-run spread, 10 repetitions each
+    .venv/bin/python benches/fidelity.py --repeat-of DIR       # the stored kernel runs judged against DIR's
 
 The matrix: 7 variants × RTT 10, 50, 200 ms × buffer 0.2 and 1 BDP × 1 and 4 flows, hosts
 at 1 Gbit/s into a 300 Mbit/s bottleneck (what this host emulates without dilation).
@@ -544,7 +545,7 @@ def tally(oks: list[dict]) -> str:
         passed += all(g is not False for g in ok.values())
     names = {"goodput": "goodput ±5 %", "jain": "Jain ±0.05", "ss_exit": "slow-start exit ±20 %"}
     names |= {"completion": "completion ±5 %", "retx": "sim retransmissions ≤ 1.1 × drops"}
-    summary = "; ".join(f"{names[k]}: {a}/{b}" for k, (a, b) in counts.items())
+    summary = "; ".join(f"{names[k]}: {a}/{b}" for k, (a, b) in counts.items() if b)
     return f"**{passed} of {len(oks)} cases hold every tolerance** ({summary})"
 
 
@@ -585,6 +586,40 @@ def write(name: str, text: str) -> None:
     validate.write(name, text)
 
 
+# --------------------------------------------------------------------------- the kernel against itself
+
+
+def kernel_run(results: Path, case: Case) -> dict | None:
+    """A case's stored kernel side in ``results`` (duration fields read from its samples), or
+    None if it is missing, failed, or void."""
+    path = results / f"{case.key.replace(':', '_')}-netns.json"
+    if not path.exists() or "failed" in (got := json.loads(path.read_text())):
+        return None
+    samples = results / f"{case.key.replace(':', '_')}-netns-samples.parquet"
+    if samples.exists():
+        got["duration"] |= sample_fields(pd.read_parquet(samples))
+    if got["duration"].get("broken") is not None:
+        return None
+    return {**got["duration"], "makespan_s": got["volume"]["makespan_s"]}
+
+
+def repeatability(other: Path, cases: list[Case]) -> str:
+    """The tolerances applied to two kernel runs of each case: this matrix's and an earlier
+    one's (stored in ``other``). What a single run of the kernel reproduces of itself bounds
+    what a simulator judged against a single run can be seen to match."""
+    oks, misses = [], []
+    for case in cases:
+        a, b = kernel_run(RESULTS, case), kernel_run(other, case)
+        if a is None or b is None:
+            continue
+        ok = verdict(a, b) | {"retx": None}  # the simulator's own check: not a comparison
+        oks.append(ok)
+        if bad := [k for k, good in ok.items() if good is False]:
+            misses.append(f"{case.key} ({', '.join(bad)})")
+    text = tally(oks).replace("cases hold", "cases' two kernel runs hold")
+    return text + ".\n\nThe cases whose two kernel runs differ beyond a tolerance: " + "; ".join(misses) + "."
+
+
 # --------------------------------------------------------------------------- dispersion
 
 
@@ -622,8 +657,15 @@ def main() -> int:
     ap.add_argument("--dispersion", action="append", default=[], help="a case key: repetitions of its volume run")
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--max-load", type=float, default=3.0, help="wait for a load average below this")
+    ap.add_argument("--repeat-of", type=Path, metavar="DIR", help="judge the stored kernel runs against those in DIR")
     args = ap.parse_args()
     globals()["MAX_LOAD"] = args.max_load
+    if args.repeat_of:
+        text = repeatability(args.repeat_of, select(matrix(), args.only))
+        print(text)
+        if not args.no_write and not args.only:
+            write("fidelity_repeat", text)
+        return 0
     if args.dispersion:
         for key in args.dispersion:
             v, rtt, buf, n = key.split(":")

@@ -71,7 +71,7 @@ pub struct TcpTable {
     pub in_flight: Vec<u32>,
     /// Cumulative retransmitted segments.
     pub retransmissions: Vec<u64>,
-    /// 0 open, 1 fast recovery, 2 loss (after a timeout).
+    /// Linux's numbering (`tcp_ca_state`): 0 open, 3 fast recovery, 4 loss (after a timeout).
     pub ca_state: Vec<u8>,
 }
 

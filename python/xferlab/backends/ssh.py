@@ -233,10 +233,13 @@ class _Run:
             out.append(_Background(j, b, a, z, self.inv.hosts[z].data, port))
         return out
 
+    def _background_hosts(self) -> set[str]:
+        """The background sources' and sinks' hosts."""
+        return {h for b in self.background for h in (b.src, b.dst)}
+
     def _xfer_hosts(self) -> set[str]:
         """The hosts that run xfer: volume-bound flows' ends, background sources and sinks."""
-        hosts_ = {h for f in self.flows if f.tool == "xfer" for h in (f.src, f.dst)}
-        return hosts_ | {h for b in self.background for h in (b.src, b.dst)}
+        return {h for f in self.flows if f.tool == "xfer" for h in (f.src, f.dst)} | self._background_hosts()
 
     # ------------------------------------------------------------------ the event loop
 
@@ -324,6 +327,7 @@ class _Run:
             r["bottleneck_rate_bps"], rtt, r["buffer_packets"], r["mtu"], r["window_cap_packets"], r["mss"]
         )
         rto_ms = max(1, round(r["rto_min_s"] * 1000))
+        frame = constants.qdisc_frame(r["mtu"])
         needs = {
             n: plan.Needs(initial_cwnd=r["initial_cwnd"], rto_min_ms=rto_ms, quickack=not r["delayed_ack"])
             for n in self.bed.names
@@ -339,7 +343,6 @@ class _Run:
                     n.peers.append(peer)
             lim = f.spec.get("limiter") or {}
             if lim.get("kind") == "token_bucket":
-                frame = constants.qdisc_frame(r["mtu"])
                 b = plan.Bucket(f.dst_addr, f.port, lim["rate_bps"], lim["burst_bytes"], frame, topology.ACCESS_QUEUE)
                 src.buckets.append(b)
         if self.inv.router is not None:
@@ -383,7 +386,7 @@ class _Run:
             runs[f.dst].add(f.tool)
         for h in self._xfer_hosts():
             runs[h].add("xfer")
-        background = {h for b in self.background for h in (b.src, b.dst)}
+        background = self._background_hosts()
         for name, f in self.facts.items():
             need = set(facts.TOOLS) | ({"tc"} if name == router else set()) | ({"iperf3"} if name != router else set())
             missing = sorted(t for t in need if t not in f.tools)

@@ -567,7 +567,7 @@ def table(results: list[dict]) -> str:
     if failed:
         lines += [
             "",
-            f"{len(failed)} cases have no kernel run: every attempt the netns backend made was void "
+            f"No kernel run in {len(failed)} of the cases: every attempt the netns backend made was void "
             "(" + "; ".join(f"{r['case']}: {r['failed'].split(', a known defect')[0]}" for r in failed) + ").",
         ]
     plain = [verdicts(r, "simplain") for r in valid if "simplain_duration" in r]

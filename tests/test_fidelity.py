@@ -174,11 +174,11 @@ def test_a_case_whose_kernel_attempts_were_all_void_is_listed_not_fatal(monkeypa
 def test_the_simulator_is_judged_against_the_kernel_s_range_when_it_has_two_runs():
     run = lambda g, j, ss, done: {"goodput_mbps": g, "jain": j, "ss_ssthresh": ss, "makespan_s": done}  # noqa: E731
     kernel = [run(200.0, 0.90, 100.0, 10.0), run(260.0, 0.99, 200.0, 14.0)]
-    sim = run(230.0, 0.60, 150.0, 15.0) | {"retransmissions": 10, "drops": 10}
+    sim = run(230.0, 0.60, 150.0, 14.5) | {"retransmissions": 10, "drops": 10}
     ok = fidelity.within_range(sim, kernel)
     # Between the two runs: 230 Mbit/s and an exit of 150 (±5 % and ±20 % of neither).
     assert ok["goodput"] and ok["ss_exit"]
-    # Below both runs' Jain by more than 0.05; 15 s is within 5 % of 14 s.
+    # Below both runs' Jain by more than 0.05; 14.5 s is within 5 % of 14 s.
     assert ok["jain"] is False and ok["completion"] is True
     assert ok["retx"] is True
     # Against either run alone the goodput and the exit miss.

@@ -131,12 +131,33 @@ def seeds_table(cases: list[fidelity.Case], seeds: int) -> None:
     print(f"with every seed: {every}; with some seed: {some}; it depends on the seed: {some - every}")
 
 
+def starts_effect(cases: list[fidelity.Case]) -> None:
+    """The tally of the multi-flow cases with the simulator's flows started as the scenario
+    says (1 ms jitter) and as the kernel's started (what the matrix does), against the same
+    stored kernel runs."""
+    scenario_starts, kernel_starts = [], []
+    for case in cases:
+        res = fidelity.run_case(case, backends_=())
+        if case.flows == 1 or res is None or "failed" in res or res["netns_duration"].get("broken") is not None:
+            continue
+        net = {**res["netns_duration"], "makespan_s": res["netns_volume"]["makespan_s"]}
+        sd, sv = (fidelity.run_sim(case, kind) for kind in ("duration", "volume"))
+        scenario_starts.append(fidelity.verdict({**sd, "makespan_s": sv["makespan_s"]}, net))
+        kernel_starts.append(fidelity.verdicts(res))
+    print("the scenario's starts:", fidelity.tally(scenario_starts))
+    print("the kernel's starts:  ", fidelity.tally(kernel_starts))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("patterns", nargs="*", help="case keys or prefixes (default: every stored case)")
     ap.add_argument("--starts", action="store_true", help="the slow-start exits with the kernel's inferred starts")
     ap.add_argument("--seeds", type=int, metavar="N", help="the tally with the simulator's seeds 1 to N")
+    ap.add_argument("--starts-effect", action="store_true", help="multi-flow tally with the scenario's and the kernel's starts")
     args = ap.parse_args()
+    if args.starts_effect:
+        starts_effect(fidelity.select(fidelity.matrix(), args.patterns))
+        return
     if args.seeds:
         seeds_table(fidelity.select(fidelity.matrix(), args.patterns), args.seeds)
         return

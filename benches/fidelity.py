@@ -7,6 +7,7 @@ netns backend (this host's kernel), compared metric by metric.
     .venv/bin/python benches/fidelity.py --backend sim --force sim   # the simulator's side again
     .venv/bin/python benches/fidelity.py --dispersion          # run-to-run spread, 10 repetitions each
     .venv/bin/python benches/fidelity.py --repeat-of DIR       # the stored kernel runs judged against DIR's
+    .venv/bin/python benches/fidelity.py --kernel-runs DIR...  # the simulator against the median of several matrices' kernel runs
 
 The matrix: 7 variants × RTT 10, 50, 200 ms × buffer 0.2 and 1 BDP × 1 and 4 flows, hosts
 at 1 Gbit/s into a 300 Mbit/s bottleneck (what this host emulates without dilation).
@@ -644,6 +645,45 @@ def repeatability(other: Path, cases: list[Case]) -> str:
     return text + f"\n\nThe simulator, each metric within its tolerance of one of the two runs or between them: {both}."
 
 
+#: What the table compares of each run, by tolerance.
+COMPARED = {"goodput": "goodput_mbps", "jain": "jain", "ss_exit": "ss_ssthresh", "completion": "makespan_s"}
+
+
+def median_run(runs: list[dict]) -> dict:
+    """The per-metric median of several kernel runs of a case (a metric missing from a run is
+    left out of its median)."""
+    out = {}
+    for field in COMPARED.values():
+        values = [r[field] for r in runs if r.get(field) is not None]
+        out[field] = float(np.median(values)) if values else None
+    return out
+
+
+def against_runs(dirs: list[Path], cases: list[Case]) -> str:
+    """The simulator (this matrix's stored side) against the median of the kernel runs
+    stored in ``dirs``, and, for reference, each kernel run against the median of the
+    others: how often one run of the kernel holds the tolerances against its own median."""
+    sim_oks, self_oks, n_runs = [], [], []
+    for case in cases:
+        runs = [r for d in dirs if (r := kernel_run(d, case)) is not None]
+        res = run_case(case, backends_=())
+        if len(runs) < 2 or res is None or "sim_duration" not in res:
+            continue
+        n_runs.append(len(runs))
+        sim = {**res["sim_duration"], "makespan_s": res["sim_volume"]["makespan_s"]}
+        sim_oks.append(verdict(sim, median_run(runs)))
+        for k, run in enumerate(runs):
+            others = median_run(runs[:k] + runs[k + 1 :])
+            self_oks.append(verdict(run | {"drops": 0, "retransmissions": 0}, others) | {"retx": None})
+    lo, hi = min(n_runs, default=0), max(n_runs, default=0)
+    return (
+        f"The simulator against the median of {lo if lo == hi else f'{lo}–{hi}'} kernel runs per case: {tally(sim_oks)}.\n\n"
+        f"Each kernel run against the median of the case's other runs: "
+        + tally(self_oks).replace("cases hold", "kernel runs hold")
+        + "."
+    )
+
+
 # --------------------------------------------------------------------------- dispersion
 
 
@@ -682,8 +722,21 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--max-load", type=float, default=3.0, help="wait for a load average below this")
     ap.add_argument("--repeat-of", type=Path, metavar="DIR", help="judge the stored kernel runs against those in DIR")
+    ap.add_argument(
+        "--kernel-runs",
+        type=Path,
+        nargs="+",
+        metavar="DIR",
+        help="the simulator against the median of these matrices' kernel runs",
+    )
     args = ap.parse_args()
     globals()["MAX_LOAD"] = args.max_load
+    if args.kernel_runs:
+        text = against_runs(args.kernel_runs, select(matrix(), args.only))
+        print(text)
+        if not args.no_write and not args.only:
+            write("fidelity_runs", text)
+        return 0
     if args.repeat_of:
         text = repeatability(args.repeat_of, select(matrix(), args.only))
         print(text)

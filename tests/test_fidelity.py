@@ -183,3 +183,14 @@ def test_the_simulator_is_judged_against_the_kernel_s_range_when_it_has_two_runs
     assert ok["retx"] is True
     # Against either run alone the goodput and the exit miss.
     assert not any(fidelity.verdict(sim, k)["goodput"] for k in kernel)
+
+
+def test_the_kernel_s_median_run_takes_each_metric_s_median():
+    runs = [
+        {"goodput_mbps": 250.0, "jain": 0.99, "ss_ssthresh": 300.0, "makespan_s": 9.0},
+        {"goodput_mbps": 200.0, "jain": 0.70, "ss_ssthresh": None, "makespan_s": 20.0},
+        {"goodput_mbps": 260.0, "jain": 0.95, "ss_ssthresh": 200.0, "makespan_s": 10.0},
+    ]
+    m = fidelity.median_run(runs)
+    # One outlying run moves no median; a metric a run lacks is left out of its median.
+    assert m == {"goodput_mbps": 250.0, "jain": 0.95, "ss_ssthresh": 250.0, "makespan_s": 10.0}

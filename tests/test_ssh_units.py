@@ -5,8 +5,10 @@ import asyncio
 import json
 import os
 import shutil
+import signal
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 import yaml
@@ -260,6 +262,28 @@ def test_the_backend_plans_a_bucket_on_the_sender_of_each_limited_flow(tmp_path,
     assert needs["r0"].buckets == [] and lim["rate_bps"] == 30e6  # rate_limit counts qdisc frames
 
 
+def _catches_term(pid_file: Path, tool: str) -> bool:
+    """Whether a process of the group led by the pid in ``pid_file`` runs ``tool`` with a
+    SIGTERM handler set (/proc/PID/status SigCgt)."""
+    try:
+        pgid = int(pid_file.read_text())
+    except (OSError, ValueError):
+        return False
+    for d in Path("/proc").iterdir():
+        try:
+            if not d.name.isdigit() or int((d / "stat").read_text().rsplit(")", 1)[1].split()[2]) != pgid:
+                continue
+            if tool not in (d / "cmdline").read_bytes().decode(errors="replace"):
+                continue
+            status = (d / "status").read_text().splitlines()
+            caught = int(next(x for x in status if x.startswith("SigCgt:")).split()[1], 16)
+        except (OSError, ValueError, IndexError, StopIteration):
+            continue
+        if caught & (1 << (signal.SIGTERM - 1)):
+            return True
+    return False
+
+
 @pytest.mark.parametrize("shell", ["sh", "bash"])
 def test_the_run_s_processes_are_found_signalled_and_killed_in_any_login_shell(tmp_path, shell):
     """The commands the backend sends run in the host user's login shell: dash (/bin/sh on
@@ -278,7 +302,9 @@ def test_the_run_s_processes_are_found_signalled_and_killed_in_any_login_shell(t
     run(launch.timed(w, "bg0", None, netns.onoff_args(xfer, "127.0.0.1:9", src, 1500, 1, 60)))
     run(launch.timed(w, "deaf", None, ["sh", "-c", "trap '' TERM; sleep 60"]))
     deadline = time.monotonic() + 10
-    while run(launch.alive(w, ["bg0", "deaf"])).split() != ["bg0", "deaf"]:
+    # The source must be running, its TERM handler set, before the TERM: on a loaded
+    # machine the group exists (its leader shell) well before the tool has started.
+    while run(launch.alive(w, ["bg0", "deaf"])).split() != ["bg0", "deaf"] or not _catches_term(tmp_path / "bg0.pid", "xfer"):
         assert time.monotonic() < deadline, "the processes did not start"
         time.sleep(0.05)
     run(launch.signal_group(w, "bg0") + "; " + launch.signal_group(w, "deaf"))

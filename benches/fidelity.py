@@ -604,6 +604,10 @@ def kernel_run(results: Path, case: Case) -> dict | None:
     return {**got["duration"], "makespan_s": got["volume"]["makespan_s"]}
 
 
+#: What the table compares of each run, by tolerance.
+COMPARED = {"goodput": "goodput_mbps", "jain": "jain", "ss_exit": "ss_ssthresh", "completion": "makespan_s"}
+
+
 def within_range(sim: dict, runs: list[dict]) -> dict:
     """Each tolerance checked against several kernel runs of a case: the simulator holds it
     if it is within the tolerance of one of them or between them."""
@@ -613,7 +617,7 @@ def within_range(sim: dict, runs: list[dict]) -> dict:
         if all(v[k] is None for v in per_run):
             out[k] = None
             continue
-        field = {"goodput": "goodput_mbps", "jain": "jain", "ss_exit": "ss_ssthresh", "completion": "makespan_s"}.get(k)
+        field = COMPARED.get(k)
         values = [r.get(field) for r in runs] if field else []
         between = field is not None and None not in values and sim.get(field) is not None
         between = between and min(values) <= sim[field] <= max(values)
@@ -643,10 +647,6 @@ def repeatability(other: Path, cases: list[Case]) -> str:
     text += ".\n\nThe cases whose two kernel runs differ beyond a tolerance: " + "; ".join(misses) + "."
     both = tally(ranged).replace("cases hold every tolerance", "cases hold every tolerance against the two kernel runs")
     return text + f"\n\nThe simulator, each metric within its tolerance of one of the two runs or between them: {both}."
-
-
-#: What the table compares of each run, by tolerance.
-COMPARED = {"goodput": "goodput_mbps", "jain": "jain", "ss_exit": "ss_ssthresh", "completion": "makespan_s"}
 
 
 def median_run(runs: list[dict]) -> dict:

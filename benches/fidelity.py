@@ -248,13 +248,14 @@ def run_netns(case: Case, kind: str, duration_s: float = DURATION_S, samples_dir
 
 def sim_samples(trace: Trace) -> pd.DataFrame:
     """Per-flow sender samples, time from each flow's start: t, flow, cwnd, ss_done,
-    ssthresh, retransmissions."""
+    ssthresh, retransmissions, in_flight and the receive window (rwnd, segments)."""
     t = trace.df("tcp")
     starts = trace.df("flows").set_index("flow_id")["start"]
     t = t[t["t"] >= t["flow_id"].map(starts)].copy()
     t["t"] = t["t"] - t["flow_id"].map(starts)
     t["ss_done"] = t["ssthresh"].notna()
-    return t.rename(columns={"flow_id": "flow"})[["t", "flow", "cwnd", "ss_done", "ssthresh", "retransmissions"]]
+    cols = ["t", "flow", "cwnd", "ss_done", "ssthresh", "retransmissions", "in_flight", "rwnd"]
+    return t.rename(columns={"flow_id": "flow"})[cols]
 
 
 def netns_samples(csv: Path, n_flows: int, t_end: int) -> pd.DataFrame | None:

@@ -100,7 +100,7 @@ def _as_version_1(folder: Path) -> None:
     run["imported"] = {"format": prov["source"], "files": prov["files"], "goodput_side": "receiver intervals"}
     run["resolved"]["unknown_metrics"] = ["timeouts", "bottleneck_drops"]
     (folder / "run.json").write_text(json.dumps(run))
-    tcp = pq.read_table(folder / "trace" / "tcp.parquet")
+    tcp = pq.read_table(folder / "trace" / "tcp.parquet").drop_columns(["rwnd"])
     for col in ("in_flight", "ca_state"):
         i = tcp.column_names.index(col)
         tcp = tcp.set_column(i, col, pa.array([0] * tcp.num_rows, tcp.column(i).type))
@@ -119,6 +119,32 @@ def test_a_version_1_run_folder_is_upgraded_on_reading(tmp_path):
     up.validate()
     m = engine.rerender(tmp_path / "r")  # the report of an old folder, from the upgraded trace
     assert m["timeouts"] is None and m["aggregate_goodput_mbps"] > 0
+
+
+def test_the_receive_window_is_linux_s_unless_turned_off():
+    on = _sim_trace(**{"measure.tcp_interval": "1ms"})
+    off = _sim_trace(**{"host.rcvbuf_autotuning": "false"})
+    rwnd = on.df("tcp").groupby("flow_id")["rwnd"]
+    assert (rwnd.first() == 65_160 // 1448).all(), "the SYN-ACK's window: 64 KiB in whole segments"
+    assert (rwnd.max() > 500).all(), "autotuning opened it past each flow's share of the path (432 segments)"
+    assert off.df("tcp")["rwnd"].isna().all()
+
+
+def test_a_version_2_run_folder_reads_with_an_unknown_receive_window(tmp_path):
+    tr = _sim_trace()
+    assert tr.df("tcp")["rwnd"].notna().all(), "the simulator models the receive window"
+    engine.save(engine.stamp(tr, scenario={"name": "v2"}, seed=1), tmp_path / "r")
+    run = json.loads((tmp_path / "r" / "run.json").read_text())
+    run["trace_version"] = 2
+    (tmp_path / "r" / "run.json").write_text(json.dumps(run))
+    tcp = pq.read_table(tmp_path / "r" / "trace" / "tcp.parquet").drop_columns(["rwnd"])
+    pq.write_table(tcp, tmp_path / "r" / "trace" / "tcp.parquet")
+    (tmp_path / "r" / "trace" / "run.parquet").unlink(missing_ok=True)
+    up = runfolder.load_trace(tmp_path / "r")
+    assert up.run["trace_version"] == TRACE_VERSION
+    assert up.df("tcp")["rwnd"].isna().all() and len(up.df("tcp")) == tr.tcp.num_rows
+    assert up.df("tcp")["cwnd"].tolist() == tr.df("tcp")["cwnd"].tolist()
+    up.validate()
 
 
 def test_a_folder_from_a_newer_xferlab_is_refused(tmp_path):

@@ -124,6 +124,8 @@ def test_ss_snapshots_become_flows_tcp_samples_and_goodput():
     tcp = tables["tcp"].to_pandas()
     assert len(tcp) == 16 and (tcp["cwnd"] == 18).all() and tcp["rto_ms"].eq(204).all()
     assert tcp["srtt_ms"].between(0.01, 1).all() and tcp["ssthresh"].isna().all()
+    # snd_wnd (bytes) over the socket's MSS (65 483 on loopback): 328 704 → 5, 1 113 088 → 17.
+    assert sorted(tcp["rwnd"].value_counts().items()) == [(5, 2), (17, 14)]
 
 
 def test_ss_with_both_ends_counts_what_the_receiver_read():
@@ -241,3 +243,5 @@ def test_netns_style_one_single_stream_test_per_flow():
     flows = t["flows"].to_pandas()
     assert flows["stream"].tolist() == [0, 1, 2] and flows["start"].tolist() == pytest.approx([0.0, 0.1, 0.2])
     assert (t["tcp"].to_pandas()["cwnd"] == round(720313 / 1448)).any()  # snd_cwnd bytes / the given MSS
+    # iperf3 (3.10 on) writes the receiver's window as the sender sees it: bytes / the MSS.
+    assert set(t["tcp"].to_pandas()["rwnd"]) == {round(1907712 / 1448)}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 #: Ethernet header (destination, source, EtherType): what a qdisc counts beyond the IP packet.
 ETH_HEADER = 14
 #: Frame check sequence, preamble + start-of-frame delimiter, inter-frame gap (IEEE 802.3).
@@ -25,3 +27,13 @@ def qdisc_frame(mtu: int) -> int:
 def bdp_packets(rate_bps: float, rtt_s: float, mtu: int) -> float:
     """Bandwidth-delay product in MTU-size packets: C × RTT / (8 × MTU)."""
     return rate_bps * rtt_s / (8 * mtu)
+
+
+def sock_buf_bytes(rate_bps: float, rtt_s: float, buffer_pkts: int, mtu: int, cap_pkts: int | None, mss: int) -> int:
+    """The end hosts' socket buffer limit (``tcp_rmem[2]``, ``tcp_wmem[2]``): room for the
+    path's BDP plus the bottleneck buffer, twice over (Linux counts skb overhead against the
+    buffer), at least 4 MiB, or twice the scenario's window cap."""
+    if cap_pkts is not None:
+        return int(2 * cap_pkts * mss)
+    bdp = rate_bps * rtt_s / 8
+    return int(max(4 << 20, 4 * (math.ceil(bdp) + buffer_pkts * mtu)))

@@ -364,6 +364,12 @@ class Host(_Model):
         description="sender and receiver: Linux 6.x (TSQ, RACK-TLP, SACK compression) or a 2006 kernel "
         "(no TSQ, dupthresh loss detection, timeouts resend everything, no SACK compression)",
     )
+    rcvbuf_autotuning: bool = Field(
+        True,
+        description="the receiver's window as Linux 6.18 offers it: 64 KiB at first, grown each receiver RTT "
+        "by receive-buffer autotuning up to the hosts' socket buffer limit (false: the window never binds "
+        "below protocol.window_cap)",
+    )
 
 
 # --- end of the host block ---

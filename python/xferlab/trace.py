@@ -33,7 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 #: Version of the tables and of ``run.json``. 1: before nullability was part of the
 #: contract (no version stored). 2: explicit nullability, RunInfo, provenance.
-TRACE_VERSION = 2
+TRACE_VERSION = 3
 
 
 class TraceError(Exception):
@@ -107,6 +107,7 @@ TABLES: dict[str, tuple[Column, ...]] = {
         _c("in_flight", u32, True, "window", "segments", "segments in flight"),
         _c("retransmissions", u64, True, "count", "segments", "segments retransmitted so far"),
         _c("ca_state", u8, True, "state", "", "Linux's tcp_ca_state: 0 Open, 1 Disorder, 2 CWR, 3 Recovery, 4 Loss"),
+        _c("rwnd", u32, True, "window", "segments", "receive window the receiver offers (the sender's snd_wnd)"),
     ),
 }
 NAMES = tuple(TABLES)
@@ -294,6 +295,8 @@ class HostInfo(_Info):
 
     noise: bool
     kernel: Literal["linux6", "linux2006"]
+    #: Runs before version 3 did not model the receive window.
+    rcvbuf_autotuning: bool = False
 
 
 class RunInfo(_Info):
@@ -563,7 +566,17 @@ def upgrade(tables: dict[str, pa.Table], run: dict) -> Trace:
         raise TraceError(f"trace version {version} is newer than this xferlab ({TRACE_VERSION}): upgrade xferlab")
     if version == 1:
         tables, run = _from_v1(tables, run)
+    if version <= 2:
+        tables, run = _from_v2(tables), {**run, "trace_version": TRACE_VERSION}
     return Trace(run=run, **{name: conform(name, tables[name]) for name in NAMES})
+
+
+def _from_v2(tables: dict) -> dict:
+    """Version 2 had no receive window (``tcp.rwnd``): unknown."""
+    tcp = tables["tcp"]
+    if "rwnd" in tcp.column_names:
+        return tables
+    return {**tables, "tcp": tcp.append_column("rwnd", pa.nulls(tcp.num_rows, pa.uint32()))}
 
 
 def _from_v1(tables: dict, run: dict) -> tuple[dict, dict]:

@@ -275,6 +275,15 @@ pub struct TcpConfig {
     /// Which Linux the end hosts run.
     #[serde(default)]
     pub kernel: Kernel,
+    /// The receiver advertises Linux's receive window: 64 KiB at first, then grown by
+    /// receive-buffer autotuning (`tcp_moderate_rcvbuf`, `tcp_rcv_space_adjust`). Off: the
+    /// window never binds below `max_window_pkts`.
+    #[serde(default)]
+    pub rcvbuf_autotuning: bool,
+    /// How far autotuning may grow a receive buffer (`tcp_rmem[2]`, bytes; Linux's default
+    /// 6 MiB).
+    #[serde(default = "default_rmem_max")]
+    pub rmem_max_bytes: u64,
 }
 
 /// The end hosts' kernel: what their TCP does beyond the congestion control.
@@ -298,8 +307,9 @@ pub enum Kernel {
 /// Defaults are middle values of common hardware, not fitted to any measurement:
 /// interrupt coalescing of 25 µs (`ethtool -c` defaults span 8 µs for mlx5 rx to 50 µs for
 /// i40e and igb's ~20 000 interrupts/s), 1 µs of stack processing per packet on average
-/// (~10⁶ packets per second per core), and interface clocks within the ±100 ppm IEEE 802.3
-/// allows.
+/// (~10⁶ packets per second per core), interface clocks within the ±100 ppm IEEE 802.3
+/// allows, and 20 µs on average for a thread blocked in `recv` to be woken and run (5 to
+/// 50 µs on an idle core, more out of deep C-states).
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct NoiseConfig {
@@ -331,6 +341,12 @@ pub struct NoiseConfig {
     /// its flows leave in trains.
     #[serde(default)]
     pub tx_batch_ns: Time,
+    /// Mean time (uniform in [0, 2×mean)) from data reaching a receiver to its application
+    /// reading it: until then the data takes buffer space from the receive window, and the
+    /// read measures for autotuning what it read less what is still queued. 0: it reads
+    /// each segment as it arrives.
+    #[serde(default = "default_app_wakeup")]
+    pub app_wakeup_ns: Time,
 }
 
 impl Default for NoiseConfig {
@@ -342,6 +358,7 @@ impl Default for NoiseConfig {
             tx_coalesce_ns: default_coalesce(),
             clock_ppm: default_clock_ppm(),
             tx_batch_ns: 0,
+            app_wakeup_ns: default_app_wakeup(),
         }
     }
 }
@@ -364,6 +381,9 @@ fn default_coalesce() -> Time {
 }
 fn default_clock_ppm() -> f64 {
     100.0
+}
+fn default_app_wakeup() -> Time {
+    20_000
 }
 
 /// Sampling intervals of the trace tables.
@@ -394,6 +414,8 @@ impl Default for TcpConfig {
             comp_sack_nr: default_comp_sack_nr(),
             comp_sack_delay_ns: default_comp_sack_delay(),
             kernel: Kernel::default(),
+            rcvbuf_autotuning: false,
+            rmem_max_bytes: default_rmem_max(),
         }
     }
 }
@@ -449,6 +471,9 @@ fn default_comp_sack_nr() -> u32 {
 }
 fn default_comp_sack_delay() -> Time {
     NS_PER_MS
+}
+fn default_rmem_max() -> u64 {
+    6 << 20
 }
 fn default_goodput_interval() -> Time {
     500 * NS_PER_MS
@@ -517,6 +542,9 @@ impl SimConfig {
         }
         if !(10..=10_000).contains(&self.tcp.hz) {
             return fail("tcp.hz must be in [10, 10000]".into());
+        }
+        if self.tcp.rcvbuf_autotuning && self.tcp.rmem_max_bytes < 2 * self.mss as u64 {
+            return fail("tcp.rmem_max_bytes must hold two segments at least".into());
         }
         Ok(())
     }

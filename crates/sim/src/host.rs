@@ -33,6 +33,10 @@ pub struct Noise {
     pub tx_batch: Time,
     clock_ppm: f64,
     rng: Pcg64Mcg,
+    /// Receiving applications' wakeups, from a stream of their own (so that modelling them
+    /// leaves every other draw of a run as it was).
+    app_wakeup_span: Time,
+    app_rng: Pcg64Mcg,
 }
 
 impl Noise {
@@ -45,7 +49,22 @@ impl Noise {
             tx_batch: cfg.tx_batch_ns,
             clock_ppm: cfg.clock_ppm,
             rng: Pcg64Mcg::seed_from_u64(seed ^ 0x005e_ed0f_4057_u64),
+            app_wakeup_span: 2 * cfg.app_wakeup_ns,
+            app_rng: Pcg64Mcg::seed_from_u64(seed ^ 0x0a99_4ead_u64),
         }
+    }
+
+    /// Receiving applications wait to be woken (else they read at once).
+    pub fn deferred_reads(&self) -> bool {
+        self.enabled && self.app_wakeup_span > 0
+    }
+
+    /// How long after data arrives its application reads it.
+    pub fn app_wakeup(&mut self) -> Time {
+        if !self.deferred_reads() {
+            return 0;
+        }
+        self.app_rng.next_u64() % self.app_wakeup_span
     }
 
     /// One packet's processing time in a host's stack.

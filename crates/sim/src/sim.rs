@@ -41,6 +41,8 @@ const TX_IRQ: u64 = 13;
 const PROFILE: u64 = 14;
 /// A sleep-timer limiter's tick: the application writes its next share.
 const APP_TICK: u64 = 15;
+/// A receiving application is woken and reads.
+const APP_READ: u64 = 16;
 
 /// An entry of the event list: ordered by time, then by insertion (FIFO among equals).
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -280,7 +282,7 @@ fn build_flow(cfg: &SimConfig, i: usize, route: Route) -> Flow {
         last_seg_len,
         total_segs,
         sender,
-        receiver: Receiver::new(&cfg.tcp, pair.rtt_ns),
+        receiver: Receiver::new(&cfg.tcp, pair.rtt_ns, cfg.mss),
         gate: fc.limiter.as_ref().and_then(Gate::from_config),
         rate_bps: fc
             .limiter
@@ -321,7 +323,7 @@ impl Simulation {
         let rng = Pcg64Mcg::seed_from_u64(cfg.seed);
         let mut noise = Noise::new(&cfg.noise, cfg.seed);
         let (links, rev_link, nic0, nic_right0) = build_links(&cfg, &mut noise);
-        let flows: Vec<Flow> = (0..cfg.flows.len())
+        let mut flows: Vec<Flow> = (0..cfg.flows.len())
             .map(|i| {
                 build_flow(
                     &cfg,
@@ -330,6 +332,11 @@ impl Simulation {
                 )
             })
             .collect();
+        if noise.deferred_reads() {
+            for f in &mut flows {
+                f.receiver.defer_reads();
+            }
+        }
         // Only transfers decide when the run ends.
         let transfers = || flows.iter().filter(|f| f.cfg.role == FlowRole::Transfer);
         let volume_left = transfers().filter(|f| f.total_segs.is_some()).count();
@@ -567,9 +574,8 @@ impl Simulation {
                 if f.delack_event_at == Some(now) {
                     f.delack_event_at = None;
                 }
-                if let Some(ack) = f.receiver.on_timer(now) {
-                    self.send_ack(i, now, ack);
-                }
+                self.app_read(i, now);
+                self.receiver_timer(i, now);
                 self.arm_delack(i);
             }
             (START, _) => self.start_flow(i),
@@ -581,6 +587,7 @@ impl Simulation {
             }
             (PROFILE, _) => self.profile_step(i),
             (APP_TICK, _) => self.app_tick(i),
+            (APP_READ, _) => self.app_read(i, now),
             (END_SOFT, _) => {
                 if self.volume_left == 0 {
                     self.end = Some(now);
@@ -649,6 +656,9 @@ impl Simulation {
         let rtt = self.handshake_rtt(i);
         let f = &mut self.flows[i];
         let stop = f.cfg.duration_ns.map(|d| f.start + d);
+        if let Some(w) = f.receiver.initial_window() {
+            f.sender.set_peer_window(w);
+        }
         f.sender.start(now, stop, Some(rtt));
         if matches!(f.cfg.limiter, Some(LimiterConfig::SleepTimer { .. })) && f.rate_bps.is_finite()
         {
@@ -788,13 +798,16 @@ impl Simulation {
     /// `now` when receivers are processed eagerly, see `eager_receivers`).
     fn receive(&mut self, i: usize, at: Time, seg: Segment) {
         self.received_segments += 1;
-        // A delayed or compressed ACK due before this arrival goes out first, at its time.
-        if let Some(d) = self.flows[i].receiver.timer_deadline() {
-            if d <= at {
-                if let Some(ack) = self.flows[i].receiver.on_timer(d) {
-                    self.send_ack(i, d, ack);
-                }
-            }
+        // A delayed or compressed ACK and a read due before this arrival happen first, in
+        // their order (receivers may run ahead of `now`).
+        let r = &self.flows[i].receiver;
+        let due = r.timer_deadline().filter(|&d| d <= at);
+        if let Some(d) = due.filter(|&d| r.read_at().is_none_or(|t| d < t)) {
+            self.receiver_timer(i, d);
+        }
+        self.app_read(i, at);
+        if let Some(d) = self.flows[i].receiver.timer_deadline().filter(|&d| d <= at) {
+            self.receiver_timer(i, d);
         }
         let got = self.flows[i].receiver.on_segment(at, &seg);
         if let Some(ack) = got.flushed {
@@ -807,6 +820,39 @@ impl Simulation {
             self.send_ack(i, at, ack);
         }
         self.arm_delack(i);
+        if self.flows[i].receiver.wants_read() {
+            let t = at + self.noise.app_wakeup();
+            self.flows[i].receiver.arm_read(t);
+        }
+        self.read_event(i);
+    }
+
+    /// Flow `i`'s receiver timer (delayed or compressed ACK) fires at `t`.
+    fn receiver_timer(&mut self, i: usize, t: Time) {
+        if let Some(ack) = self.flows[i].receiver.on_timer(t) {
+            self.send_ack(i, t, ack);
+            self.read_event(i);
+        }
+    }
+
+    /// An event for flow `i`'s pending read, if it must happen at its own time.
+    fn read_event(&mut self, i: usize) {
+        let r = &mut self.flows[i].receiver;
+        if r.read_needs_event(self.cfg.mss) {
+            let t = r.read_at().expect("a pending read");
+            self.schedule(t, APP_READ, i);
+        }
+    }
+
+    /// Flow `i`'s receiving application reads, if it was to be woken by `at`.
+    fn app_read(&mut self, i: usize, at: Time) {
+        let r = &mut self.flows[i].receiver;
+        let Some(t) = r.read_at().filter(|&t| t <= at) else {
+            return;
+        };
+        if let Some(ack) = r.app_read(t, self.cfg.mss) {
+            self.send_ack(i, t, ack);
+        }
     }
 
     /// Segments `[from, to)` became in-order at the receiver at `at`.
@@ -1040,6 +1086,7 @@ impl Simulation {
             rows.in_flight.push(s.in_flight());
             rows.retransmissions.push(s.stats.retransmissions);
             rows.ca_state.push(s.state as u8);
+            rows.rwnd.push(s.peer_window());
             f.next_tcp_sample += iv;
         }
     }

@@ -73,6 +73,8 @@ pub struct TcpTable {
     pub retransmissions: Vec<u64>,
     /// Linux's numbering (`tcp_ca_state`): 0 open, 3 fast recovery, 4 loss (after a timeout).
     pub ca_state: Vec<u8>,
+    /// The receive window the receiver last offered, segments (null: not modelled).
+    pub rwnd: Vec<Option<u32>>,
 }
 
 /// Counters of the simulation itself.
@@ -145,6 +147,7 @@ mod arrow_impl {
         "in_flight",
         "retransmissions",
         "ca_state",
+        "rwnd",
     ];
     fn u32s(v: &[u32]) -> ArrayRef {
         Arc::new(UInt32Array::from(v.to_vec()))
@@ -227,6 +230,7 @@ mod arrow_impl {
                     ("in_flight", u32s(&t.in_flight)),
                     ("retransmissions", u64s(&t.retransmissions)),
                     ("ca_state", Arc::new(UInt8Array::from(t.ca_state.clone()))),
+                    ("rwnd", Arc::new(UInt32Array::from(t.rwnd.clone()))),
                 ],
                 TCP_NULLABLE,
             )?;

@@ -520,3 +520,108 @@ fn host_noise_breaks_drop_tail_phase_lockout() {
     // Two sawtooths in 0.12 BDP of buffer leave some of the link idle.
     assert!(noisy[0] + noisy[1] > 0.7 * ideal_mbps(1e9));
 }
+
+/// The receive window the sender saw at each tcp sample of flow 0, segments.
+fn rwnd_of(tr: &Trace) -> Vec<(f64, Option<u32>, u32)> {
+    (0..tr.tcp.t_s.len())
+        .filter(|&k| tr.tcp.flow_id[k] == 0)
+        .map(|k| (tr.tcp.t_s[k], tr.tcp.rwnd[k], tr.tcp.cwnd[k]))
+        .collect()
+}
+
+#[test]
+fn a_receive_buffer_limit_caps_a_flow_at_its_window_per_rtt() {
+    // Linux's receiver offers at most its buffer's window share: a host whose tcp_rmem[2]
+    // is 1 MiB holds 1 MiB × 162/256 = 663 552 bytes of window (458 segments), so a flow on
+    // a 100 ms path moves 458 × 1448 × 8 / 0.1 s = 53 Mbit/s whatever the link's 1 Gbit/s.
+    let mut cfg = dumbbell(1, 1e9, 1e9, 100, 8333, 20);
+    cfg.tcp.rcvbuf_autotuning = true;
+    cfg.tcp.rmem_max_bytes = 1 << 20;
+    let tr = Simulation::new(cfg).unwrap().run();
+    let window = (1u64 << 20) * 162 / 256 / 1448;
+    let want = window as f64 * 1448.0 * 8.0 / 0.1 / 1e6;
+    let g = mean_goodput(&tr, 0, 5.0, 20.0);
+    // The RTT is 100 ms and a little: the host's serialisation, the receiver's delayed ACKs.
+    assert!(
+        g <= want * 1.0001 && g > 0.97 * want,
+        "goodput {g:.4} Mbit/s, window/RTT {want:.4}"
+    );
+    // Less what the application has not read yet when an ACK leaves (a segment or two).
+    let last = rwnd_of(&tr).last().unwrap().1.unwrap() as u64;
+    assert!(
+        (window - 2..=window).contains(&last),
+        "the window offered at the end: {last}"
+    );
+    assert_eq!(tr.stats.bottleneck_drops, 0);
+}
+
+#[test]
+fn the_receive_window_opens_ahead_of_slow_start_when_the_application_reads_at_once() {
+    // The window starts at 64 KiB (45 segments) and dynamic right-sizing grows the buffer
+    // each receiver RTT to 2n + 4n(n - o)/o for the n bytes read in the last one: with
+    // whole rounds read (n = 2o) six times the last round, ahead of the sender's doubling,
+    // so slow start is never held back.
+    let mut cfg = dumbbell(1, 1e9, 10e9, 100, 83_333, 2);
+    cfg.flows[0].start_ns = 0;
+    cfg.tcp.rcvbuf_autotuning = true;
+    cfg.tcp.rmem_max_bytes = 64 << 20;
+    cfg.noise.app_wakeup_ns = 0;
+    let tr = Simulation::new(cfg).unwrap().run();
+    let rows = rwnd_of(&tr);
+    let at = |t: f64| rows.iter().find(|r| (r.0 - t).abs() < 1e-9).unwrap();
+    assert_eq!(at(0.0).1, Some(45), "the SYN-ACK's 65 160 bytes");
+    let cwnds: Vec<u32> = (1..=8).map(|r| at(0.1 * r as f64).2).collect();
+    assert_eq!(cwnds, [10, 20, 40, 80, 160, 320, 640, 1280]);
+    // 45, 57 (the clamp once the ratio is measured: 82 944 bytes), 57, 106, 240, 480, ...:
+    // from the fifth round on, one and a half times the window the sender starts it with.
+    for r in 1..=8 {
+        let (t, rwnd, cwnd) = *at(0.1 * r as f64);
+        assert!(
+            rwnd.unwrap() > cwnd,
+            "at {t} s: window {rwnd:?} for cwnd {cwnd}"
+        );
+    }
+    assert_eq!(at(0.8).1, Some(1919));
+}
+
+#[test]
+fn data_arriving_in_trains_holds_slow_start_back_until_the_application_reads() {
+    // Linux grows the window offered (rcv_ssthresh) by two segments per segment received,
+    // but never past the buffer's free space. Segments that reach the receiver faster than
+    // its application is woken (20 µs on average) sit unread and take that space: a round
+    // arriving as a train at 10 Gbit/s (1.2 µs apart) leaves the window near its 64 KiB
+    // start, and the fourth round (80 segments) is held by it, as on the kernel
+    // (VALIDATION.md §6b, "The receive window"). An application that reads at once opens
+    // it in time.
+    let run = |wakeup_ns: u64| {
+        let mut cfg = dumbbell(1, 10e9, 10e9, 200, 100_000, 2);
+        cfg.flows[0].start_ns = 0;
+        cfg.tcp.rcvbuf_autotuning = true;
+        cfg.tcp.rmem_max_bytes = 64 << 20;
+        cfg.noise.app_wakeup_ns = wakeup_ns;
+        rwnd_of(&Simulation::new(cfg).unwrap().run())
+    };
+    let in_round = |rows: &[(f64, Option<u32>, u32)], r: f64| {
+        let k = rows
+            .iter()
+            .position(|x| (x.0 - 0.2 * r - 0.1).abs() < 1e-9)
+            .unwrap();
+        rows[k]
+    };
+    let late = run(20_000);
+    let (_, rwnd, cwnd) = in_round(&late, 3.0);
+    assert!(
+        cwnd == 80 && rwnd.unwrap() < 70,
+        "4th round: window {rwnd:?}, cwnd {cwnd}"
+    );
+    // The held round grows cwnd by what it carried, and slow start doubles from there: the
+    // rounds the kernel's trace shows (…, 492, 984, 1 968, 3 936), not 640, 1 280, 2 560.
+    let rounds: Vec<u32> = (4..10).map(|r| in_round(&late, r as f64).2).collect();
+    assert_eq!(rounds, [123, 246, 492, 984, 1968, 3936]);
+    let at_once = run(0);
+    let (_, rwnd, cwnd) = in_round(&at_once, 3.0);
+    assert!(
+        cwnd == 80 && rwnd.unwrap() > 80,
+        "4th round read at once: window {rwnd:?}"
+    );
+}

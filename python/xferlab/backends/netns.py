@@ -339,7 +339,7 @@ def _dumbbell_spec(emu: dict) -> tuple[topo.DumbbellSpec, int]:
         initial_cwnd=emu["initial_cwnd"],
         rto_min_s=emu["rto_min_s"],
         delayed_ack=emu["delayed_ack"],
-        sock_buf_bytes=topo.sock_buf_bytes(
+        sock_buf_bytes=constants.sock_buf_bytes(
             emu["bottleneck_rate_bps"],
             max(p.rtt_s for p in paths),
             emu["buffer_packets"],
@@ -478,10 +478,7 @@ def _trace(resolved: dict, emu: dict, m: _Measured, kernel: dict, k: float) -> T
         "congestion_controls": kernel,
     }
     unknown = {
-        "tcp.ssthresh": "iperf3 does not report it",
-        "tcp.rto_ms": "iperf3 does not report it",
-        "tcp.in_flight": "iperf3 does not report it",
-        "tcp.ca_state": "iperf3 does not report it",
+        **ip3.unknown_tcp(tables["tcp"]),
         "link.queue_max_pkts": "the qdisc's backlog is sampled at the link interval, not its largest value in between",
         "bottleneck_max_queue_pkts": "the qdisc's backlog is sampled, not its largest value",
         "queueing_delay_max_ms": "the qdisc's backlog is sampled, not its largest value",

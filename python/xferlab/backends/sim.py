@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from .. import constants
 from ..trace import Provenance, Trace
 from .base import BackendError, Progress
 
@@ -107,6 +108,16 @@ def sim_config(resolved: dict) -> dict:
             "delayed_ack": resolved["delayed_ack"],
             "rto_min_ns": ns(resolved["rto_min_s"]),
             "kernel": host.get("kernel", "linux6"),
+            "rcvbuf_autotuning": host.get("rcvbuf_autotuning", True),
+            # The real backends' hosts get this limit too (netns/topology.py, remote/plan.py).
+            "rmem_max_bytes": constants.sock_buf_bytes(
+                resolved["bottleneck_rate_bps"],
+                max(p["rtt_s"] for p in paths),
+                resolved["buffer_packets"],
+                resolved["mtu"],
+                resolved["window_cap_packets"],
+                resolved["mss"],
+            ),
         },
         "noise": {"enabled": host.get("noise", True)},
         "measure": {

@@ -323,7 +323,7 @@ class _Run:
         """What the scenario asks of each host (see :mod:`xferlab.remote.plan`)."""
         r = self.r
         rtt = max(f.rtt_s for f in self.flows)
-        buf = topology.sock_buf_bytes(
+        buf = constants.sock_buf_bytes(
             r["bottleneck_rate_bps"], rtt, r["buffer_packets"], r["mtu"], r["window_cap_packets"], r["mss"]
         )
         rto_ms = max(1, round(r["rto_min_s"] * 1000))
@@ -815,7 +815,7 @@ class _Run:
                 producer=NAME,
                 setup=self._setup_rows(errors, stats),
                 warnings=self.warnings + m.warnings,
-                unknown=self._unknown(),
+                unknown=self._unknown(tables["tcp"]),
                 stats=stats,
             )
             end_s = max([float(x) for x in tables["flows"].column("end").to_pylist()] + [0.0])
@@ -934,12 +934,9 @@ class _Run:
             rows.append((name, f"{text}; on {where}"))
         return rows
 
-    def _unknown(self) -> dict[str, str]:
+    def _unknown(self, tcp: pa.Table) -> dict[str, str]:
         unknown = {
-            "tcp.ssthresh": "iperf3 does not report it",
-            "tcp.rto_ms": "iperf3 does not report it",
-            "tcp.in_flight": "iperf3 does not report it",
-            "tcp.ca_state": "iperf3 does not report it",
+            **ip3.unknown_tcp(tcp),
             "flows.fast_recoveries": "iperf3 and xfer do not report them",
             "flows.timeouts": "iperf3 and xfer do not report them",
             "timeouts": "iperf3 and xfer do not report them",

@@ -11,8 +11,8 @@ Which side measured what:
   Without them the sender intervals stand in (bytes written, a little ahead of the
   receiver); which was used is recorded per flow.
 * the **sender** intervals (the client's, or the server's with ``-R``) give the Linux
-  TCP_INFO samples: ``snd_cwnd`` (bytes → segments via the MSS), ``rtt``/``rttvar`` (µs),
-  ``retransmits`` per interval. iperf3 does not report ssthresh, the RTO, the data in
+  TCP_INFO samples: ``snd_cwnd`` and, where iperf3 writes it, ``snd_wnd`` (bytes → segments
+  via the MSS), ``rtt``/``rttvar`` (µs), ``retransmits`` per interval. iperf3 does not report ssthresh, the RTO, the data in
   flight or the congestion state: ssthresh is null, rto_ms NaN, in_flight and ca_state 0.
 
 The netns backend calls :func:`tables_from_runs` with one :class:`Iperf3Flow` per stream;
@@ -100,7 +100,8 @@ def load_docs(path: str | Path) -> list[dict]:
 
 
 #: Numbers the importer reads: counters, times and sizes (non-negative, below 2**63).
-_NUMBERS = {"bytes", "seconds", "start", "end", "snd_cwnd", "rtt", "rttvar", "retransmits", "tcp_mss", "tcp_mss_default"}
+_NUMBERS = {"bytes", "seconds", "start", "end", "snd_cwnd", "snd_wnd", "rtt", "rttvar", "retransmits"}
+_NUMBERS |= {"tcp_mss", "tcp_mss_default"}
 _NUMBERS |= {"timesecs", "min_rtt", "max_rtt", "mean_rtt", "num_streams", "bits_per_second"}
 #: Sections whose shape the importer relies on.
 _SHAPES = {"start": dict, "end": dict, "intervals": list, "streams": list, "test_start": dict, "timestamp": dict}
@@ -223,6 +224,14 @@ def _index(e: Iperf3Flow) -> int:
 # ----------------------------------------------------------------------------- tables
 
 
+def unknown_tcp(tcp: pa.Table) -> dict[str, str]:
+    """The tcp columns an iperf3 run leaves null, and why (a Trace's ``provenance.unknown``)."""
+    out = {f"tcp.{c}": "iperf3 does not report it" for c in ("ssthresh", "rto_ms", "in_flight", "ca_state")}
+    if tcp.column("rwnd").null_count == tcp.num_rows:
+        out["tcp.rwnd"] = "snd_wnd is not reported (iperf3 before 3.10, xfer)"
+    return out
+
+
 def tables_from_runs(entries: list[Iperf3Flow], *, goodput_interval_s: float, end_s: float | None) -> dict[str, pa.Table]:
     """The ``flows``, ``goodput``, ``tcp`` (and an empty ``link``) tables of a run made of
     iperf3 streams. Goodput is re-binned onto the run's grid (t = k·interval from the run's
@@ -291,6 +300,7 @@ def tables_from_runs(entries: list[Iperf3Flow], *, goodput_interval_s: float, en
                     "in_flight": None,
                     "retransmissions": total,
                     "ca_state": None,
+                    "rwnd": round(int(v["snd_wnd"]) / mss) if v.get("snd_wnd") is not None else None,
                 }
             )
     tcp.sort(key=lambda r: (r["t"], r["flow_id"]))
@@ -396,10 +406,7 @@ def import_trace(
         ],
         unknown={
             **unknown(retransmissions=has_sender, source="iperf3"),
-            "tcp.ssthresh": "iperf3 does not report it",
-            "tcp.rto_ms": "iperf3 does not report it",
-            "tcp.in_flight": "iperf3 does not report it",
-            "tcp.ca_state": "iperf3 does not report it",
+            **unknown_tcp(tables["tcp"]),
         },
         files=[str(Path(p).resolve()) for p in paths],
         stats={

@@ -180,6 +180,7 @@ def _tcp_rows(f: Flow, fid: int, t0: float, mss_seen: list, rtt_seen: list) -> l
         if "minrtt" in i:
             rtt_seen.append(_num(i, "minrtt") / 1e3)
         ssthresh = _num(i, "ssthresh")
+        snd_wnd, mss = _num(i, "snd_wnd"), _num(i, "mss")
         rows.append(
             {
                 "t": x.t - t0,
@@ -191,6 +192,7 @@ def _tcp_rows(f: Flow, fid: int, t0: float, mss_seen: list, rtt_seen: list) -> l
                 "in_flight": int(_num(i, "unacked", 0)),  # ss omits unacked:0
                 "retransmissions": int(_retrans_total(i)),
                 "ca_state": None,  # ss does not show it
+                "rwnd": round(snd_wnd / mss) if snd_wnd is not None and mss else None,  # iproute2 5.4 on
             }
         )
     return rows
@@ -279,6 +281,7 @@ def import_trace(
         mss=learnt["mss"] or LINUX_MSS,
         end_s=learnt["end_s"],
     )
+    no_rwnd = tables["tcp"].column("rwnd").null_count == tables["tcp"].num_rows
     provenance = Provenance(
         producer="import",
         source="ss",
@@ -288,7 +291,11 @@ def import_trace(
             ("RTT", "the smallest minrtt seen" if info.rtt_s else "unknown"),
             ("bottleneck capacity", "given (--capacity)" if capacity_bps else "unknown (no --capacity)"),
         ],
-        unknown={**unknown(retransmissions=learnt["has_sender"], source="ss"), "tcp.ca_state": "ss does not show it"},
+        unknown={
+            **unknown(retransmissions=learnt["has_sender"], source="ss"),
+            "tcp.ca_state": "ss does not show it",
+            **({"tcp.rwnd": "this ss does not show snd_wnd"} if no_rwnd else {}),
+        },
         files=[str(Path(path).resolve())],
         stats={"t0_unix_s": learnt["t0_unix_s"], "snapshots": learnt["snapshots"]},
     )

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import contextlib
 import fnmatch
-import math
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -378,12 +377,3 @@ def rps_mask() -> str | None:
     if not others or DELAY_CPU not in cpus:
         return None
     return format(sum(1 << c for c in others), "x")
-
-
-def sock_buf_bytes(rate_bps: float, rtt_s: float, buffer_pkts: int, mtu: int, cap_pkts: int | None, mss: int) -> int:
-    """Socket buffer limit: room for the path's BDP plus the bottleneck buffer, twice over
-    (Linux counts skb overhead against the buffer), or the scenario's window cap."""
-    if cap_pkts is not None:
-        return int(2 * cap_pkts * mss)
-    bdp = rate_bps * rtt_s / 8
-    return int(max(4 << 20, 4 * (math.ceil(bdp) + buffer_pkts * mtu)))

@@ -14,16 +14,19 @@
 //! | `sender.rs`   | send path (TSQ, pacing, cwnd validation), ACK path, recovery | `tcp_write_xmit`, `tcp_ack`, `tcp_fastretrans_alert` |
 //! | `timers.rs`   | the retransmission timer (RTO, loss probe, reorder timeout) | `tcp_timer.c`, `tcp_schedule_loss_probe` |
 //! | `receiver.rs` | reassembly, delayed ACKs, SACK blocks, SACK compression      | `tcp_data_queue`, `__tcp_ack_snd_check` |
+//! | `rwnd.rs`     | the receive window and its autotuning (DRS)                 | `tcp_select_window`, `tcp_rcv_space_adjust` |
 
 mod board;
 mod rack;
 mod rate;
 mod receiver;
+mod rwnd;
 mod sender;
 mod timers;
 
 pub use rate::RateSample;
 pub use receiver::{Received, Receiver};
+pub use rwnd::RMEM_DEFAULT;
 pub use sender::{Poll, Sender, SenderStats};
 pub use timers::TimerKind;
 
@@ -35,6 +38,9 @@ pub struct Segment {
     pub seq: u64,
     /// Send time, echoed by the receiver (RFC 7323 timestamps).
     pub ts: Time,
+    /// The receiver's timestamp this segment echoes (the sender's `ts_recent`): the
+    /// receiver measures its RTT from it.
+    pub ts_echo: Time,
     pub retransmission: bool,
 }
 
@@ -48,6 +54,11 @@ pub struct AckSegment {
     pub cum: u64,
     /// Timestamp echoed by the receiver (its `ts_recent`, RFC 7323 §4.3).
     pub ts_echo: Time,
+    /// The receiver's own timestamp (its send time).
+    pub ts_val: Time,
+    /// The window offered, bytes past `cum` (`u64::MAX`: the receive window is not
+    /// modelled).
+    pub wnd: u64,
     /// SACK blocks `[start, end)`, most recent first; `n_sack` of them are valid.
     pub sack: [(u64, u64); MAX_SACK_BLOCKS],
     pub n_sack: u8,

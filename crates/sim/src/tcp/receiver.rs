@@ -13,7 +13,11 @@
 //! 7323 §4.3): the TSval of
 //! the last in-order segment that started a new ACK, so a delayed ACK echoes the first of
 //! its two segments and duplicate ACKs echo the last in-order one.
+//!
+//! Each ACK offers the receive window of `rwnd.rs` when the configuration models it
+//! (`TcpConfig::rcvbuf_autotuning`).
 
+use super::rwnd::RcvWindow;
 use super::timers::Jiffies;
 use super::{AckSegment, Segment, MAX_SACK_BLOCKS};
 use crate::config::TcpConfig;
@@ -26,6 +30,9 @@ const NUM_SACKS: usize = 4;
 /// Changing a block beyond the first two flushes a compressed ACK
 /// (`TCP_SACK_BLOCKS_EXPECTED`).
 const SACK_BLOCKS_EXPECTED: usize = 2;
+/// What the receiving application asks for per read (`recv`), bytes: iperf3's default
+/// block of 128 KiB. Each read ends with Linux's receive-buffer measure.
+const APP_READ_BYTES: u64 = 131_072;
 
 pub struct Receiver {
     /// Next segment expected in order.
@@ -54,6 +61,17 @@ pub struct Receiver {
     /// A duplicate segment to report in the next ACK (D-SACK, RFC 2883).
     dsack: Option<u64>,
     clock: Jiffies,
+    /// The receive window, when modelled.
+    rwnd: Option<RcvWindow>,
+    /// Segments held out of order.
+    ooo_segs: u64,
+    /// What the application has read (`copied_seq`), whether it reads only when woken
+    /// (else each segment as it becomes in order), and when it is next woken.
+    copied: u64,
+    deferred_reads: bool,
+    read_at: Option<Time>,
+    /// The caller holds an event for `read_at` (see `read_needs_event`).
+    read_event: bool,
 }
 
 /// What the receiver did with a segment.
@@ -67,8 +85,9 @@ pub struct Received {
 }
 
 impl Receiver {
-    /// A receiver on a path of round-trip time `rtt` (its own estimate, for SACK compression).
-    pub fn new(tcp: &TcpConfig, rtt: Time) -> Self {
+    /// A receiver of `mss`-byte segments on a path of round-trip time `rtt` (its own
+    /// estimate, for SACK compression).
+    pub fn new(tcp: &TcpConfig, rtt: Time, mss: u32) -> Self {
         Self {
             rcv_nxt: 0,
             ooo: Vec::new(),
@@ -92,7 +111,114 @@ impl Receiver {
             dup_acks: 0,
             dsack: None,
             clock: Jiffies::new(tcp.hz),
+            rwnd: tcp
+                .rcvbuf_autotuning
+                .then(|| RcvWindow::new(mss, tcp.rmem_max_bytes)),
+            ooo_segs: 0,
+            copied: 0,
+            deferred_reads: false,
+            read_at: None,
+            read_event: false,
         }
+    }
+
+    /// The application reads only when woken (`arm_read`, `app_read`), not at once. Only
+    /// the receive window sees the difference: without it, reads are not modelled.
+    pub fn defer_reads(&mut self) {
+        self.deferred_reads = self.rwnd.is_some();
+    }
+
+    /// In-order data the application has not read yet, segments.
+    fn unread(&self) -> u64 {
+        self.rcv_nxt - self.copied
+    }
+
+    /// Segments taking buffer space: unread in order, and out of order.
+    fn held(&self) -> u64 {
+        self.unread() + self.ooo_segs
+    }
+
+    /// Data waits and no wakeup is pending: the caller wakes the application at a time of
+    /// its choosing (`arm_read`).
+    pub fn wants_read(&self) -> bool {
+        self.deferred_reads && self.read_at.is_none() && self.unread() > 0
+    }
+
+    pub fn arm_read(&mut self, at: Time) {
+        self.read_at = Some(at);
+        self.read_event = false;
+    }
+
+    /// The pending read must happen at its own time, not only before the next segment is
+    /// processed (`app_read` from `on_segment`'s caller): it would announce a larger window,
+    /// and nothing else may come to carry it. Marks the event as held by the caller.
+    /// Reads that change only the receiver's own state wait for the next segment or event,
+    /// which saves an event per read.
+    pub fn read_needs_event(&mut self, mss: u32) -> bool {
+        let (Some(t), false, Some(w)) = (self.read_at, self.read_event, &self.rwnd) else {
+            return false;
+        };
+        let advanced = self.rcv_nxt - self.rcv_wup;
+        // Without a measure the read changes only what is held.
+        let due = if w.measure_due(t) {
+            let mut w = w.clone();
+            self.read_all(&mut w, t, mss);
+            w.update_due(self.ooo_segs, advanced)
+        } else {
+            w.update_due(self.ooo_segs, advanced)
+        };
+        self.read_event = due;
+        due
+    }
+
+    /// Reads of `APP_READ_BYTES` until nothing in order is left, each measured by `w`;
+    /// returns where the application's read position ends.
+    fn read_all(&self, w: &mut RcvWindow, now: Time, mss: u32) -> u64 {
+        let per_read = (APP_READ_BYTES / mss as u64).max(1);
+        let span = self.ooo_span();
+        let mut copied = self.copied;
+        while copied < self.rcv_nxt {
+            copied = (copied + per_read).min(self.rcv_nxt);
+            w.on_read(now, copied, self.rcv_nxt - copied, span);
+        }
+        copied
+    }
+
+    /// When the application is next woken, if it is.
+    pub fn read_at(&self) -> Option<Time> {
+        self.read_at
+    }
+
+    /// The application, woken at `now`, reads everything in order in reads of
+    /// `APP_READ_BYTES`; each read ends with the buffer's measure. An ACK announcing the
+    /// window if the reads freed much space (`tcp_cleanup_rbuf`).
+    pub fn app_read(&mut self, now: Time, mss: u32) -> Option<AckSegment> {
+        self.read_at = None;
+        self.read_event = false;
+        let mut w = self.rwnd.take()?;
+        self.copied = self.read_all(&mut w, now, mss);
+        self.rwnd = Some(w);
+        let (held, advanced) = (self.held(), self.rcv_nxt - self.rcv_wup);
+        let due = self
+            .rwnd
+            .as_ref()
+            .is_some_and(|w| w.update_due(held, advanced));
+        due.then(|| self.send_ack(now))
+    }
+
+    /// The window the SYN-ACK offered, bytes (`None`: the receive window is not modelled).
+    pub fn initial_window(&self) -> Option<u64> {
+        self.rwnd.as_ref().map(RcvWindow::initial_window)
+    }
+
+    /// The receive buffer and window clamp now, bytes, when modelled.
+    pub fn rcvbuf(&self) -> Option<(u64, u64)> {
+        self.rwnd.as_ref().map(|w| (w.rcvbuf(), w.window_clamp()))
+    }
+
+    /// Out-of-order data past `rcv_nxt`, segments (`ooo_last_skb->end_seq - rcv_nxt`).
+    fn ooo_span(&self) -> u64 {
+        self.ooo.last().map_or(0, |r| r.1 - self.rcv_nxt)
     }
 
     /// Timer-wheel phase of this host (host noise on); `None`: exact timers.
@@ -123,10 +249,17 @@ impl Receiver {
 
     /// The ACK sent now: it carries the current state and ends every pending delay
     /// (Linux `tcp_event_ack_sent`).
-    fn send_ack(&mut self) -> AckSegment {
+    fn send_ack(&mut self, now: Time) -> AckSegment {
+        let advanced = self.rcv_nxt - self.rcv_wup;
+        let held = self.held();
         let mut ack = AckSegment {
             cum: self.rcv_nxt,
             ts_echo: self.ts_recent,
+            ts_val: now,
+            wnd: self
+                .rwnd
+                .as_mut()
+                .map_or(u64::MAX, |w| w.select(held, advanced)),
             sack: [(0, 0); MAX_SACK_BLOCKS],
             n_sack: 0,
             dsack: self.dsack.take(),
@@ -168,15 +301,25 @@ impl Receiver {
             return Received {
                 delivered: (before, before),
                 flushed: None,
-                ack: Some(self.send_ack()),
+                ack: Some(self.send_ack(now)),
             };
+        }
+        // A segment in the window: the receiver's RTT from its echo (`tcp_rcv_rtt_measure_ts`).
+        if let Some(w) = &mut self.rwnd {
+            w.measure_rtt(now, seg.ts_echo);
         }
         if seg.seq == self.rcv_nxt {
             return self.in_order(now, seg);
         }
         let flushed = (self.compressed > 0 && self.sack_position(seg.seq) >= SACK_BLOCKS_EXPECTED)
-            .then(|| self.send_ack());
+            .then(|| self.send_ack(now));
         self.insert_ooo(seg.seq);
+        self.ooo_segs += 1;
+        let (held, span) = (self.held(), self.ooo_span());
+        if let Some(w) = &mut self.rwnd {
+            w.on_data(now, held);
+            w.on_ofo(span);
+        }
         Received {
             delivered: (before, before),
             flushed,
@@ -208,13 +351,26 @@ impl Receiver {
         if let Some(&(s, e)) = self.ooo.first() {
             if s == self.rcv_nxt {
                 self.rcv_nxt = e;
+                self.ooo_segs -= e - s;
                 self.ooo.remove(0);
             }
         }
         let delivered = (before, self.rcv_nxt);
+        let held = self.held();
+        if let Some(w) = &mut self.rwnd {
+            w.on_data(now, held);
+        }
+        if !self.deferred_reads {
+            // The application reads what became in order at once.
+            self.copied = self.rcv_nxt;
+            let span = self.ooo_span();
+            if let Some(w) = &mut self.rwnd {
+                w.on_read(now, self.copied, 0, span);
+            }
+        }
         // A filled hole, more than one segment unacknowledged, or no delayed ACKs: now.
         let ack = if had_holes || !self.delayed_ack || self.rcv_nxt - self.rcv_wup >= 2 {
-            Some(self.send_ack())
+            Some(self.send_ack(now))
         } else {
             if self.delack_at.is_none() {
                 self.delack_at = Some(self.clock.expiry(now, self.delack_timeout));
@@ -231,7 +387,7 @@ impl Receiver {
     /// Out-of-order data (Linux `__tcp_ack_snd_check` with a non-empty out-of-order queue).
     fn ooo_ack(&mut self, now: Time) -> Option<AckSegment> {
         if self.comp_sack_nr == 0 || self.compressed >= self.comp_sack_nr {
-            return Some(self.send_ack());
+            return Some(self.send_ack(now));
         }
         if self.comp_rcv_nxt != self.rcv_nxt {
             self.comp_rcv_nxt = self.rcv_nxt;
@@ -239,7 +395,7 @@ impl Receiver {
         }
         if self.dup_acks < DUPACKS_BEFORE_COMPRESSION {
             self.dup_acks += 1;
-            return Some(self.send_ack());
+            return Some(self.send_ack(now));
         }
         self.compressed += 1;
         if self.comp_at.is_none() {
@@ -287,7 +443,7 @@ impl Receiver {
         }
         let pending =
             (delack_due && self.rcv_nxt > self.rcv_wup) || (comp_due && self.compressed > 0);
-        pending.then(|| self.send_ack())
+        pending.then(|| self.send_ack(now))
     }
 }
 
@@ -300,12 +456,13 @@ mod tests {
         Segment {
             seq,
             ts: seq * 10,
+            ts_echo: 0,
             retransmission: false,
         }
     }
 
     fn receiver() -> Receiver {
-        Receiver::new(&TcpConfig::default(), 100 * NS_PER_MS)
+        Receiver::new(&TcpConfig::default(), 100 * NS_PER_MS, 1448)
     }
 
     #[test]

@@ -20,7 +20,7 @@
 //! Not modelled: F-RTO and the undo of spurious reductions (paths here never reorder, and
 //! timeouts marking only old segments lost leave little to undo), ECN, the RFC 2861
 //! decay of an unused window (a bulk sender blocked on a full socket buffer is exempt in
-//! Linux too), the receive window's autotuning.
+//! Linux too). The receive window is the receiver's (`rwnd.rs`).
 
 use super::board::{Board, Seg, EVER_RETRANS};
 use super::rate::{RateSample, RateState};
@@ -132,9 +132,14 @@ pub struct Sender {
     is_cwnd_limited: bool,
     max_packets_out: u32,
     cwnd_usage_seq: u64,
-    /// Receive window, segments: the smaller of `window_cap` and a window clamp.
+    /// Receive window, segments: the smallest of `window_cap`, a window clamp
+    /// (`TCP_WINDOW_CLAMP`) and the window the receiver offers (`snd_wnd`).
     max_window: u32,
     window_cap: u32,
+    clamp: u32,
+    snd_wnd: u32,
+    /// The receiver's last timestamp (`ts_recent`), echoed by every segment sent.
+    ts_recent: Time,
     pub(super) srtt: Option<Time>,
     rttvar: Time,
     /// Smallest RTT seen (`tcp_min_rtt`); `Time::MAX` until known.
@@ -207,6 +212,9 @@ impl Sender {
             cwnd_usage_seq: 0,
             max_window: max_window.unwrap_or(u32::MAX),
             window_cap: max_window.unwrap_or(u32::MAX),
+            clamp: u32::MAX,
+            snd_wnd: u32::MAX,
+            ts_recent: 0,
             srtt: None,
             rttvar: 0,
             min_rtt: Time::MAX,
@@ -251,7 +259,30 @@ impl Sender {
 
     /// The receiver's window clamped to `segs` (`TCP_WINDOW_CLAMP`; `None` lifts it).
     pub fn set_window_clamp(&mut self, segs: Option<u32>) {
-        self.max_window = self.window_cap.min(segs.unwrap_or(u32::MAX).max(1));
+        self.clamp = segs.unwrap_or(u32::MAX).max(1);
+        self.update_max_window();
+    }
+
+    /// The receiver offers `bytes` of window past `snd_una` (`tcp_ack_update_window`);
+    /// `u64::MAX`: no window is modelled.
+    pub fn set_peer_window(&mut self, bytes: u64) {
+        self.snd_wnd = if bytes == u64::MAX {
+            u32::MAX
+        } else {
+            // A zero window would need Linux's persist timer: one segment stands for its
+            // probe (a receiver that reads at once never keeps it shut for long).
+            (bytes / self.mss as u64).clamp(1, u32::MAX as u64 - 1) as u32
+        };
+        self.update_max_window();
+    }
+
+    fn update_max_window(&mut self) {
+        self.max_window = self.window_cap.min(self.clamp).min(self.snd_wnd);
+    }
+
+    /// The window the receiver offers, segments (`None`: not modelled).
+    pub fn peer_window(&self) -> Option<u32> {
+        (self.snd_wnd != u32::MAX).then_some(self.snd_wnd)
     }
 
     /// The application has written `segs` segments so far (`None`: everything).
@@ -287,6 +318,9 @@ impl Sender {
         if let Some(r) = handshake_rtt {
             self.rtt_estimator(r.max(1));
             self.min_rtt = r.max(1);
+            // The SYN-ACK's timestamp: it left the receiver half the handshake ago (0, no
+            // echo, if that was before the simulated time began).
+            self.ts_recent = now.saturating_sub(r / 2);
         }
         self.wstamp = now;
         let info = self.ack_info(now, &RateSample::default(), 0);
@@ -435,6 +469,7 @@ impl Sender {
         Segment {
             seq: self.board.nxt() - 1,
             ts: now,
+            ts_echo: self.ts_recent,
             retransmission: false,
         }
     }
@@ -452,6 +487,7 @@ impl Sender {
         Segment {
             seq,
             ts: now,
+            ts_echo: self.ts_recent,
             retransmission: true,
         }
     }
@@ -604,6 +640,8 @@ impl Sender {
             return;
         }
         self.stats.dsacks += ack.dsack.is_some() as u64;
+        self.ts_recent = self.ts_recent.max(ack.ts_val);
+        self.set_peer_window(ack.wnd);
         let mut a = AckState {
             prior_in_flight: self.in_flight(),
             prior_una: self.board.una,

@@ -37,6 +37,8 @@ fn ack(cum: u64, sack: &[(u64, u64)], ts: Time) -> AckSegment {
     let mut a = AckSegment {
         cum,
         ts_echo: ts,
+        ts_val: 0,
+        wnd: u64::MAX,
         sack: [(0, 0); 3],
         n_sack: sack.len() as u8,
         dsack: None,
@@ -105,6 +107,7 @@ fn a_lost_retransmission_is_found_without_a_timeout() {
         Segment {
             seq: 0,
             ts: 10 * ms,
+            ts_echo: 0,
             retransmission: true
         }
     );
@@ -142,6 +145,7 @@ fn a_tail_loss_is_repaired_by_a_probe_not_a_timeout() {
         vec![Segment {
             seq: 2,
             ts: 28 * ms,
+            ts_echo: 0,
             retransmission: true
         }]
     );
@@ -190,6 +194,7 @@ fn a_silent_path_gets_a_probe_then_a_timeout_of_old_segments_only() {
         vec![Segment {
             seq: 0,
             ts: 2 * NS_PER_S,
+            ts_echo: 0,
             retransmission: true
         }]
     );

@@ -449,7 +449,7 @@ def _stored(case: Case, backend: str, run, force: bool, starts: dict | None = No
 RUNNERS = {"netns": run_netns, "sim": run_sim, "simplain": run_sim_plain}
 
 
-def _starts(res: dict, n_flows: int) -> dict | None:
+def sim_starts(res: dict, n_flows: int) -> dict | None:
     """The kernel's flow starts per kind, for the simulators (None: one flow, or the kernel's
     run is not stored)."""
     if n_flows == 1 or "netns_duration" not in res:
@@ -466,7 +466,7 @@ def run_case(case: Case, force: frozenset = frozenset(), backends_: tuple = tupl
         if name not in backends_ and not path.exists():
             missing |= name != "simplain"
             continue
-        starts = None if name == "netns" else _starts(res, case.flows)
+        starts = None if name == "netns" else sim_starts(res, case.flows)
         if name not in backends_:  # shown as stored, even if made with other starts
             got = json.loads(path.read_text())
         else:

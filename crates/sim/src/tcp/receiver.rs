@@ -211,11 +211,6 @@ impl Receiver {
         self.rwnd.as_ref().map(RcvWindow::initial_window)
     }
 
-    /// The receive buffer and window clamp now, bytes, when modelled.
-    pub fn rcvbuf(&self) -> Option<(u64, u64)> {
-        self.rwnd.as_ref().map(|w| (w.rcvbuf(), w.window_clamp()))
-    }
-
     /// Out-of-order data past `rcv_nxt`, segments (`ooo_last_skb->end_seq - rcv_nxt`).
     fn ooo_span(&self) -> u64 {
         self.ooo.last().map_or(0, |r| r.1 - self.rcv_nxt)

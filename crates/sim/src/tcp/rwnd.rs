@@ -116,11 +116,13 @@ impl RcvWindow {
         self.rcv_wnd
     }
 
-    pub fn rcvbuf(&self) -> u64 {
+    #[cfg(test)]
+    fn rcvbuf(&self) -> u64 {
         self.rcvbuf
     }
 
-    pub fn window_clamp(&self) -> u64 {
+    #[cfg(test)]
+    fn window_clamp(&self) -> u64 {
         self.window_clamp
     }
 

@@ -1,0 +1,135 @@
+"""What the receive-window model (``host.rcvbuf_autotuning``) changes in the fidelity matrix.
+
+    .venv/bin/python benches/rwnd_effect.py --kernel-runs DIR1 DIR2 DIR3 [--seeds 1 2 3] [--only reno:200]
+    .venv/bin/python benches/rwnd_effect.py --kernel-runs DIR1 DIR2 DIR3 --held reno:200:0.2bdp:1
+
+The simulator's side of each case (the emulated hosts, the kernel's flow starts as stored in
+results/fidelity), with the model off and on, for each seed; nothing is stored. Printed:
+- per seed and mode, the tally against the median of the kernel runs stored in the DIRs
+  (benches/fidelity.py --kernel-runs) and against their range (within_range);
+- the run-to-run spread ((max − min) / median over the seeds, and over the kernel runs) of
+  the slow-start exit, the completion time and goodput, in the cases with three kernel runs.
+``--held``: for the given cases, the seconds each flow was held by the receive window in
+its first 3 s: the kernel's from ``tcpi_rwnd_limited`` in each run's samples, the
+simulator's where its data in flight reached the window offered (2 ms samples).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import fidelity as F  # noqa: E402
+from xferlab.backends import sim as sim_backend  # noqa: E402
+
+SPREAD_FIELDS = ("ss_ssthresh", "makespan_s", "goodput_mbps")
+HELD_S = 3.0
+
+
+def _config(on: bool):
+    base = sim_backend.sim_config
+
+    def cfg(r: dict) -> dict:
+        c = base(r)
+        c["tcp"]["rcvbuf_autotuning"] = on
+        return c
+
+    return cfg
+
+
+def sim_run(args: tuple[str, bool, int]) -> tuple[str, bool, int, dict]:
+    """The simulator's duration and volume runs of one case, model on or off."""
+    key, on, seed = args
+    case = next(c for c in F.matrix() if c.key == key)
+    sim_backend.sim_config = _config(on)
+    stored = F.RESULTS / f"{key.replace(':', '_')}-netns.json"
+    kernel = json.loads(stored.read_text()) if stored.exists() else {"failed": True}
+    starts = None if "failed" in kernel else F.sim_starts({f"netns_{k}": kernel[k] for k in ("duration", "volume")}, case.flows)
+    out = {kind: F.run_sim(case, kind, seed=seed, starts_s=(starts or {}).get(kind)) for kind in ("duration", "volume")}
+    return key, on, seed, {**out["duration"], "makespan_s": out["volume"]["makespan_s"]}
+
+
+def spread(xs: list) -> float | None:
+    xs = [x for x in xs if x is not None]
+    return (max(xs) - min(xs)) / float(np.median(xs)) if len(xs) >= 2 and np.median(xs) else None
+
+
+def report(cases: list, dirs: list[Path], seeds: list[int], res: dict) -> None:
+    kernel = {c.key: [r for d in dirs if (r := F.kernel_run(d, c)) is not None] for c in cases}
+    for seed in seeds:
+        for mode in ("off", "on"):
+            judged = [(res[(c.key, mode, seed)], kernel[c.key]) for c in cases if len(kernel[c.key]) >= 2]
+            med = F.tally([F.verdict(sim, F.median_run(runs)) for sim, runs in judged])
+            rng = F.tally([F.within_range(sim, runs) for sim, runs in judged])
+            print(f"seed {seed}, model {mode}: against the median {med}; against the range {rng}")
+    three = [c for c in cases if len(kernel[c.key]) >= 3]
+    for field in SPREAD_FIELDS:
+        rows = {"kernel": [spread([r.get(field) for r in kernel[c.key]]) for c in three]}
+        for mode in ("off", "on"):
+            rows[mode] = [spread([res[(c.key, mode, s)].get(field) for s in seeds]) for c in three]
+        for name, v in rows.items():
+            v = [x for x in v if x is not None]
+            over = sum(x > 0.1 for x in v)
+            print(f"{field} spread, {name}: {len(v)} cases, mean {np.mean(v):.3f}, over 10 % in {over}")
+
+
+def sim_held(case, on: bool) -> float:
+    """Seconds per flow the simulator's sender was held by the receive window in its first
+    HELD_S seconds."""
+    sim_backend.sim_config = _config(on)
+    s = F.sim_samples(F.sim_trace(case, "duration", duration_s=max(HELD_S, 5)))
+    s = s[s["t"] <= HELD_S].sort_values(["flow", "t"])
+    held = 0.0
+    for _, g in s.groupby("flow"):
+        at_window = g["rwnd"].notna() & (g["in_flight"] >= g["rwnd"] - 1)
+        held += float((g["t"].diff().shift(-1).fillna(0) * at_window).sum())
+    return held / max(1, s["flow"].nunique())
+
+
+def kernel_held(path: Path) -> float | None:
+    if not path.exists():
+        return None
+    d = pd.read_parquet(path)
+    d = d[d["t"] <= HELD_S]
+    if d.empty or "rwnd_limited_us" not in d:
+        return None
+    return float(d.groupby("flow")["rwnd_limited_us"].max().mean() / 1e6)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--kernel-runs", nargs="+", type=Path, required=True, metavar="DIR")
+    ap.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3])
+    ap.add_argument("--only", action="append", default=[])
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--held", action="append", default=[], metavar="CASE")
+    a = ap.parse_args()
+    if a.held:
+        for c in F.select(F.matrix(), a.held):
+            k = [kernel_held(d / f"{c.key.replace(':', '_')}-netns-samples.parquet") for d in a.kernel_runs]
+            shown = ", ".join("–" if x is None else f"{x:.2f}" for x in k)
+            print(
+                f"{c.key}: held by the window in the first {HELD_S:g} s: kernel {shown} s; "
+                f"simulator, model on {sim_held(c, True):.2f} s, off {sim_held(c, False):.2f} s"
+            )
+        return 0
+    cases = F.select(F.matrix(), a.only)
+    jobs = [(c.key, on, s) for c in cases for on in (False, True) for s in a.seeds]
+    res = {}
+    with ProcessPoolExecutor(a.jobs) as ex:
+        for key, on, seed, r in ex.map(sim_run, jobs):
+            res[(key, "on" if on else "off", seed)] = r
+    report(cases, a.kernel_runs, a.seeds, res)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

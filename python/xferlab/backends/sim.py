@@ -108,8 +108,9 @@ def sim_config(resolved: dict) -> dict:
             "delayed_ack": resolved["delayed_ack"],
             "rto_min_ns": ns(resolved["rto_min_s"]),
             "kernel": host.get("kernel", "linux6"),
-            "rcvbuf_autotuning": host.get("rcvbuf_autotuning", True),
-            # The real backends' hosts get this limit too (netns/topology.py, remote/plan.py).
+            # A resolved scenario from before the receive window did not model it (HostInfo).
+            "rcvbuf_autotuning": host.get("rcvbuf_autotuning", False),
+            # The real backends' hosts get this limit too (netns and ssh backends).
             "rmem_max_bytes": constants.sock_buf_bytes(
                 resolved["bottleneck_rate_bps"],
                 max(p["rtt_s"] for p in paths),

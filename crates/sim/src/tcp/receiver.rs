@@ -158,15 +158,16 @@ impl Receiver {
         let (Some(t), false, Some(w)) = (self.read_at, self.read_event, &self.rwnd) else {
             return false;
         };
-        let advanced = self.rcv_nxt - self.rcv_wup;
-        // Without a measure the read changes only what is held.
-        let due = if w.measure_due(t) {
+        // Without a measure the read changes only what is held: no copy to read on.
+        let measured = w.measure_due(t).then(|| {
             let mut w = w.clone();
             self.read_all(&mut w, t, mss);
-            w.update_due(self.ooo_segs, advanced)
-        } else {
-            w.update_due(self.ooo_segs, advanced)
-        };
+            w
+        });
+        let due = measured
+            .as_ref()
+            .unwrap_or(w)
+            .update_due(self.ooo_segs, self.rcv_nxt - self.rcv_wup);
         self.read_event = due;
         due
     }

@@ -607,6 +607,7 @@ impl Simulation {
         let Offer::Departs(d) = self.links[f.nic].offer(t, bytes, 1.0) else {
             unreachable!("host interfaces never drop")
         };
+        self.hosts[f.src_host].tx_departs(&self.noise, d);
         if push(&mut f.to_bottleneck, d, seg) {
             self.schedule(d, AT_BOTTLENECK, i);
         }
@@ -1039,6 +1040,7 @@ impl Simulation {
             let Offer::Departs(d) = self.links[nic].offer(t, bytes, 1.0) else {
                 unreachable!("host interfaces never drop")
             };
+            self.hosts[h].tx_departs(&self.noise, d);
             if push(&mut self.flows[i].to_bottleneck, d, seg) {
                 self.schedule(d, AT_BOTTLENECK, i);
             }

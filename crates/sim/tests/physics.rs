@@ -625,3 +625,32 @@ fn data_arriving_in_trains_holds_slow_start_back_until_the_application_reads() {
         "4th round read at once: window {rwnd:?}"
     );
 }
+
+#[test]
+fn a_host_batching_its_transmissions_still_sends_a_round_in_one_train() {
+    // A host whose CPUs are saturated (the netns emulation on a few cores) hands segments
+    // to its interface only at its softirq runs, ~0.4 ms apart. At low rates TCP Small
+    // Queues lets a flow keep only 4 segments in the host; the run that sends them
+    // completes them and the segments that releases leave in the same run, as Linux's
+    // softirq goes on while work is pending. So a slow-start round still reaches the
+    // bottleneck as one train: 160 segments in about 160 bottleneck slots (6.5 ms at
+    // 300 Mbit/s), not four segments per run (16 ms). Trains that stay whole keep parallel
+    // flows apart, as the kernel's are (VALIDATION.md §6b).
+    let mut cfg = dumbbell(1, 1e9, 300e6, 200, 100_000, 2);
+    cfg.flows[0].start_ns = 0;
+    cfg.noise.tx_batch_ns = 400_000;
+    cfg.measure.tcp_interval_ns = 100_000;
+    let tr = Simulation::new(cfg).unwrap().run();
+    let first = |pred: &dyn Fn(u32) -> bool| {
+        (0..tr.tcp.t_s.len())
+            .find(|&k| pred(tr.tcp.cwnd[k]))
+            .map(|k| tr.tcp.t_s[k])
+            .unwrap()
+    };
+    let span_ms = (first(&|c| c >= 320) - first(&|c| c > 160)) * 1e3;
+    let slot_ms = 1538.0 * 8.0 / 300e6 * 1e3;
+    assert!(
+        span_ms < 1.25 * 160.0 * slot_ms,
+        "the round of 160 segments was acknowledged over {span_ms:.2} ms"
+    );
+}

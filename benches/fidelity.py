@@ -157,10 +157,12 @@ def sim_trace(
     plain: bool = False,
     noise: bool = True,
     starts_ns: list[int] | None = None,
+    noise_fields: dict | None = None,
 ) -> Trace:
     """The simulator's trace of ``case``: the emulated network and host (`plain`: the
     scenario as it reads, on quiet hosts with real interfaces); ``starts_ns``: each flow's
-    start (ns) instead of the scenario's."""
+    start (ns) instead of the scenario's; ``noise_fields``: host-noise fields
+    (NoiseConfig) set over the resulting configuration's."""
     data = case.scenario(kind, duration_s)
     data["measure"]["tcp_interval"] = f"{SAMPLE_S}s"
     if seed is not None:
@@ -171,6 +173,7 @@ def sim_trace(
     cfg["noise"]["enabled"] = noise
     if not plain:
         cfg = emulated(cfg)
+    cfg["noise"].update(noise_fields or {})
     if starts_ns is not None:
         for flow, start in zip(cfg["flows"], starts_ns, strict=True):
             flow["start_ns"] = start
@@ -328,14 +331,18 @@ def slow_start_exit(s: pd.DataFrame) -> tuple[float, float] | None:
     the ratio of the two ssthresh is the ratio of the windows at the exit. The window
     itself cannot be read there: it doubles every RTT and the sampler sees it every 2 ms,
     so the last sample before the exit reads from 60 % to 100 % of it at a 10 ms RTT."""
-    th, ts = [], []
+    exits = [e for e in flow_exits(s) if e is not None]
+    return (float(np.mean([e[0] for e in exits])), float(np.mean([e[1] for e in exits]))) if exits else None
+
+
+def flow_exits(s: pd.DataFrame) -> list[tuple[float, float] | None]:
+    """Each flow's (first ssthresh, the time it is set), in flow order; None for a flow
+    still in slow start."""
+    out = []
     for _, f in s.groupby("flow"):
         done = f[f["ss_done"]]
-        if done.empty:
-            continue
-        th.append(done["ssthresh"].iloc[0])
-        ts.append(done["t"].iloc[0])
-    return (float(np.mean(th)), float(np.mean(ts))) if th else None
+        out.append(None if done.empty else (done["ssthresh"].iloc[0], done["t"].iloc[0]))
+    return out
 
 
 def first_loss(s: pd.DataFrame) -> float | None:

@@ -27,13 +27,14 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import fidelity as F  # noqa: E402
+from xferlab.backends.base import BackendError  # noqa: E402
 
 BIN_S = 0.005
 
 
 def segregation(samples: pd.DataFrame, rtt_s: float) -> float:
     """The index over the RTT (and 50 ms) before the first flow's slow-start exit."""
-    first = samples[samples["ss_done"]].groupby("flow")["t"].min().min()
+    first = min(e[1] for e in F.flow_exits(samples) if e is not None)
     bins = np.arange(first - rtt_s - 0.05, first - 0.02, BIN_S)
     growth = np.array(
         [
@@ -45,16 +46,9 @@ def segregation(samples: pd.DataFrame, rtt_s: float) -> float:
     return float(growth.max(axis=0).sum() / total) if total else float("nan")
 
 
-def exits(samples: pd.DataFrame) -> list[float | None]:
-    out = []
-    for _, g in samples.sort_values("t").groupby("flow"):
-        done = g["t"][g["ss_done"]]
-        out.append(float(done.iloc[0]) if len(done) else None)
-    return out
-
-
 def show(label: str, samples: pd.DataFrame, rtt_s: float) -> None:
-    shown = " ".join("–" if x is None else f"{x:.2f}" for x in exits(samples))
+    exits = F.flow_exits(samples.sort_values("t"))
+    shown = " ".join("–" if e is None else f"{e[1]:.2f}" for e in exits)
     print(f"{label:24s} index {segregation(samples, rtt_s):.2f}  exits (s) {shown}")
 
 
@@ -77,17 +71,18 @@ def main() -> int:
         ap.error(f"no kernel run of {a.case} with its flows' starts in {a.kernel_run}: {e}")
     rtt_s = case.rtt_ms / 1000
     show("kernel", samples, rtt_s)
-    emulated = F.emulated
-
-    def without(cfg: dict) -> dict:
-        cfg = emulated(cfg)
-        cfg["noise"].update({field: 0 for field in a.without})
-        return cfg
-
-    F.emulated = without
     label = "simulator" + "".join(f", no {f}" for f in a.without)
     for seed in a.seeds:
-        trace = F.sim_trace(case, "duration", seed=seed, starts_ns=[round(x * 1e9) for x in starts])
+        try:
+            trace = F.sim_trace(
+                case,
+                "duration",
+                seed=seed,
+                starts_ns=[round(x * 1e9) for x in starts],
+                noise_fields={field: 0 for field in a.without},
+            )
+        except BackendError as e:  # a --without that is not a host-noise field
+            ap.error(str(e))
         show(f"{label}, seed {seed}", F.sim_samples(trace), rtt_s)
     return 0
 

@@ -69,7 +69,7 @@ def measure(path: Path, overrides: list[str], runs: int) -> dict:
     }
 
 
-def _baseline(path: str):
+def baseline_module(path: str):
     """Another build of the extension module, loaded beside this one."""
     from importlib.machinery import ExtensionFileLoader
     from importlib.util import module_from_spec, spec_from_loader
@@ -125,7 +125,7 @@ def _run_on_baseline(mod, cfg: dict) -> float:
 def compare(index: int, runs: int, baseline: str) -> None:
     """One case on the baseline build, on this one, and on this one without host noise,
     alternately (so that the machine's load falls on all three alike); prints medians."""
-    old = _baseline(baseline)
+    old = baseline_module(baseline)
     new = sim._module()
     _, path, ov = CASES[index]
     s, _ = scenario.load(path, ov)

@@ -601,14 +601,21 @@ impl Simulation {
     /// A segment of flow `i` released by its gate reaches the host interface.
     fn at_nic(&mut self, i: usize, seg: Segment) {
         let bytes = self.seg_len(i, seg.seq) + self.cfg.header_bytes;
+        self.hand_to_interface(i, seg, bytes);
+    }
+
+    /// A segment of flow `i` (`bytes` on the wire) goes through its host's stack, waits for
+    /// the host's softirq run when transmissions are batched, and is serialised on the
+    /// host's interface towards the bottleneck.
+    fn hand_to_interface(&mut self, i: usize, seg: Segment, bytes: u32) {
         let t = self.now + self.noise.processing();
-        let f = &mut self.flows[i];
-        let t = self.hosts[f.src_host].tx_handoff(&mut self.noise, t);
-        let Offer::Departs(d) = self.links[f.nic].offer(t, bytes, 1.0) else {
+        let (h, nic) = (self.flows[i].src_host, self.flows[i].nic);
+        let t = self.hosts[h].tx_handoff(&mut self.noise, t);
+        let Offer::Departs(d) = self.links[nic].offer(t, bytes, 1.0) else {
             unreachable!("host interfaces never drop")
         };
-        self.hosts[f.src_host].tx_departs(&self.noise, d);
-        if push(&mut f.to_bottleneck, d, seg) {
+        self.hosts[h].tx_departs(&self.noise, d);
+        if push(&mut self.flows[i].to_bottleneck, d, seg) {
             self.schedule(d, AT_BOTTLENECK, i);
         }
     }
@@ -1034,16 +1041,7 @@ impl Simulation {
                 }
                 continue;
             }
-            let (nic, h) = (f.nic, f.src_host);
-            let t = now + self.noise.processing();
-            let t = self.hosts[h].tx_handoff(&mut self.noise, t);
-            let Offer::Departs(d) = self.links[nic].offer(t, bytes, 1.0) else {
-                unreachable!("host interfaces never drop")
-            };
-            self.hosts[h].tx_departs(&self.noise, d);
-            if push(&mut self.flows[i].to_bottleneck, d, seg) {
-                self.schedule(d, AT_BOTTLENECK, i);
-            }
+            self.hand_to_interface(i, seg, bytes);
         }
         self.flows[i].sender.end_transmit(now, sent_new);
         self.arm_timer(i);

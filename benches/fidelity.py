@@ -6,8 +6,9 @@ netns backend (this host's kernel), compared metric by metric.
     .venv/bin/python benches/fidelity.py --render              # rewrite the table from stored results
     .venv/bin/python benches/fidelity.py --backend sim --force sim   # the simulator's side again
     .venv/bin/python benches/fidelity.py --dispersion          # run-to-run spread, 10 repetitions each
-    .venv/bin/python benches/fidelity.py --repeat-of DIR       # the stored kernel runs judged against DIR's
-    .venv/bin/python benches/fidelity.py --kernel-runs DIR...  # the simulator against the median of several matrices' kernel runs
+    .venv/bin/python benches/fidelity.py --repeat-of RUN       # the stored kernel runs judged against RUN's
+    .venv/bin/python benches/fidelity.py --kernel-runs RUN...  # the simulator against the median of several matrices' kernel runs
+    .venv/bin/python benches/fidelity.py --archive NAME        # keep the stored kernel run: benches/fidelity-runs/NAME.json.gz
 
 The matrix: 7 variants × RTT 10, 50, 200 ms × buffer 0.2 and 1 BDP × 1 and 4 flows, hosts
 at 1 Gbit/s into a 300 Mbit/s bottleneck (what this host emulates without dilation).
@@ -21,11 +22,19 @@ starts, and the simulator's runs of a multi-flow case start their flows so. Resu
 case and backend in results/fidelity/ (a rerun skips stored ones unless --force sim|netns;
 --backend sim reruns only the simulator's side) and the table goes
 into VALIDATION.md between `<!-- table:fidelity -->` markers.
+
+A kernel run of the matrix is an hour of a quiet machine and cannot be made again the same:
+`--archive NAME` keeps what every judgement reads of it (each case's figures and flow starts,
+not its samples) in benches/fidelity-runs/, in the repository. A RUN given to --kernel-runs or
+--repeat-of is such an archive or a results directory.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
+import functools
+import gzip
 import json
 import math
 import os
@@ -50,6 +59,13 @@ from xferlab.netns import bpfcc, topology  # noqa: E402
 from xferlab.trace import Trace  # noqa: E402
 
 RESULTS = ROOT / "results" / "fidelity"
+#: Archived kernel runs of the matrix (--archive), one gzipped JSON each.
+ARCHIVE = ROOT / "benches" / "fidelity-runs"
+#: What an archive keeps of each run: the figures every judgement reads (no trajectories).
+ARCHIVED = (
+    "goodput_mbps", "jain", "cov", "retransmissions", "drops", "makespan_s", "timeouts",
+    "ss_ssthresh", "ss_time_s", "first_loss_s", "broken", "starts_s", "load", "late_mean_ms",
+)  # fmt: skip
 VARIANTS = ("reno", "bic", "cubic", "highspeed", "htcp", "scalable", "bbr")
 RTTS_MS = (10, 50, 200)
 BUFFERS = ("0.2bdp", "1.0bdp")
@@ -598,16 +614,63 @@ def write(name: str, text: str) -> None:
 # --------------------------------------------------------------------------- the kernel against itself
 
 
-def kernel_run(results: Path, case: Case) -> dict | None:
-    """A case's stored kernel side in ``results`` (duration fields read from its samples), or
-    None if it is missing, failed, or void."""
+def stored_kernel(results: Path, case: Case) -> dict | None:
+    """A case's kernel side as stored in a results directory (duration fields read from its
+    samples): ``{"duration": …, "volume": …}`` or ``{"failed": …}``; None if not run."""
     path = results / f"{case.key.replace(':', '_')}-netns.json"
-    if not path.exists() or "failed" in (got := json.loads(path.read_text())):
+    if not path.exists():
         return None
+    got = json.loads(path.read_text())
     samples = results / f"{case.key.replace(':', '_')}-netns-samples.parquet"
-    if samples.exists():
+    if "failed" not in got and samples.exists():
         got["duration"] |= sample_fields(pd.read_parquet(samples))
-    if got["duration"].get("broken") is not None:
+    return got
+
+
+def archive(name: str, results: Path | None = None, into: Path | None = None) -> Path:
+    """Keep the kernel side of the matrix stored in ``results`` (RESULTS) as
+    ``into/NAME.json.gz`` (into ARCHIVE): per case, the ARCHIVED fields of its duration and
+    volume runs, or why it failed."""
+    results, into = results or RESULTS, into or ARCHIVE
+    cases = {}
+    for case in matrix():
+        got = stored_kernel(results, case)
+        if got is None:
+            continue
+        if "failed" in got:
+            cases[case.key] = {"failed": got["failed"]}
+            continue
+        cases[case.key] = {kind: {f: got[kind][f] for f in ARCHIVED if f in got[kind]} for kind in ("duration", "volume")}
+    if not cases:
+        raise SystemExit(f"error: no kernel run of the matrix is stored in {results}")
+    doc = {"name": name, "kernel": os.uname().release, "archived": datetime.date.today().isoformat(), "cases": cases}
+    into.mkdir(parents=True, exist_ok=True)
+    path = into / f"{name}.json.gz"
+    tmp = path.with_suffix(".tmp")
+    tmp.write_bytes(gzip.compress(json.dumps(doc, indent=0, sort_keys=True).encode(), mtime=0))
+    tmp.replace(path)
+    return path
+
+
+@functools.cache
+def archived(path: Path) -> dict:
+    """An archive's cases (``--archive``)."""
+    try:
+        return json.loads(gzip.decompress(path.read_bytes()))["cases"]
+    except (OSError, ValueError, KeyError) as e:
+        raise SystemExit(f"error: {path} is not an archived kernel run of the matrix: {e}") from e
+
+
+def kernel_side(run: Path, case: Case) -> dict | None:
+    """A case's kernel side in ``run``, an archive or a results directory."""
+    return archived(run).get(case.key) if run.is_file() else stored_kernel(run, case)
+
+
+def kernel_run(run: Path, case: Case) -> dict | None:
+    """A case's kernel figures in ``run`` (an archive or a results directory), or None if it
+    is missing, failed, or void."""
+    got = kernel_side(run, case)
+    if got is None or "failed" in got or got["duration"].get("broken") is not None:
         return None
     return {**got["duration"], "makespan_s": got["volume"]["makespan_s"]}
 
@@ -667,19 +730,33 @@ def median_run(runs: list[dict]) -> dict:
     return out
 
 
-def against_runs(dirs: list[Path], cases: list[Case]) -> str:
-    """The simulator (this matrix's stored side) against the median of the kernel runs
-    stored in ``dirs``, and, for reference, each kernel run against the median of the
-    others: how often one run of the kernel holds the tolerances against its own median."""
+def sim_side(case: Case, starts_from: Path) -> dict:
+    """The simulator's figures for a case: as stored for the table, or, if none are, from
+    runs made now (and stored) with the flows' starts of the kernel run in ``starts_from``."""
+    path = RESULTS / f"{case.key.replace(':', '_')}-sim.json"
+    if path.exists():
+        got = json.loads(path.read_text())
+    else:
+        kernel = kernel_side(starts_from, case)
+        starts = None
+        if case.flows > 1 and kernel is not None and "failed" not in kernel:
+            starts = {kind: kernel[kind].get("starts_s") for kind in ("duration", "volume")}
+        got = _stored(case, "sim", RUNNERS["sim"], False, starts)
+    return {**got["duration"], "makespan_s": got["volume"]["makespan_s"]}
+
+
+def against_runs(runs_: list[Path], cases: list[Case]) -> str:
+    """The simulator (this matrix's stored side, run if missing) against the median of the
+    kernel runs in ``runs_`` (archives or results directories), and, for reference, each
+    kernel run against the median of the others: how often one run of the kernel holds the
+    tolerances against its own median."""
     sim_oks, self_oks, n_runs = [], [], []
     for case in cases:
-        runs = [r for d in dirs if (r := kernel_run(d, case)) is not None]
-        res = run_case(case, backends_=())
-        if len(runs) < 2 or res is None or "sim_duration" not in res:
+        runs = [r for d in runs_ if (r := kernel_run(d, case)) is not None]
+        if len(runs) < 2:
             continue
         n_runs.append(len(runs))
-        sim = {**res["sim_duration"], "makespan_s": res["sim_volume"]["makespan_s"]}
-        sim_oks.append(verdict(sim, median_run(runs)))
+        sim_oks.append(verdict(sim_side(case, runs_[-1]), median_run(runs)))
         for k, run in enumerate(runs):
             others = median_run(runs[:k] + runs[k + 1 :])
             self_oks.append(verdict(run | {"drops": 0, "retransmissions": 0}, others) | {"retx": None})
@@ -729,16 +806,22 @@ def main() -> int:
     ap.add_argument("--dispersion", action="append", default=[], help="a case key: repetitions of its volume run")
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--max-load", type=float, default=3.0, help="wait for a load average below this")
-    ap.add_argument("--repeat-of", type=Path, metavar="DIR", help="judge the stored kernel runs against those in DIR")
+    ap.add_argument(
+        "--repeat-of", type=Path, metavar="RUN", help="judge the stored kernel runs against RUN (an archive or a results dir)"
+    )
     ap.add_argument(
         "--kernel-runs",
         type=Path,
         nargs="+",
-        metavar="DIR",
-        help="the simulator against the median of these matrices' kernel runs",
+        metavar="RUN",
+        help="the simulator against the median of these matrices' kernel runs (archives or results directories)",
     )
+    ap.add_argument("--archive", metavar="NAME", help=f"keep the stored kernel run in {ARCHIVE.relative_to(ROOT)}/NAME.json.gz")
     args = ap.parse_args()
     globals()["MAX_LOAD"] = args.max_load
+    if args.archive:
+        print(f"kept in {archive(args.archive).relative_to(ROOT)}")
+        return 0
     if args.kernel_runs:
         text = against_runs(args.kernel_runs, select(matrix(), args.only))
         print(text)

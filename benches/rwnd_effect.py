@@ -1,23 +1,24 @@
 """What the receive-window model (``host.rcvbuf_autotuning``) changes in the fidelity matrix.
 
-    .venv/bin/python benches/rwnd_effect.py --kernel-runs DIR1 DIR2 DIR3 [--seeds 1 2 3] [--only reno:200]
+    .venv/bin/python benches/rwnd_effect.py --kernel-runs benches/fidelity-runs/*.json.gz [--seeds 1 2 3] [--only reno:200]
     .venv/bin/python benches/rwnd_effect.py --kernel-runs DIR1 DIR2 DIR3 --held reno:200:0.2bdp:1
 
-The simulator's side of each case (the emulated hosts, the kernel's flow starts as stored in
-results/fidelity), with the model off and on, for each seed; nothing is stored. Printed:
-- per seed and mode, the tally against the median of the kernel runs stored in the DIRs
-  (benches/fidelity.py --kernel-runs) and against their range (within_range);
+The simulator's side of each case (the emulated hosts, the flows started as in the last
+kernel run given), with the model off and on, for each seed; nothing is stored. Printed:
+- per seed and mode, the tally against the median of the kernel runs (archives of
+  benches/fidelity.py --archive, or results directories: benches/fidelity.py --kernel-runs)
+  and against their range (within_range);
 - the run-to-run spread ((max − min) / median over the seeds, and over the kernel runs) of
   the slow-start exit, the completion time and goodput, in the cases with three kernel runs.
 ``--held``: for the given cases, the seconds each flow was held by the receive window in
-its first 3 s: the kernel's from ``tcpi_rwnd_limited`` in each run's samples, the
+its first 3 s: the kernel's from ``tcpi_rwnd_limited`` in each run's samples (results
+directories only: an archive keeps no samples), the
 simulator's where its data in flight reached the window offered (2 ms samples).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -45,13 +46,13 @@ def _config(on: bool):
     return cfg
 
 
-def sim_run(args: tuple[str, bool, int]) -> tuple[str, bool, int, dict]:
-    """The simulator's duration and volume runs of one case, model on or off."""
-    key, on, seed = args
+def sim_run(args: tuple[str, bool, int, Path]) -> tuple[str, bool, int, dict]:
+    """The simulator's duration and volume runs of one case, model on or off, its flows
+    started as in the kernel run ``starts_from`` (an archive or a results directory)."""
+    key, on, seed, starts_from = args
     case = next(c for c in F.matrix() if c.key == key)
     sim_backend.sim_config = _config(on)
-    stored = F.RESULTS / f"{key.replace(':', '_')}-netns.json"
-    kernel = json.loads(stored.read_text()) if stored.exists() else {"failed": True}
+    kernel = F.kernel_side(starts_from, case) or {"failed": True}
     starts = None if "failed" in kernel else F.sim_starts({f"netns_{k}": kernel[k] for k in ("duration", "volume")}, case.flows)
     out = {kind: F.run_sim(case, kind, seed=seed, starts_s=(starts or {}).get(kind)) for kind in ("duration", "volume")}
     return key, on, seed, {**out["duration"], "makespan_s": out["volume"]["makespan_s"]}
@@ -106,7 +107,7 @@ def kernel_held(path: Path) -> float | None:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--kernel-runs", nargs="+", type=Path, required=True, metavar="DIR")
+    ap.add_argument("--kernel-runs", nargs="+", type=Path, required=True, metavar="RUN", help="archives or results directories")
     ap.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3])
     ap.add_argument("--only", action="append", default=[])
     ap.add_argument("--jobs", type=int, default=2)
@@ -122,7 +123,7 @@ def main() -> int:
             )
         return 0
     cases = F.select(F.matrix(), a.only)
-    jobs = [(c.key, on, s) for c in cases for on in (False, True) for s in a.seeds]
+    jobs = [(c.key, on, s, a.kernel_runs[-1]) for c in cases for on in (False, True) for s in a.seeds]
     res = {}
     with ProcessPoolExecutor(a.jobs) as ex:
         for key, on, seed, r in ex.map(sim_run, jobs):

@@ -93,7 +93,7 @@ def test_sim_beside_the_kernel(case):
 
 
 def _samples(rows):
-    return pd.DataFrame(rows, columns=["t", "flow", "cwnd", "ssthresh", "ss_done"])
+    return pd.DataFrame(rows, columns=["t", "flow", "cwnd", "ssthresh", "ss_done"]).assign(retransmissions=0)
 
 
 def test_slow_start_exit_is_read_from_the_first_ssthresh():
@@ -194,3 +194,73 @@ def test_the_kernel_s_median_run_takes_each_metric_s_median():
     m = fidelity.median_run(runs)
     # One outlying run moves no median; a metric a run lacks is left out of its median.
     assert m == {"goodput_mbps": 250.0, "jain": 0.95, "ss_ssthresh": 250.0, "makespan_s": 10.0}
+
+
+def _store_kernel(case, duration: dict, volume: dict | None = None, samples: pd.DataFrame | None = None) -> None:
+    stem = fidelity.RESULTS / case.key.replace(":", "_")
+    doc = {"duration": duration, "volume": volume} if volume is not None else duration
+    (stem.parent / f"{stem.name}-netns.json").write_text(fidelity.json.dumps(doc))
+    if samples is not None:
+        samples.to_parquet(stem.parent / f"{stem.name}-netns-samples.parquet")
+
+
+def test_an_archived_kernel_run_judges_as_its_results_directory(tmp_path):
+    inf = bpfcc.SSTHRESH_INFINITE
+    ok, void = fidelity.Case("reno", 10, "0.2bdp", 1), fidelity.Case("reno", 10, "0.2bdp", 4)
+    failed = fidelity.Case("bic", 50, "1.0bdp", 1)
+    base = {"goodput_mbps": 251.5, "jain": 0.998, "cov": 0.1, "retransmissions": 30, "drops": 30}
+    base["trajectory"] = {"0": [1.0] * 3000}
+    # The exit is read from the samples (ssthresh 64 at 0.05 s), not from the stored figure.
+    samples = _samples([(0.0, 0, 10, inf, False), (0.05, 0, 128, 64, True), (0.1, 0, 66, 64, True)])
+    _store_kernel(ok, base | {"ss_ssthresh": 99.0}, {"makespan_s": 10.25, "starts_s": None}, samples)
+    bad = _samples([(0.0, 0, 10, inf, False), (1.0, 0, 130_554_012, 0x822034E5, True)])
+    _store_kernel(void, base | {"starts_s": [0.0, 0.012]}, {"makespan_s": 11.0, "starts_s": [0.0, 0.01, 0.02, 0.03]}, bad)
+    _store_kernel(failed, {"failed": "3 runs in a row were void"})
+
+    path = fidelity.archive("test-run", into=tmp_path / "runs")
+    assert path.name == "test-run.json.gz" and path.stat().st_size < 2000  # no trajectories
+    for run in (fidelity.RESULTS, path):
+        got = fidelity.kernel_run(run, ok)
+        assert (got["goodput_mbps"], got["ss_ssthresh"], got["ss_time_s"], got["makespan_s"]) == (251.5, 64.0, 0.05, 10.25)
+        assert fidelity.kernel_run(run, void) is None  # an impossible window
+        assert fidelity.kernel_run(run, failed) is None
+        assert fidelity.kernel_run(run, fidelity.Case("cubic", 200, "1.0bdp", 4)) is None  # not run
+    # The flows' starts a simulator's run takes are kept.
+    assert fidelity.kernel_side(path, void)["volume"]["starts_s"] == [0.0, 0.01, 0.02, 0.03]
+    assert fidelity.kernel_side(path, failed) == {"failed": "3 runs in a row were void"}
+
+
+def test_archiving_nothing_is_an_error_and_a_bad_archive_is_named(tmp_path):
+    with pytest.raises(SystemExit, match="no kernel run of the matrix is stored"):
+        fidelity.archive("empty", into=tmp_path / "runs")
+    bad = tmp_path / "bad.json.gz"
+    bad.write_bytes(b"not gzip")
+    with pytest.raises(SystemExit, match="bad.json.gz is not an archived kernel run"):
+        fidelity.kernel_run(bad, fidelity.Case("reno", 10, "0.2bdp", 1))
+
+
+def test_the_simulator_is_judged_against_archived_runs_with_the_last_run_s_starts(tmp_path, monkeypatch):
+    case = fidelity.Case("cubic", 50, "1.0bdp", 4)
+    runs = []
+    for k, (goodput, jain) in enumerate(((240.0, 0.9), (260.0, 0.7), (250.0, 0.8))):
+        fidelity.RESULTS = tmp_path / f"run{k}"  # restored by the fixture's monkeypatch
+        fidelity.RESULTS.mkdir()
+        starts = [0.0, 0.01 * (k + 1), 0.02, 0.03]
+        duration = {"goodput_mbps": goodput, "jain": jain, "retransmissions": 5, "drops": 5, "starts_s": starts}
+        _store_kernel(case, duration, {"makespan_s": 10.0 + k, "starts_s": starts[::-1]})
+        runs.append(fidelity.archive(f"run{k}", into=tmp_path / "runs"))
+    fidelity.RESULTS = tmp_path / "table"
+    seen = []
+
+    def sim(case, kind, starts_s=None):
+        seen.append((kind, starts_s))
+        return {"goodput_mbps": 247.0, "jain": 0.79, "retransmissions": 5, "drops": 5, "makespan_s": 11.3}
+
+    monkeypatch.setitem(fidelity.RUNNERS, "sim", sim)
+    text = fidelity.against_runs(runs, [case])
+    # Median 250 Mbit/s, Jain 0.8, 11 s: the simulator holds all three.
+    assert text.startswith("The simulator against the median of 3 kernel runs per case: **1 of 1 cases hold every")
+    assert seen == [("duration", [0.0, 0.03, 0.02, 0.03]), ("volume", [0.03, 0.02, 0.03, 0.0])]
+    # Stored for the table: judged again without running.
+    fidelity.against_runs(runs, [case])
+    assert len(seen) == 2

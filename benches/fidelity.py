@@ -38,6 +38,7 @@ import gzip
 import json
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -627,29 +628,75 @@ def stored_kernel(results: Path, case: Case) -> dict | None:
     return got
 
 
-def archive(name: str, results: Path | None = None, into: Path | None = None) -> Path:
-    """Keep the kernel side of the matrix stored in ``results`` (RESULTS) as
-    ``into/NAME.json.gz`` (into ARCHIVE): per case, the ARCHIVED fields of its duration and
-    volume runs, or why it failed."""
+def archive(name: str, results: Path | None = None, into: Path | None = None, cases: dict | None = None, note: str = "") -> Path:
+    """Keep the kernel side of the matrix stored in ``results`` (RESULTS), or ``cases`` as
+    read_table gives them, as ``into/NAME.json.gz`` (into ARCHIVE): per case, the ARCHIVED
+    fields of its duration and volume runs, or why it failed."""
     results, into = results or RESULTS, into or ARCHIVE
-    cases = {}
-    for case in matrix():
-        got = stored_kernel(results, case)
-        if got is None:
-            continue
-        if "failed" in got:
-            cases[case.key] = {"failed": got["failed"]}
-            continue
-        cases[case.key] = {kind: {f: got[kind][f] for f in ARCHIVED if f in got[kind]} for kind in ("duration", "volume")}
+    if cases is None:
+        cases = {}
+        for case in matrix():
+            got = stored_kernel(results, case)
+            if got is None:
+                continue
+            if "failed" in got:
+                cases[case.key] = {"failed": got["failed"]}
+                continue
+            cases[case.key] = {kind: {f: got[kind][f] for f in ARCHIVED if f in got[kind]} for kind in ("duration", "volume")}
+        note = note or f"the kernel ({os.uname().release}) as run into {results}"
     if not cases:
         raise SystemExit(f"error: no kernel run of the matrix is stored in {results}")
-    doc = {"name": name, "kernel": os.uname().release, "archived": datetime.date.today().isoformat(), "cases": cases}
+    doc = {"name": name, "note": note, "archived": datetime.date.today().isoformat(), "cases": cases}
     into.mkdir(parents=True, exist_ok=True)
     path = into / f"{name}.json.gz"
     tmp = path.with_suffix(".tmp")
     tmp.write_bytes(gzip.compress(json.dumps(doc, indent=0, sort_keys=True).encode(), mtime=0))
     tmp.replace(path)
     return path
+
+
+def _number(cell: str) -> float | None:
+    return None if cell.strip() in ("–", "") else float(cell)
+
+
+def read_row(cells: list[str]) -> tuple[str, dict]:
+    """A row of the table (``row``) read back: the case's key and its kernel side, the
+    figures as printed."""
+    v, rtt, buf, flows = cells[:4]
+    key = f"{v}:{rtt.removesuffix(' ms')}:{buf}bdp:{flows.split()[0]}"
+    net = lambda cell: cell.split(" / ")[1]  # noqa: E731
+    ss = re.fullmatch(r"(\d+) \(([\d.]+) s\)", net(cells[7]).strip())
+    retx, drops = cells[9].split(" · ")[1].split("/")
+    void = re.match(r"kernel run void: ssthresh (0x[0-9a-f]+) at ([\d.]+) s", cells[13])
+    duration = {
+        "goodput_mbps": _number(net(cells[4])),
+        "jain": _number(net(cells[5])),
+        "cov": _number(net(cells[6])),
+        "ss_ssthresh": float(ss.group(1)) if ss else None,
+        "ss_time_s": float(ss.group(2)) if ss else None,
+        "first_loss_s": _number(net(cells[8])),
+        "retransmissions": int(retx),
+        "drops": int(drops),
+        "broken": {"t": float(void.group(2)), "ssthresh": int(void.group(1), 16)} if void else None,
+        "load": [float(cells[12])],
+    }
+    return key, {"duration": duration, "volume": {"makespan_s": _number(net(cells[10]))}}
+
+
+def read_table(text: str) -> dict:
+    """The kernel side of each case in a fidelity table as VALIDATION.md printed it (between
+    its markers), for an archive of a run whose results are gone."""
+    table = text.split("<!-- table:fidelity -->")[1].split("<!-- /table:fidelity -->")[0]
+    cases = {}
+    for line in table.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == len(HEADER[0].strip("|").split("|")) and cells[1].endswith(" ms"):
+            key, side = read_row(cells)
+            cases[key] = side
+    if failed := re.search(r"No kernel run in \d+ of the cases: .*\((.*)\)\.", table):
+        for key in failed.group(1).split(", "):
+            cases[key] = {"failed": "every attempt was void (as the table says)"}
+    return cases
 
 
 @functools.cache
@@ -816,9 +863,19 @@ def main() -> int:
         metavar="RUN",
         help="the simulator against the median of these matrices' kernel runs (archives or results directories)",
     )
+    ap.add_argument("--from-table", metavar="REV", help="with --archive: the kernel run VALIDATION.md's table showed at git REV")
     ap.add_argument("--archive", metavar="NAME", help=f"keep the stored kernel run in {ARCHIVE.relative_to(ROOT)}/NAME.json.gz")
     args = ap.parse_args()
     globals()["MAX_LOAD"] = args.max_load
+    if args.archive and args.from_table:
+        shown = subprocess.run(
+            ["git", "-C", str(ROOT), "show", f"{args.from_table}:VALIDATION.md"], capture_output=True, text=True
+        )
+        if shown.returncode != 0:
+            ap.error(f"--from-table {args.from_table}: {shown.stderr.strip()}")
+        note = f"read back from the fidelity table of VALIDATION.md at {args.from_table} (figures as printed)"
+        print(f"kept in {archive(args.archive, cases=read_table(shown.stdout), note=note).relative_to(ROOT)}")
+        return 0
     if args.archive:
         print(f"kept in {archive(args.archive).relative_to(ROOT)}")
         return 0

@@ -264,3 +264,26 @@ def test_the_simulator_is_judged_against_archived_runs_with_the_last_run_s_start
     # Stored for the table: judged again without running.
     fidelity.against_runs(runs, [case])
     assert len(seen) == 2
+
+
+def test_a_run_is_read_back_from_the_table_as_printed():
+    side = {"goodput_mbps": 243.61, "jain": 0.99951, "cov": 0.221, "ss_ssthresh": 3187.4, "ss_time_s": 1.891}
+    side |= {"first_loss_s": 1.889, "retransmissions": 1265, "drops": 1264, "load": [2.2, 1.0], "starts_s": [0.0, 0.012]}
+    sim = side | {"goodput_mbps": 200.0, "ss_ssthresh": None}
+
+    def res(key, kernel, sim_done, kernel_done):
+        sides = {"sim_duration": sim, "netns_duration": kernel}
+        return {"case": key, **sides, "sim_volume": {"makespan_s": sim_done}, "netns_volume": {"makespan_s": kernel_done}}
+
+    broken = {"t": 2.23, "flow": 0, "ssthresh": 0x822034E5, "cwnd": 10}
+    rows = [res("cubic:200:0.2bdp:2", side, 14.2, 13.004), res("bic:10:1.0bdp:1", side | {"broken": broken}, 9.0, 8.7)]
+    rows.append({"case": "htcp:50:1.0bdp:4", "failed": "void"})
+    text = f"<!-- table:fidelity -->\n{fidelity.table(rows)}\n<!-- /table:fidelity -->"
+    cases = fidelity.read_table(text)
+    assert cases["cubic:200:0.2bdp:2"]["duration"] == {
+        **{"goodput_mbps": 243.6, "jain": 1.0, "cov": 0.22, "ss_ssthresh": 3187.0, "ss_time_s": 1.89, "first_loss_s": 1.89},
+        **{"retransmissions": 1265, "drops": 1264, "broken": None, "load": [2.2]},
+    }
+    assert cases["cubic:200:0.2bdp:2"]["volume"] == {"makespan_s": 13.0}
+    assert cases["bic:10:1.0bdp:1"]["duration"]["broken"] == {"t": 2.23, "ssthresh": 0x822034E5}
+    assert "failed" in cases["htcp:50:1.0bdp:4"]

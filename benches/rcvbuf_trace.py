@@ -15,7 +15,14 @@ measure, ``rcvwin = 2n + 2·(2n·(n − o)/o)``; the buffer becomes ``rcvwin`` i
 (÷ scaling_ratio/256, capped at ``tcp_rmem[2]``) when that is more, and the window clamp
 follows it. ``predicted`` is the clamp the law gives from each event, ``next`` the clamp the
 kernel reports at the next one: they agree within the ratio's rounding when the law is the
-kernel's. Needs root and tracefs.
+kernel's.
+
+``--recovery``: a second sampler reads the sender's and the receiver's sockets together
+(sock_diag, every 2 ms, one clock), and the first loss recovery is printed every 10 ms: the
+sender's window, data in flight and segments the receiver holds out of order (``sacked``),
+and the receiver's window, buffer and memory (``rmem_alloc``, skb truesize queued), with
+the memory per held segment (VALIDATION.md §6b, the single flow's second back-off).
+Needs root and tracefs (mounted here if it is not).
 """
 
 from __future__ import annotations
@@ -24,10 +31,12 @@ import argparse
 import os
 import re
 import shutil
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -84,11 +93,63 @@ def rounds(samples: pd.DataFrame | None, rtt_s: float, n: int = 12) -> list[str]
     return out
 
 
+#: What the recovery timeline shows of each side (sock_diag fields).
+SENDER_COLS = ("cwnd", "in_flight", "unacked", "sacked", "snd_wnd", "ca_state")
+RECEIVER_COLS = ("rcv_wnd", "rcv_ssthresh", "rcv_space", "rcvbuf", "rmem_alloc", "rcv_ooopack")
+
+
+def both_sides(csv: Path) -> pd.DataFrame | None:
+    """The data connection's sender (ns ``…-a0``) and receiver (``…-b0``) rows of the last
+    emulation in ``csv``, joined on the sample time (s from the sender's first sample)."""
+    if not csv.exists():
+        return None
+    df = pd.read_csv(csv)
+    df["run"] = df["ns"].str.rsplit("-", n=1).str[0]
+    df = df[df["run"] == df.groupby("run")["t_ns"].max().idxmax()]
+    snd = df[df["ns"].str.endswith("-a0")]
+    if snd.empty:
+        return None
+    port = snd.groupby("sport")["bytes_acked"].max().idxmax()
+    snd = snd[snd["sport"] == port].sort_values("t_ns")[["t_ns", *SENDER_COLS]]
+    rcv = df[df["ns"].str.endswith("-b0") & (df["dport"] == port)].sort_values("t_ns")[["t_ns", *RECEIVER_COLS]]
+    both = pd.merge_asof(snd, rcv, on="t_ns", direction="nearest", tolerance=2_000_000)
+    both["t"] = (both.pop("t_ns") - snd["t_ns"].iloc[0]) / 1e9
+    return both
+
+
+def recovery(both: pd.DataFrame, rtt_s: float, rounds_after: float = 4.0, step_s: float = 0.01) -> list[str]:
+    """The first recovery, every ``step_s``: from just before the first sample out of the
+    Open state to ``rounds_after`` RTTs later."""
+    out_of_open = both[both["ca_state"] > 0]
+    if out_of_open.empty:
+        return ["no loss in the run"]
+    t0 = out_of_open["t"].iloc[0]
+    lines = [
+        f"first recovery from {t0:.3f} s (segments of 1448 B; memory in bytes):",
+        "     t  ca   cwnd  inflight  unacked  sacked  snd_wnd  rcv_wnd  rcv_ssth  rcv_space    rcvbuf  rmem_alloc  B/held",
+    ]
+    for t in np.arange(t0 - 2 * step_s, t0 + rounds_after * rtt_s, step_s):
+        r = both[both["t"] <= t]
+        if r.empty:
+            continue
+        r = r.iloc[-1]
+        per = r["rmem_alloc"] / r["sacked"] if r["sacked"] > 0 else float("nan")
+        lines.append(
+            f"{t:6.3f} {r['ca_state']:3.0f} {r['cwnd']:6.0f} {r['in_flight']:9.0f} {r['unacked']:8.0f} {r['sacked']:7.0f} "
+            f"{r['snd_wnd'] / 1448:8.0f} {r['rcv_wnd'] / 1448:8.0f} {r['rcv_ssthresh'] / 1448:9.0f} "
+            f"{r['rcv_space'] / 1448:10.0f} {r['rcvbuf']:9.0f} {r['rmem_alloc']:11.0f} {per:7.0f}"
+        )
+    return lines
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("case", help="a fidelity case key, e.g. reno:200:1.0bdp:1")
     ap.add_argument("--seconds", type=float, default=4.0)
+    ap.add_argument("--recovery", action="store_true", help="also the first loss recovery, both sides, every 10 ms")
     args = ap.parse_args()
+    if os.geteuid() == 0 and not (TRACEFS / "events").exists():
+        subprocess.run(["mount", "-t", "tracefs", "nodev", str(TRACEFS)], check=False)
     if os.geteuid() != 0 or not (TRACEFS / EVENT).exists():
         print(f"error: needs root and {TRACEFS / EVENT}", file=sys.stderr)
         return 2
@@ -100,13 +161,23 @@ def main() -> int:
     try:
         (inst / EVENT / "filter").write_text("sport == 5201\n")
         (inst / EVENT / "enable").write_text("1\n")
-        fidelity.run_netns(case, "duration", duration_s=args.seconds, samples_dir=tmp)
+        pair_csv, pair = tmp / "pair.csv", None
+        if args.recovery:
+            sampler = [sys.executable, str(ROOT / "benches/fidelity_tcpinfo.py"), "--out", str(pair_csv)]
+            pair = subprocess.Popen([*sampler, "--interval", str(fidelity.SAMPLE_S), "--pattern", "xl-*-[ab]0"])
+        try:
+            fidelity.run_netns(case, "duration", duration_s=args.seconds, samples_dir=tmp)
+        finally:
+            if pair is not None:
+                pair.terminate()
+                pair.wait(timeout=10)
         (inst / EVENT / "enable").write_text("0\n")
         rows = the_runs(parse((inst / "trace").read_text()), case.rtt_ms / 1e3)
     finally:
         inst.rmdir()
     samples_path = tmp / f"{case.key.replace(':', '_')}-netns-samples.parquet"
     samples = pd.read_parquet(samples_path) if samples_path.exists() else None
+    both = both_sides(pair_csv) if args.recovery else None
     shutil.rmtree(tmp, ignore_errors=True)
     print(f"{case.key}: {len(rows)} growths of the receive buffer (first receiver)")
     rmem_max = max((r["rcvbuf"] for r in rows), default=0) or 1 << 30
@@ -121,6 +192,8 @@ def main() -> int:
         )
     for line in rounds(samples, case.rtt_ms / 1e3):
         print(line)
+    if args.recovery:
+        print("\n".join(recovery(both, case.rtt_ms / 1e3) if both is not None else ["no samples of the pair"]))
     return 0
 
 

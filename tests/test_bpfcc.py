@@ -206,9 +206,11 @@ _TCPI = {
     "sacked": (28, "I"),
     "lost": (32, "I"),
     "retrans_out": (36, "I"),
+    "rcv_ssthresh": (64, "I"),
     "srtt": (68, "I"),
     "ssthresh": (76, "I"),
     "cwnd": (80, "I"),
+    "rcv_space": (96, "I"),
     "retrans": (100, "I"),
     "min_rtt": (148, "I"),
     "data_segs_out": (156, "I"),
@@ -833,6 +835,7 @@ def test_sock_diag_reads_what_the_socket_says():
     with this file's offsets: every field equal on an idle connection that had losses."""
     with host.host_lock(), bottleneck_path(), idle_connection("reno", 1.5) as (sender, sent):
         own = dict(zip(_TCPI, _tcp_info(sender), strict=True))
+        own_rcvbuf = sender.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF)
         port = sender.getsockname()[1]
         with tcpdiag.TcpDiag(SND) as diag:
             (seen,) = diag.find().values()
@@ -840,7 +843,10 @@ def test_sock_diag_reads_what_the_socket_says():
     assert own["retrans"] > 0 and own["ssthresh"] < bpfcc.SSTHRESH_INFINITE, own  # it had losses
     got = {"ca_state": seen.ca_state, "srtt": seen.rtt_us, "ssthresh": seen.ssthresh, "cwnd": seen.cwnd}
     got |= {"retrans": seen.total_retrans, "delivered": seen.delivered, "data_segs_out": seen.data_segs_out}
+    got |= {"unacked": seen.unacked, "sacked": seen.sacked, "rcv_ssthresh": seen.rcv_ssthresh, "rcv_space": seen.rcv_space}
     assert got == {k: own[k] for k in got}
+    # Its memory (sk_meminfo): the buffer it may receive into, nothing queued on a sender.
+    assert seen.rcvbuf == own_rcvbuf and seen.rmem_alloc == 0
     assert seen.lost == own["lost"] == 0
     # Idle with everything acknowledged: nothing in flight, by Linux's count.
     assert seen.in_flight == own["unacked"] - own["sacked"] - own["lost"] + own["retrans_out"] == 0

@@ -30,7 +30,7 @@ NETLINK_SOCK_DIAG = 4
 SOCK_DIAG_BY_FAMILY = 20
 NLM_F_REQUEST, NLM_F_DUMP = 0x1, 0x300
 NLMSG_DONE, NLMSG_ERROR = 3, 2
-INET_DIAG_INFO, INET_DIAG_VEGASINFO, INET_DIAG_BBRINFO = 2, 3, 16
+INET_DIAG_INFO, INET_DIAG_VEGASINFO, INET_DIAG_SKMEMINFO, INET_DIAG_BBRINFO = 2, 3, 7, 16
 TCP_ESTABLISHED = 1
 #: sizeof(struct inet_diag_msg): the attributes follow it.
 INET_DIAG_MSG_LEN = 72
@@ -59,6 +59,17 @@ class TcpSample(NamedTuple):
     sndbuf_limited_us: int
     snd_wnd: int  # -1 on kernels before 5.4
     max_pacing_rate: int
+    unacked: int  # tcpi_unacked: segments sent and not cumulatively acknowledged (packets_out)
+    sacked: int  # tcpi_sacked: segments the peer holds out of order, by its SACKs
+    # The receiving side: its window state (bytes; rcv_wnd -1 before Linux 6.7, from
+    # rcv_wup), the out-of-order segments it has queued so far (count), and its memory
+    # (sk_meminfo: bytes of skb truesize queued, and the buffer they may take).
+    rcv_ssthresh: int
+    rcv_space: int
+    rcv_wnd: int
+    rcv_ooopack: int
+    rmem_alloc: int
+    rcvbuf: int
 
 
 FIELDS = TcpSample._fields
@@ -73,7 +84,7 @@ def request(sockid: bytes | None = None) -> bytes:
     """The request for established IPv4 TCP sockets with tcp_info (and BBR's info): all of
     them (a dump) or the one ``sockid`` names (as a dump's message gave it)."""
     # idiag_ext is 8 bits: BBR answers the VEGASINFO request with its BBRINFO attribute.
-    ext = (1 << (INET_DIAG_INFO - 1)) | (1 << (INET_DIAG_VEGASINFO - 1))
+    ext = (1 << (INET_DIAG_INFO - 1)) | (1 << (INET_DIAG_VEGASINFO - 1)) | (1 << (INET_DIAG_SKMEMINFO - 1))
     req = struct.pack("=BBBBI", socket.AF_INET, socket.IPPROTO_TCP, ext, 0, 1 << TCP_ESTABLISHED)
     req += sockid if sockid is not None else b"\0" * SOCKID_LEN
     flags = NLM_F_REQUEST | (NLM_F_DUMP if sockid is None else 0)
@@ -84,7 +95,7 @@ def request(sockid: bytes | None = None) -> bytes:
 def parse(msg: bytes) -> TcpSample | None:
     """One inet_diag_msg with its attributes (None when it carries no tcp_info)."""
     sport, dport = struct.unpack_from("!HH", msg, 4)
-    info, gain = None, -1.0
+    info, gain, mem = None, -1.0, (-1, -1)
     off = INET_DIAG_MSG_LEN
     while off + 4 <= len(msg):
         alen, atype = struct.unpack_from("=HH", msg, off)
@@ -93,6 +104,8 @@ def parse(msg: bytes) -> TcpSample | None:
         payload = msg[off + 4 : off + alen]
         if atype == INET_DIAG_INFO:
             info = payload
+        elif atype == INET_DIAG_SKMEMINFO and len(payload) >= 8:
+            mem = struct.unpack_from("=II", payload, 0)  # SK_MEMINFO_RMEM_ALLOC, SK_MEMINFO_RCVBUF
         elif atype == INET_DIAG_BBRINFO and len(payload) >= 20:
             gain = struct.unpack_from("=I", payload, 12)[0] / 256.0
         off += (alen + 3) & ~3
@@ -121,6 +134,14 @@ def parse(msg: bytes) -> TcpSample | None:
         sndbuf_limited_us=sndbuf_limited,
         snd_wnd=struct.unpack_from("=I", info, 228)[0] if len(info) >= 232 else -1,
         max_pacing_rate=max_pacing_rate,
+        unacked=unacked,
+        sacked=sacked,
+        rcv_ssthresh=struct.unpack_from("=I", info, 64)[0],
+        rcv_space=struct.unpack_from("=I", info, 96)[0],
+        rcv_wnd=struct.unpack_from("=I", info, 232)[0] if len(info) >= 236 else -1,
+        rcv_ooopack=struct.unpack_from("=I", info, 224)[0] if len(info) >= 228 else -1,
+        rmem_alloc=mem[0],
+        rcvbuf=mem[1],
     )
 
 

@@ -94,7 +94,7 @@ def rounds(samples: pd.DataFrame | None, rtt_s: float, n: int = 12) -> list[str]
 
 
 #: What the recovery timeline shows of each side (sock_diag fields).
-SENDER_COLS = ("cwnd", "in_flight", "unacked", "sacked", "snd_wnd", "ca_state")
+SENDER_COLS = ("cwnd", "in_flight", "unacked", "sacked", "snd_wnd", "ca_state", "reordering", "reord_seen")
 RECEIVER_COLS = ("rcv_wnd", "rcv_ssthresh", "rcv_space", "rcvbuf", "rmem_alloc", "rcv_ooopack")
 
 
@@ -124,8 +124,10 @@ def recovery(both: pd.DataFrame, rtt_s: float, rounds_after: float = 4.0, step_s
     if out_of_open.empty:
         return ["no loss in the run"]
     t0 = out_of_open["t"].iloc[0]
+    at = out_of_open.iloc[0]
     lines = [
-        f"first recovery from {t0:.3f} s (segments of 1448 B; memory in bytes):",
+        f"first recovery from {t0:.3f} s (segments of 1448 B; memory in bytes); the sender then allowed a reordering "
+        f"of {at['reordering']:.0f} segments and had seen {at['reord_seen']:.0f} reorderings:",
         "     t  ca   cwnd  inflight  unacked  sacked  snd_wnd  rcv_wnd  rcv_ssth  rcv_space    rcvbuf  rmem_alloc  B/held",
     ]
     for t in np.arange(t0 - 2 * step_s, t0 + rounds_after * rtt_s, step_s):

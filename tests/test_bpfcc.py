@@ -208,6 +208,7 @@ _TCPI = {
     "retrans_out": (36, "I"),
     "rcv_ssthresh": (64, "I"),
     "srtt": (68, "I"),
+    "reordering": (88, "I"),
     "ssthresh": (76, "I"),
     "cwnd": (80, "I"),
     "rcv_space": (96, "I"),
@@ -215,6 +216,7 @@ _TCPI = {
     "min_rtt": (148, "I"),
     "data_segs_out": (156, "I"),
     "delivered": (192, "I"),
+    "reord_seen": (220, "I"),
 }
 
 
@@ -844,6 +846,7 @@ def test_sock_diag_reads_what_the_socket_says():
     got = {"ca_state": seen.ca_state, "srtt": seen.rtt_us, "ssthresh": seen.ssthresh, "cwnd": seen.cwnd}
     got |= {"retrans": seen.total_retrans, "delivered": seen.delivered, "data_segs_out": seen.data_segs_out}
     got |= {"unacked": seen.unacked, "sacked": seen.sacked, "rcv_ssthresh": seen.rcv_ssthresh, "rcv_space": seen.rcv_space}
+    got |= {"reordering": seen.reordering, "reord_seen": seen.reord_seen}
     assert got == {k: own[k] for k in got}
     # Its memory (sk_meminfo): the buffer it may receive into, nothing queued on a sender.
     assert seen.rcvbuf == own_rcvbuf and seen.rmem_alloc == 0

@@ -61,6 +61,8 @@ class TcpSample(NamedTuple):
     max_pacing_rate: int
     unacked: int  # tcpi_unacked: segments sent and not cumulatively acknowledged (packets_out)
     sacked: int  # tcpi_sacked: segments the peer holds out of order, by its SACKs
+    reordering: int  # tcpi_reordering: the reordering the sender allows for (segments)
+    reord_seen: int  # tcpi_reord_seen: reorderings it has seen (RACK then waits min_rtt/4)
     # The receiving side: its window state (bytes; rcv_wnd -1 before Linux 6.7, from
     # rcv_wup), the out-of-order segments it has queued so far (count), and its memory
     # (sk_meminfo: bytes of skb truesize queued, and the buffer they may take).
@@ -136,6 +138,8 @@ def parse(msg: bytes) -> TcpSample | None:
         max_pacing_rate=max_pacing_rate,
         unacked=unacked,
         sacked=sacked,
+        reordering=struct.unpack_from("=I", info, 88)[0],
+        reord_seen=struct.unpack_from("=I", info, 220)[0] if len(info) >= 224 else -1,
         rcv_ssthresh=struct.unpack_from("=I", info, 64)[0],
         rcv_space=struct.unpack_from("=I", info, 96)[0],
         rcv_wnd=struct.unpack_from("=I", info, 232)[0] if len(info) >= 236 else -1,

@@ -66,6 +66,7 @@ ARCHIVE = ROOT / "benches" / "fidelity-runs"
 ARCHIVED = (
     "goodput_mbps", "jain", "cov", "retransmissions", "drops", "makespan_s", "timeouts",
     "ss_ssthresh", "ss_time_s", "first_loss_s", "broken", "starts_s", "load", "late_mean_ms",
+    "reord_seen",
 )  # fmt: skip
 VARIANTS = ("reno", "bic", "cubic", "highspeed", "htcp", "scalable", "bbr")
 RTTS_MS = (10, 50, 200)
@@ -319,6 +320,8 @@ def netns_samples(csv: Path, n_flows: int, t_end: int) -> pd.DataFrame | None:
                     "rwnd_limited_us": d["rwnd_limited_us"].to_numpy(),
                     "sndbuf_limited_us": d["sndbuf_limited_us"].to_numpy(),
                 }
+                # reorderings the sender saw (samplers before 2026-11-27 did not read it)
+                | ({"reord_seen": d["reord_seen"].to_numpy()} if "reord_seen" in d else {})
             )
         )
     if not out:
@@ -400,7 +403,17 @@ def sample_fields(samples: pd.DataFrame) -> dict:
     ss, t = exit_ if exit_ else (None, None)
     trajectories = {k: v.tolist() for k, v in trajectory(samples, DURATION_S).items()}
     out = {"ss_ssthresh": ss, "ss_time_s": t, "first_loss_s": first_loss(samples), "trajectory": trajectories}
-    return out | {"broken": broken_window(samples)}
+    return out | {"broken": broken_window(samples), "reord_seen": reorderings(samples)}
+
+
+def reorderings(samples: pd.DataFrame) -> int | None:
+    """How often the kernel's senders saw the path reorder (``tcpi_reord_seen``, summed
+    over flows); None where it was not sampled (the simulator's paths never reorder).
+    RACK waits ``min_rtt/4`` before marking a loss once a sender has seen reordering
+    (VALIDATION.md §6b)."""
+    if "reord_seen" not in samples:
+        return None
+    return int(samples.groupby("flow")["reord_seen"].max().sum())
 
 
 def broken_window(samples: pd.DataFrame) -> dict | None:

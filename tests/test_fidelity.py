@@ -287,3 +287,12 @@ def test_a_run_is_read_back_from_the_table_as_printed():
     assert cases["cubic:200:0.2bdp:2"]["volume"] == {"makespan_s": 13.0}
     assert cases["bic:10:1.0bdp:1"]["duration"]["broken"] == {"t": 2.23, "ssthresh": 0x822034E5}
     assert "failed" in cases["htcp:50:1.0bdp:4"]
+
+
+def test_the_reorderings_the_kernel_s_senders_saw_are_counted_per_run():
+    inf = bpfcc.SSTHRESH_INFINITE
+    rows = [(0.0, 0, 10, inf, False), (0.1, 0, 40, inf, False), (0.0, 1, 10, inf, False), (0.2, 1, 30, 20, True)]
+    s = _samples(rows).assign(reord_seen=[0, 7, 2, 3])  # cumulative per socket
+    assert fidelity.sample_fields(s)["reord_seen"] == 10
+    # The simulator's samples have no such field: its paths never reorder.
+    assert fidelity.sample_fields(_samples(rows))["reord_seen"] is None

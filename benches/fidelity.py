@@ -236,9 +236,10 @@ def wait_for_quiet() -> float:
     return load
 
 
-def run_netns(case: Case, kind: str, duration_s: float = DURATION_S, samples_dir: Path = RESULTS) -> dict:
+def run_netns(case: Case, kind: str, duration_s: float = DURATION_S, samples_dir: Path | None = None) -> dict:
     """One netns run with the TCP_INFO sampler beside it (its rows kept in ``samples_dir``:
-    beside the results, or elsewhere for a diagnostic run that must not replace them)."""
+    RESULTS, read when called, or elsewhere for a diagnostic run that must not replace them)."""
+    samples_dir = samples_dir or RESULTS
     samples_dir.mkdir(parents=True, exist_ok=True)
     csv = samples_dir / f".samples-{os.getpid()}.csv"
     cmd = [sys.executable, str(ROOT / "benches/fidelity_tcpinfo.py"), "--out", str(csv), "--interval", str(SAMPLE_S)]
@@ -503,17 +504,13 @@ def run_case(case: Case, force: frozenset = frozenset(), backends_: tuple = tupl
         if name not in backends_ and not path.exists():
             missing |= name != "simplain"
             continue
-        starts = None if name == "netns" else sim_starts(res, case.flows)
-        if name not in backends_:  # shown as stored, even if made with other starts
-            got = json.loads(path.read_text())
-        else:
-            got = _stored(case, name, run, name in force, starts)
+        if name in backends_:  # else shown as stored, even if made with other starts
+            starts = None if name == "netns" else sim_starts(res, case.flows)
+            _stored(case, name, run, name in force, starts)
+        got = stored(RESULTS, case, name)
         if "failed" in got:
             res["failed"] = got["failed"]
             continue
-        samples = RESULTS / f"{case.key.replace(':', '_')}-{name}-samples.parquet"
-        if samples.exists():  # the table's reading of the samples may be newer than the run
-            got["duration"] |= sample_fields(pd.read_parquet(samples))
         res[f"{name}_duration"], res[f"{name}_volume"] = got["duration"], got["volume"]
     return None if missing else res
 
@@ -628,34 +625,42 @@ def write(name: str, text: str) -> None:
 # --------------------------------------------------------------------------- the kernel against itself
 
 
-def stored_kernel(results: Path, case: Case) -> dict | None:
-    """A case's kernel side as stored in a results directory (duration fields read from its
-    samples): ``{"duration": …, "volume": …}`` or ``{"failed": …}``; None if not run."""
-    path = results / f"{case.key.replace(':', '_')}-netns.json"
+def stored(results: Path, case: Case, backend: str = "netns") -> dict | None:
+    """A case's side on ``backend`` as stored in a results directory:
+    ``{"duration": …, "volume": …}`` or ``{"failed": …}``; None if not run. Duration fields
+    are read from its samples where they are kept (the table's reading of the samples may
+    be newer than the run)."""
+    path = results / f"{case.key.replace(':', '_')}-{backend}.json"
     if not path.exists():
         return None
     got = json.loads(path.read_text())
-    samples = results / f"{case.key.replace(':', '_')}-netns-samples.parquet"
+    samples = results / f"{case.key.replace(':', '_')}-{backend}-samples.parquet"
     if "failed" not in got and samples.exists():
         got["duration"] |= sample_fields(pd.read_parquet(samples))
     return got
 
 
+def stored_cases(results: Path) -> dict:
+    """The kernel side of each case of the matrix stored in ``results``, as an archive keeps
+    it: the ARCHIVED fields of its duration and volume runs, or why it failed."""
+    cases = {}
+    for case in matrix():
+        got = stored(results, case)
+        if got is None:
+            continue
+        if "failed" in got:
+            cases[case.key] = {"failed": got["failed"]}
+            continue
+        cases[case.key] = {kind: {f: got[kind][f] for f in ARCHIVED if f in got[kind]} for kind in ("duration", "volume")}
+    return cases
+
+
 def archive(name: str, results: Path | None = None, into: Path | None = None, cases: dict | None = None, note: str = "") -> Path:
-    """Keep the kernel side of the matrix stored in ``results`` (RESULTS), or ``cases`` as
-    read_table gives them, as ``into/NAME.json.gz`` (into ARCHIVE): per case, the ARCHIVED
-    fields of its duration and volume runs, or why it failed."""
+    """Keep ``cases`` (read_table's), or the kernel side of the matrix stored in ``results``
+    (RESULTS), as ``into/NAME.json.gz`` (into ARCHIVE)."""
     results, into = results or RESULTS, into or ARCHIVE
     if cases is None:
-        cases = {}
-        for case in matrix():
-            got = stored_kernel(results, case)
-            if got is None:
-                continue
-            if "failed" in got:
-                cases[case.key] = {"failed": got["failed"]}
-                continue
-            cases[case.key] = {kind: {f: got[kind][f] for f in ARCHIVED if f in got[kind]} for kind in ("duration", "volume")}
+        cases = stored_cases(results)
         note = note or f"the kernel ({os.uname().release}) as run into {results}"
     if not cases:
         raise SystemExit(f"error: no kernel run of the matrix is stored in {results}")
@@ -723,7 +728,7 @@ def archived(path: Path) -> dict:
 
 def kernel_side(run: Path, case: Case) -> dict | None:
     """A case's kernel side in ``run``, an archive or a results directory."""
-    return archived(run).get(case.key) if run.is_file() else stored_kernel(run, case)
+    return archived(run).get(case.key) if run.is_file() else stored(run, case)
 
 
 def kernel_run(run: Path, case: Case) -> dict | None:

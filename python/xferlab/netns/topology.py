@@ -180,8 +180,6 @@ class Dumbbell:
         nl[self.left].link("add", ifname="core", kind="veth", peer={"ifname": "core", "net_ns_fd": self.right})
         self._iface(nl[self.left], self.left, "core", "10.0.0.1", 30)
         self._iface(nl[self.right], self.right, "core", "10.0.0.2", 30)
-        for r in (self.left, self.right):
-            steer_receive(r, "core")  # the path must not reorder (steer_receive)
         nl[self.left].route("add", dst="10.2.0.0/16", gateway="10.0.0.2")
         nl[self.right].route("add", dst="10.1.0.0/16", gateway="10.0.0.1")
 
@@ -192,25 +190,27 @@ class Dumbbell:
         nl[router].link("add", ifname=f"h{k}", kind="veth", peer={"ifname": "eth0", "net_ns_fd": hns})
         net = f"10.{1 if side == 'a' else 2}.{k}"
         self._iface(nl[router], router, f"h{k}", f"{net}.254", 24)
-        steer_receive(router, f"h{k}")
         eth0 = self._iface(nl[hns], hns, "eth0", f"{net}.1", 24)
         nl[hns].link("set", ifname="lo", state="up")
         self._default_route(nl[hns], eth0, f"{net}.254")
         self._tcp_sysctls(hns)
-        # The host's receive processing (its TCP) on CPUs other than the delay line's
-        # (docs/delayline.md "Punctuality": otherwise the delay line's verdict calls run the
-        # end hosts' TCP and its lateness grows a hundredfold at 500 Mbit/s).
-        steer_receive(hns, "eth0")
         self._access_link(nl[hns], eth0, hns, path.access_rate_bps)
 
     def _iface(self, nl: IPRoute, ns: str, dev: str, addr: str, prefixlen: int) -> int:
-        """Addresses ``dev``, sets its MTU, brings it up, turns its offloads off; its ifindex."""
+        """Addresses ``dev``, sets its MTU, brings it up, turns its offloads off and steers what
+        it receives (steer_receive); its ifindex.
+
+        Every veth end of the dumbbell comes through here, so none is left unsteered: at the
+        end hosts, steering keeps their TCP off the delay line's CPU (docs/delayline.md
+        "Punctuality": otherwise its verdict calls run the hosts' TCP and its lateness grows
+        a hundredfold at 500 Mbit/s); at the routers, it keeps the path from reordering."""
         (link,) = nl.link("get", ifname=dev)
         index = link["index"]
         nl.addr("add", index=index, address=addr, prefixlen=prefixlen)
         nl.link("set", index=index, mtu=self.spec.mtu, state="up")
         # No super-packets: a queue of B packets must hold B wire packets (EMULATION.md).
         offloads_off(ns, dev)
+        steer_receive(ns, dev)
         return index
 
     def _default_route(self, nl: IPRoute, eth0: int, gateway: str) -> None:

@@ -35,23 +35,39 @@ ETH_IPV4, ETH_LEN = b"\x08\x00", 14
 PCAP_NS_MAGIC = 0xA1B23C4D
 
 
-def capture_when_up(pcap: Path, pattern: str, started: list, timeout_s: float = 60.0) -> None:
-    """Starts tcpdump in the first new namespace ending in ``pattern`` (puts the Popen in
-    ``started``)."""
+def capture_when_up(pcap: Path, pattern: str, started: list, timeout_s: float = 60.0, dev: str = "eth0") -> None:
+    """Starts tcpdump on ``dev`` in the first new namespace ending in ``pattern`` (puts the
+    Popen in ``started``)."""
     before = set(os.listdir("/run/netns")) if os.path.isdir("/run/netns") else set()
     t_end = time.monotonic() + timeout_s
     while time.monotonic() < t_end:
         new = [n for n in (os.listdir("/run/netns") if os.path.isdir("/run/netns") else []) if n not in before]
         ns = next((n for n in new if n.endswith(pattern)), None)
         if ns:
-            cmd = ["ip", "netns", "exec", ns, "tcpdump", "-i", "eth0", "-s", "96", "-U", "-w", str(pcap), "tcp"]
-            for _ in range(200):  # the interface appears just after the namespace
-                if subprocess.run(["ip", "-n", ns, "link", "show", "eth0"], capture_output=True).returncode == 0:
+            cmd = ["ip", "netns", "exec", ns, "tcpdump", "-i", dev, "-s", "96", "-U", "-w", str(pcap), "tcp"]
+            for _ in range(400):  # the interface appears just after the namespace
+                if subprocess.run(["ip", "-n", ns, "link", "show", dev], capture_output=True).returncode == 0:
                     break
                 time.sleep(0.005)
             started.append(subprocess.Popen(cmd, stderr=subprocess.DEVNULL))
             return
         time.sleep(0.005)
+
+
+def captured_run(case: fidelity.Case, seconds: float, pcap: Path, pattern: str, dev: str) -> dict:
+    """One netns duration run of ``case`` with tcpdump on ``dev`` of the namespace ending in
+    ``pattern`` writing ``pcap``; the run's summary."""
+    pcap.unlink(missing_ok=True)
+    started: list = []
+    watcher = threading.Thread(target=capture_when_up, args=(pcap, pattern, started, 60.0, dev), daemon=True)
+    watcher.start()
+    try:
+        return fidelity.run_netns(case, "duration", duration_s=seconds, samples_dir=Path(tempfile.mkdtemp()))
+    finally:
+        watcher.join(timeout=1)
+        for p in started:
+            p.send_signal(signal.SIGTERM)
+            p.wait(timeout=10)
 
 
 def packets(path: Path):
@@ -68,6 +84,8 @@ def packets(path: Path):
         ihl = (p[ETH_LEN] & 15) * 4
         total = struct.unpack_from(">H", p, ETH_LEN + 2)[0]
         tcp = ETH_LEN + ihl
+        if len(p) < tcp + 13:  # a record cut short when the capture was stopped
+            continue
         sport, dport, seq, ack = struct.unpack_from(">HHII", p, tcp)
         doff = (p[tcp + 12] >> 4) * 4
         yield sec + frac / scale, sport, dport, seq, ack, total - ihl - doff
@@ -120,17 +138,7 @@ def main() -> int:
     v, rtt, buf, n = args.case.split(":")
     case = fidelity.Case(v, int(rtt), buf, int(n))
     pcap = Path(args.pcap)
-    pcap.unlink(missing_ok=True)
-    started: list = []
-    watcher = threading.Thread(target=capture_when_up, args=(pcap, "-a0", started), daemon=True)
-    watcher.start()
-    try:
-        res = fidelity.run_netns(case, "duration", duration_s=args.seconds, samples_dir=Path(tempfile.mkdtemp()))
-    finally:
-        watcher.join(timeout=1)
-        for p in started:
-            p.send_signal(signal.SIGTERM)
-            p.wait(timeout=10)
+    res = captured_run(case, args.seconds, pcap, "-a0", "eth0")
     print(f"{case.key}: ssthresh at slow-start exit {res.get('ss_ssthresh')} at {res.get('ss_time_s')} s")
     for line in trains(pcap, args.until, args.gap, 1448):
         print(line)

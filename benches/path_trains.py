@@ -53,7 +53,8 @@ def flows(pcap: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         volume[(sp, dp)] += pay
     sp, dp = max(volume, key=volume.get)
     data = np.array([t for t, a, b, _, _, pay in pk if (a, b) == (sp, dp) and pay > 0])
-    acks = [(t, n) for t, a, b, _, n, _ in pk if (a, b) == (dp, sp)]
+    # (a reset at the close carries acknowledgement number 0)
+    acks = [(t, n) for t, a, b, _, n, _ in pk if (a, b) == (dp, sp) and n != 0]
     t0 = data[0]
     return data - t0, np.array([t for t, _ in acks]) - t0, np.array([n for _, n in acks], dtype=np.int64)
 
@@ -73,7 +74,7 @@ def trains(data: np.ndarray) -> list[str]:
 
 
 def ack_coverage(times: np.ndarray, numbers: np.ndarray) -> list[str]:
-    step = np.diff(numbers) % 2**32 / MSS
+    step = ((np.diff(numbers) + 2**31) % 2**32 - 2**31) / MSS  # signed: an older ACK is negative
     step = step[step > 0]
     weights = np.sort(step)
     half = weights[np.searchsorted(np.cumsum(weights), weights.sum() / 2)]

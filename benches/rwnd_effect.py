@@ -1,7 +1,9 @@
-"""What the receive-window model (``host.rcvbuf_autotuning``) changes in the fidelity matrix.
+"""What the receive-window model (``host.rcvbuf_autotuning``), or Linux's ACK rules on top of
+it (``--option linux_acks``, ``host.linux_acks``), changes in the fidelity matrix.
 
     .venv/bin/python benches/rwnd_effect.py --kernel-runs benches/fidelity-runs/*.json.gz [--seeds 1 2 3] [--only reno:200]
     .venv/bin/python benches/rwnd_effect.py --kernel-runs DIR1 DIR2 DIR3 --held reno:200:0.2bdp:1
+    .venv/bin/python benches/rwnd_effect.py --option linux_acks --kernel-runs benches/fidelity-runs/2026-11-27e.json.gz --seeds 1
 
 The simulator's side of each case (the emulated hosts, the flows started as in the last
 kernel run given), with the model off and on, for each seed; nothing is stored. Printed:
@@ -35,23 +37,28 @@ SPREAD_FIELDS = ("ss_ssthresh", "makespan_s", "goodput_mbps")
 HELD_S = 3.0
 
 
-def _config(on: bool):
-    base = sim_backend.sim_config
+#: The simulator's options this compares, off and on (the receiver's TCP configuration).
+OPTIONS = ("rcvbuf_autotuning", "linux_acks")
+BASE_CONFIG = sim_backend.sim_config
 
+
+def _config(on: bool, option: str = OPTIONS[0]):
     def cfg(r: dict) -> dict:
-        c = base(r)
-        c["tcp"]["rcvbuf_autotuning"] = on
+        c = BASE_CONFIG(r)
+        c["tcp"][option] = on
+        if option == "linux_acks":
+            c["tcp"]["rcvbuf_autotuning"] = True
         return c
 
     return cfg
 
 
-def sim_run(args: tuple[str, bool, int, Path]) -> tuple[str, bool, int, dict]:
-    """The simulator's duration and volume runs of one case, model on or off, its flows
-    started as in the kernel run ``starts_from`` (an archive or a results directory)."""
-    key, on, seed, starts_from = args
+def sim_run(args: tuple[str, bool, int, Path, str]) -> tuple[str, bool, int, dict]:
+    """The simulator's duration and volume runs of one case, ``option`` on or off, its
+    flows started as in the kernel run ``starts_from`` (an archive or a results directory)."""
+    key, on, seed, starts_from, option = args
     case = next(c for c in F.matrix() if c.key == key)
-    sim_backend.sim_config = _config(on)
+    sim_backend.sim_config = _config(on, option)
     kernel = F.kernel_side(starts_from, case) or {"failed": True}
     starts = None if "failed" in kernel else F.sim_starts({f"netns_{k}": kernel[k] for k in ("duration", "volume")}, case.flows)
     out = {kind: F.run_sim(case, kind, seed=seed, starts_s=(starts or {}).get(kind)) for kind in ("duration", "volume")}
@@ -112,6 +119,7 @@ def main() -> int:
     ap.add_argument("--only", action="append", default=[])
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--held", action="append", default=[], metavar="CASE")
+    ap.add_argument("--option", choices=OPTIONS, default=OPTIONS[0], help="what to turn off and on")
     a = ap.parse_args()
     if a.held:
         for c in F.select(F.matrix(), a.held):
@@ -123,7 +131,7 @@ def main() -> int:
             )
         return 0
     cases = F.select(F.matrix(), a.only)
-    jobs = [(c.key, on, s, a.kernel_runs[-1]) for c in cases for on in (False, True) for s in a.seeds]
+    jobs = [(c.key, on, s, a.kernel_runs[-1], a.option) for c in cases for on in (False, True) for s in a.seeds]
     res = {}
     with ProcessPoolExecutor(a.jobs) as ex:
         for key, on, seed, r in ex.map(sim_run, jobs):

@@ -130,6 +130,20 @@ def test_the_receive_window_is_linux_s_unless_turned_off():
     assert off.df("tcp")["rwnd"].isna().all()
 
 
+def test_linux_s_ack_rules_are_an_option_that_reaches_the_receivers():
+    # By default a receiver acknowledges every second segment (ACKs per data packet a little
+    # under 0.5: some segments are acknowledged by the delayed-ACK timer). With Linux's rules
+    # a receiver whose application has not read yet leaves the ACK to the read, which
+    # acknowledges all it read at once: fewer ACKs on the quick scenario (VALIDATION.md §6b).
+    ratio = {}
+    for on in (False, True):
+        tr = _sim_trace(**{"host.linux_acks": str(on).lower()})
+        assert tr.run["resolved"]["host"]["linux_acks"] is on
+        ratio[on] = tr.provenance.stats["acks"] / tr.provenance.stats["packets"]
+    assert 0.45 < ratio[False] <= 0.5
+    assert ratio[True] < 0.45
+
+
 def test_a_version_2_run_folder_reads_with_an_unknown_receive_window(tmp_path):
     tr = _sim_trace()
     assert tr.df("tcp")["rwnd"].notna().all(), "the simulator models the receive window"

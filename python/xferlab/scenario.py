@@ -370,6 +370,13 @@ class Host(_Model):
         "by receive-buffer autotuning up to the hosts' socket buffer limit (false: the window never binds "
         "below protocol.window_cap)",
     )
+    linux_acks: bool = Field(
+        False,
+        description="with rcvbuf_autotuning and noise, the receiver acknowledges as Linux 6.x does when its "
+        "application lags: quick ACKs at the first data and while its window grows, and one ACK at the read "
+        "where unread data would shrink the window (false: one ACK per two segments; off until the validation "
+        "tables are rerun with it)",
+    )
 
 
 # --- end of the host block ---

@@ -297,6 +297,8 @@ class HostInfo(_Info):
     kernel: Literal["linux6", "linux2006"]
     #: Runs before version 3 did not model the receive window.
     rcvbuf_autotuning: bool = False
+    #: Runs before Linux's ACK rules were an option acknowledged every second segment.
+    linux_acks: bool = False
 
 
 class RunInfo(_Info):

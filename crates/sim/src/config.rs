@@ -280,6 +280,14 @@ pub struct TcpConfig {
     /// window never binds below `max_window_pkts`.
     #[serde(default)]
     pub rcvbuf_autotuning: bool,
+    /// With the receive window modelled and an application that reads only when woken,
+    /// the receiver acknowledges as Linux 6.x does: quick ACKs (16 at the first data, one
+    /// for each segment that grows the window offered), and an ACK left to the read when
+    /// unread data would shrink the window (`__tcp_ack_snd_check`, `tcp_cleanup_rbuf`).
+    /// Off: an ACK per two segments. Off by default until the validation tables are rerun
+    /// with it (VALIDATION.md §6b, "The receiver's ACKs, as Linux sends them").
+    #[serde(default)]
+    pub linux_acks: bool,
     /// How far autotuning may grow a receive buffer (`tcp_rmem[2]`, bytes; Linux's default
     /// 6 MiB).
     #[serde(default = "default_rmem_max")]
@@ -415,6 +423,7 @@ impl Default for TcpConfig {
             comp_sack_delay_ns: default_comp_sack_delay(),
             kernel: Kernel::default(),
             rcvbuf_autotuning: false,
+            linux_acks: false,
             rmem_max_bytes: default_rmem_max(),
         }
     }

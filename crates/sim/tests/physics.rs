@@ -654,3 +654,36 @@ fn a_host_batching_its_transmissions_still_sends_a_round_in_one_train() {
         "the round of 160 segments was acknowledged over {span_ms:.2} ms"
     );
 }
+
+#[test]
+fn with_linux_acks_slow_start_is_still_held_back_by_unread_data() {
+    // The scenario above with the receiver's ACKs as Linux sends them (`linux_acks`: quick
+    // ACKs while the window grows, an ACK left to the read when unread data would shrink
+    // it). The fourth round is still held by the window, the held round grows cwnd by less
+    // than the 160 of an unheld one, and slow start doubles from there. Three kernel runs
+    // of reno:200:0.2bdp:1 (VALIDATION.md §6b): held rounds of 123, 125 and 148 segments.
+    let mut cfg = dumbbell(1, 10e9, 10e9, 200, 100_000, 2);
+    cfg.flows[0].start_ns = 0;
+    cfg.tcp.rcvbuf_autotuning = true;
+    cfg.tcp.linux_acks = true;
+    cfg.tcp.rmem_max_bytes = 64 << 20;
+    cfg.noise.app_wakeup_ns = 20_000;
+    let rows = rwnd_of(&Simulation::new(cfg).unwrap().run());
+    let in_round = |r: f64| {
+        *rows
+            .iter()
+            .find(|x| (x.0 - 0.2 * r - 0.1).abs() < 1e-9)
+            .unwrap()
+    };
+    let (_, rwnd, cwnd) = in_round(3.0);
+    assert!(
+        cwnd == 80 && rwnd.unwrap() < 80,
+        "4th round: window {rwnd:?}, cwnd {cwnd}"
+    );
+    let rounds: Vec<u32> = (4..10).map(|r| in_round(r as f64).2).collect();
+    assert!((100..160).contains(&rounds[0]), "held round {rounds:?}");
+    assert!(
+        rounds.windows(2).all(|w| w[1] == 2 * w[0]),
+        "doubling from the held round: {rounds:?}"
+    );
+}

@@ -3,6 +3,11 @@
 //!
 //! In-order data is acknowledged every second segment or after the delayed-ACK timeout
 //! (RFC 1122/5681); a segment that fills a hole is acknowledged at once (RFC 5681 §4.2).
+//! With `TcpConfig::linux_acks`, the receive window modelled and an application that reads
+//! only once woken (host noise), Linux's further rules hold too: quick ACKs at the first
+//! data and for each segment that grows the window (`icsk_ack.quick`), and the window
+//! offered must not shrink (`__tcp_ack_snd_check`), so data left unread defers the ACK to
+//! the read (`tcp_cleanup_rbuf`), one ACK for what it read.
 //! Out-of-order segments are acknowledged as Linux 6.x does (`__tcp_ack_snd_check`): the
 //! first three duplicate ACKs for a given `rcv_nxt` go at once, later ones are compressed
 //! into one ACK per `min(1 ms, RTT/20)` or per 44 segments (`tcp_comp_sack_delay_ns`,
@@ -72,6 +77,11 @@ pub struct Receiver {
     read_at: Option<Time>,
     /// The caller holds an event for `read_at` (see `read_needs_event`).
     read_event: bool,
+    /// ACKs to send at once whatever else holds (Linux `icsk_ack.quick`): the first data
+    /// earns a few, and each segment that grows the window.
+    quick: u32,
+    /// Linux's ACK rules (`TcpConfig::linux_acks`): quick ACKs, and the window condition.
+    linux_acks: bool,
 }
 
 /// What the receiver did with a segment.
@@ -119,6 +129,8 @@ impl Receiver {
             deferred_reads: false,
             read_at: None,
             read_event: false,
+            quick: 0,
+            linux_acks: tcp.linux_acks,
         }
     }
 
@@ -164,10 +176,11 @@ impl Receiver {
             self.read_all(&mut w, t, mss);
             w
         });
-        let due = measured
-            .as_ref()
-            .unwrap_or(w)
-            .update_due(self.ooo_segs, self.rcv_nxt - self.rcv_wup);
+        let due = self.read_acks()
+            || measured
+                .as_ref()
+                .unwrap_or(w)
+                .update_due(self.ooo_segs, self.rcv_nxt - self.rcv_wup);
         self.read_event = due;
         due
     }
@@ -191,8 +204,8 @@ impl Receiver {
     }
 
     /// The application, woken at `now`, reads everything in order in reads of
-    /// `APP_READ_BYTES`; each read ends with the buffer's measure. An ACK announcing the
-    /// window if the reads freed much space (`tcp_cleanup_rbuf`).
+    /// `APP_READ_BYTES`; each read ends with the buffer's measure. Then an ACK
+    /// (`tcp_cleanup_rbuf`) if one was left to the read, or if the reads freed much space.
     pub fn app_read(&mut self, now: Time, mss: u32) -> Option<AckSegment> {
         self.read_at = None;
         self.read_event = false;
@@ -200,10 +213,11 @@ impl Receiver {
         self.copied = self.read_all(&mut w, now, mss);
         self.rwnd = Some(w);
         let (held, advanced) = (self.held(), self.rcv_nxt - self.rcv_wup);
-        let due = self
-            .rwnd
-            .as_ref()
-            .is_some_and(|w| w.update_due(held, advanced));
+        let due = self.read_acks()
+            || self
+                .rwnd
+                .as_ref()
+                .is_some_and(|w| w.update_due(held, advanced));
         due.then(|| self.send_ack(now))
     }
 
@@ -274,6 +288,7 @@ impl Receiver {
             }
         }
         self.rcv_wup = self.rcv_nxt;
+        self.quick = self.quick.saturating_sub(1); // `tcp_dec_quickack_mode`
         self.delack_at = None;
         self.comp_at = None;
         self.compressed = 0;
@@ -313,7 +328,9 @@ impl Receiver {
         self.ooo_segs += 1;
         let (held, span) = (self.held(), self.ooo_span());
         if let Some(w) = &mut self.rwnd {
-            w.on_data(now, held);
+            if w.on_data(now, held) && self.linux_acks {
+                self.quick = self.quick.max(1);
+            }
             w.on_ofo(span);
         }
         Received {
@@ -354,7 +371,13 @@ impl Receiver {
         let delivered = (before, self.rcv_nxt);
         let held = self.held();
         if let Some(w) = &mut self.rwnd {
-            w.on_data(now, held);
+            if before == 0 && self.linux_acks {
+                // The first data (`tcp_event_data_recv`).
+                self.quick = self.quick.max(w.initial_quickacks());
+            }
+            if w.on_data(now, held) && self.linux_acks {
+                self.quick = self.quick.max(1);
+            }
         }
         if !self.deferred_reads {
             // The application reads what became in order at once.
@@ -364,8 +387,9 @@ impl Receiver {
                 w.on_read(now, self.copied, 0, span);
             }
         }
-        // A filled hole, more than one segment unacknowledged, or no delayed ACKs: now.
-        let ack = if had_holes || !self.delayed_ack || self.rcv_nxt - self.rcv_wup >= 2 {
+        // A filled hole, no delayed ACKs, or more than one segment unacknowledged and a
+        // window that does not shrink: now. Otherwise the read or the timer sends it.
+        let ack = if had_holes || !self.delayed_ack || self.quick > 0 || self.ack_due_now() {
             Some(self.send_ack(now))
         } else {
             if self.delack_at.is_none() {
@@ -380,9 +404,30 @@ impl Receiver {
         }
     }
 
+    /// More than one full segment arrived since the last ACK, and either the application has
+    /// read everything or the window offered now is no smaller than the last ACK's (Linux
+    /// `__tcp_ack_snd_check`, `sk_rcvlowat` 1): data left unread takes buffer space, so a
+    /// receiver whose application lags acknowledges when it reads (`tcp_cleanup_rbuf`), one
+    /// ACK for all it read.
+    fn ack_due_now(&self) -> bool {
+        self.rcv_nxt - self.rcv_wup >= 2
+            && (!self.linux_acks
+                || self.unread() == 0
+                || self
+                    .rwnd
+                    .as_ref()
+                    .is_none_or(|w| w.edge_advances(self.held())))
+    }
+
+    /// A read would acknowledge: an ACK is pending and more than one segment arrived since
+    /// the last (`tcp_cleanup_rbuf`'s "once-per-two-segments ACK was not sent").
+    fn read_acks(&self) -> bool {
+        self.linux_acks && self.delack_at.is_some() && self.rcv_nxt - self.rcv_wup >= 2
+    }
+
     /// Out-of-order data (Linux `__tcp_ack_snd_check` with a non-empty out-of-order queue).
     fn ooo_ack(&mut self, now: Time) -> Option<AckSegment> {
-        if self.comp_sack_nr == 0 || self.compressed >= self.comp_sack_nr {
+        if self.quick > 0 || self.comp_sack_nr == 0 || self.compressed >= self.comp_sack_nr {
             return Some(self.send_ack(now));
         }
         if self.comp_rcv_nxt != self.rcv_nxt {
@@ -512,6 +557,54 @@ mod tests {
         // A duplicate is reported by a D-SACK at once.
         let a = r.on_segment(2 * NS_PER_MS, &seg(5)).ack.unwrap();
         assert_eq!(a.dsack, Some(5));
+    }
+
+    /// A receiver with Linux's receive window whose application reads only when woken.
+    fn linux_receiver() -> Receiver {
+        let tcp = TcpConfig {
+            rcvbuf_autotuning: true,
+            linux_acks: true,
+            ..TcpConfig::default()
+        };
+        let mut r = Receiver::new(&tcp, 100 * NS_PER_MS, 1448);
+        r.defer_reads();
+        r
+    }
+
+    #[test]
+    fn quick_acks_then_unread_data_waits_for_the_read() {
+        // Linux 6.x: the first data earns 16 quick ACKs (64 KiB / 2 MSS = 22, at most 16),
+        // each segment acknowledged at once; after them, data the application has not read
+        // shrinks the window the receiver would offer, so it does not acknowledge every
+        // second segment but leaves it to the read, one ACK for all (`__tcp_ack_snd_check`,
+        // `tcp_cleanup_rbuf`). A kernel receiver in slow start (VALIDATION.md §6b): 10 ACKs
+        // for its first 10 segments, then 3 for a round of 40 that arrived unread.
+        let mut r = linux_receiver();
+        let acked: Vec<u64> = (0..24)
+            .filter_map(|s| r.on_segment(s * NS_PER_US, &seg(s)).ack.map(|a| a.cum))
+            .collect();
+        assert_eq!(acked, (1..=16).collect::<Vec<u64>>());
+        r.arm_read(30 * NS_PER_US);
+        let a = r
+            .app_read(30 * NS_PER_US, 1448)
+            .expect("the read acknowledges");
+        assert_eq!(a.cum, 24);
+        // Read at once, every second segment is acknowledged again; the first after the
+        // read also at once: the space the read freed lets the window grow, and a segment
+        // that grows it earns a quick ACK (`tcp_grow_window`).
+        let acks: Vec<bool> = (24..34)
+            .map(|s| {
+                let t = (100 + 10 * s) * NS_PER_US;
+                let ack = r.on_segment(t, &seg(s)).ack.is_some();
+                r.arm_read(t);
+                assert!(r.app_read(t, 1448).is_none(), "nothing left to the read");
+                ack
+            })
+            .collect();
+        let every_second = [
+            true, true, false, true, false, true, false, true, false, true,
+        ];
+        assert_eq!(acks, every_second);
     }
 
     #[test]

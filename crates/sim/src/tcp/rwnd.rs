@@ -46,6 +46,8 @@ pub const RX_SKB_OVERHEAD: u64 = 840;
 const GROW_MIN_LEN: u64 = 128;
 /// `TCP_INIT_CWND`: the first measure's threshold is this many segments.
 const INIT_SPACE_SEGS: u64 = 10;
+/// `TCP_MAX_QUICKACKS`.
+const MAX_QUICKACKS: u64 = 16;
 /// `TCP_MAX_WSCALE`.
 const MAX_WSCALE: u32 = 14;
 
@@ -169,8 +171,9 @@ impl RcvWindow {
     }
 
     /// A data segment was queued at `now`, in order or not, with `held` segments (itself
-    /// included) out of order (`tcp_measure_rcv_mss` and `tcp_grow_window`).
-    pub fn on_data(&mut self, now: Time, held: u64) {
+    /// included) out of order (`tcp_measure_rcv_mss` and `tcp_grow_window`). Whether the
+    /// window offered grew (Linux then acknowledges the segment at once: `icsk_ack.quick`).
+    pub fn on_data(&mut self, now: Time, held: u64) -> bool {
         if !self.seen_data {
             self.seen_data = true;
             self.space_time = Some(now);
@@ -187,7 +190,7 @@ impl RcvWindow {
             self.space = self.space.min(self.window_clamp);
         }
         if self.mss < GROW_MIN_LEN {
-            return;
+            return false;
         }
         let room = self.window_clamp.min(self.free(held)) as i64 - self.rcv_ssthresh as i64;
         if room > 0 {
@@ -195,6 +198,14 @@ impl RcvWindow {
             // window never exceeds its length: two segments' worth (`2 * advmss`).
             self.rcv_ssthresh += (room as u64).min(2 * self.mss);
         }
+        room > 0
+    }
+
+    /// Immediate ACKs the first data earns (`tcp_incr_quickack(sk, TCP_MAX_QUICKACKS)`):
+    /// one per two segments of the window offered, at least 2, at most 16.
+    pub fn initial_quickacks(&self) -> u32 {
+        let n = self.rcv_wnd / (2 * self.mss);
+        (if n == 0 { 2 } else { n }).min(MAX_QUICKACKS) as u32
     }
 
     /// Out-of-order data now spans `span` segments past `rcv_nxt` (`tcp_data_queue_ofo`:
@@ -252,6 +263,13 @@ impl RcvWindow {
             }
         }
         align_up(free_space.min(self.rcv_ssthresh), unit)
+    }
+
+    /// Whether the window offered now, with `held` segments queued, is at least the one the
+    /// last ACK offered (`__tcp_select_window(sk) >= tp->rcv_wnd` in `__tcp_ack_snd_check`):
+    /// unread data shrinks the offer, and Linux then leaves the ACK to the read.
+    pub fn edge_advances(&self, held: u64) -> bool {
+        self.offer(held) >= self.rcv_wnd
     }
 
     /// A read left `held` segments queued, `rcv_nxt` `advanced` past the last ACK: whether

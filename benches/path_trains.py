@@ -13,6 +13,9 @@ for the connection that carried the most data:
   arriving faster than the bottleneck drains, overflows it below the path's BDP;
 * the segments each advancing ACK acknowledges (a receiver that ACKs every second segment
   gives 2), and the gaps between ACKs;
+* with ``--rounds N``, round trip by round trip from the first data segment: the data, the
+  advancing ACKs and their ratio (slow start: Linux's quick ACKs give 1, an ACK per two
+  segments 0.5, ACKs left to a lagging application's reads less);
 * a virtual drop-tail queue (``--buffer`` packets, drained at the case's bottleneck rate)
   fed with the captured data arrivals: how many of them a smooth bottleneck would drop.
 
@@ -87,6 +90,18 @@ def ack_coverage(times: np.ndarray, numbers: np.ndarray) -> list[str]:
     ]
 
 
+def rounds(data: np.ndarray, ack_times: np.ndarray, ack_numbers: np.ndarray, rtt_s: float, n: int) -> list[str]:
+    """Per round trip from the first data segment (a quarter of an RTT early, so that a
+    round's train falls in one bin): the data segments, the ACKs that advanced and their
+    ratio (a receiver that ACKs every second segment gives 0.5, quick ACKs 1)."""
+    step = (np.diff(ack_numbers) + 2**31) % 2**32 - 2**31
+    advancing = ack_times[1:][step > 0]
+    edges = (np.arange(n + 1) - 0.25) * rtt_s
+    d, _ = np.histogram(data, edges)
+    a, _ = np.histogram(advancing, edges)
+    return [f"  round {k}: {d[k]} data, {a[k]} advancing ACKs ({a[k] / d[k]:.2f} per segment)" for k in range(n) if d[k]]
+
+
 def virtual_queue(data: np.ndarray, rate_bps: float, buffer: int, frame: int) -> int:
     """Drops of a drop-tail FIFO of ``buffer`` packets served at ``rate_bps`` (wire bytes)."""
     service = (frame + topology.WIRE_OVERHEAD) * 8 / rate_bps
@@ -109,8 +124,10 @@ def main() -> int:
     ap.add_argument("--at", default="L:h0", help="NS:DEV, NS the namespace's suffix (L, R, a0, b0)")
     ap.add_argument("--buffer", type=int, default=None, help="virtual queue's packets (default: the case's)")
     ap.add_argument("--pcap", default="/tmp/xferlab-path-trains.pcap")
+    ap.add_argument("--rounds", type=int, default=0, metavar="N", help="ACKs per data segment in the first N round trips")
+    ap.add_argument("--no-run", action="store_true", help="read the capture --pcap already holds")
     args = ap.parse_args()
-    if os.geteuid() != 0 or not shutil.which("tcpdump"):
+    if not args.no_run and (os.geteuid() != 0 or not shutil.which("tcpdump")):
         print("error: needs root and tcpdump", file=sys.stderr)
         return 2
     try:
@@ -121,11 +138,17 @@ def main() -> int:
         print("error: CASE is variant:rtt_ms:buffer:flows and --at NS:DEV", file=sys.stderr)
         return 2
     pcap = Path(args.pcap)
-    res = ack_trains.captured_run(case, args.seconds, pcap, "-" + ns, dev)
-    print(f"{case.key} at {args.at}: {res['goodput_mbps']:.1f} Mbit/s, {res.get('retransmissions')} retransmissions, "
-          f"delay line {res.get('late_mean_ms') or 0:.3f} ms late on average")  # fmt: skip
+    if not args.no_run:
+        res = ack_trains.captured_run(case, args.seconds, pcap, "-" + ns, dev)
+        print(f"{case.key} at {args.at}: {res['goodput_mbps']:.1f} Mbit/s, {res.get('retransmissions')} retransmissions, "
+              f"delay line {res.get('late_mean_ms') or 0:.3f} ms late on average")  # fmt: skip
+    elif not pcap.exists():
+        print(f"error: no capture at {pcap}", file=sys.stderr)
+        return 2
     data, ack_t, ack_n = flows(pcap)
     print("\n".join(trains(data) + ack_coverage(ack_t, ack_n)))
+    if args.rounds:
+        print("\n".join(rounds(data, ack_t, ack_n, case.rtt_ms / 1e3, args.rounds)))
     spec = case.scenario("duration", args.seconds)
     r = scenario.resolve(scenario.from_dict(spec, spec["name"]))
     rate, frame = r["bottleneck_rate_bps"], r["mss"] + r["header_bytes"] + 14

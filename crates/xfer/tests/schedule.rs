@@ -394,10 +394,14 @@ fn a_pause_stops_the_data_until_the_plan_resumes() {
     );
     let seg = j["segments"].as_array().unwrap();
     assert_eq!(seg.len(), 3);
-    // 2 s at 80 Mbit/s is 20 MB; what leaks into the pause is what was
-    // queued in the sockets (TCP_NOTSENT_LOWAT) and in flight.
+    // 2 s at 80 Mbit/s is 20 MB, and a second of it unpaused 10 MB. What leaks
+    // into the pause is what was queued in the sockets (TCP_NOTSENT_LOWAT, 100 kB
+    // per stream at this rate) and in flight, plus what the 50 ms intervals
+    // straddling the step carry at the old rate (500 kB each; two when the
+    // interval report comes late on a loaded machine: 1 048 749 bytes once in a
+    // CI pass). 1.5 MB is 15 % of an unpaused second.
     let paused = seg[1]["bytes"].as_u64().unwrap();
-    assert!(paused < 1_000_000, "{paused} bytes sent during the pause");
+    assert!(paused < 1_500_000, "{paused} bytes sent during the pause");
     assert!(seg[1]["error"].is_null() && seg[1]["rate_bps"] == 0);
     assert!(num(&seg[0]["error"]).abs() < 0.15, "{}", seg[0]);
     assert!(num(&j["run"]["completion_time"]) > 3.0);

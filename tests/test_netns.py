@@ -308,13 +308,23 @@ def test_a_multirate_plan_runs_on_real_tcp_with_xfers_rate_profiles(cli, tmp_pat
     path = _plan_scenario(tmp_path, mechanism, {"strategy": "multirate", "mechanism": mechanism}, requests)
     cli("run", path, "--backend", "netns", "--out", tmp_path / "r", "-q", check=True)
     m = json.loads((tmp_path / "r" / "metrics.json").read_text())
+    # Never early: the plan holds them back (unlimited, request 1 would end by ~2 s). Late by
+    # xfer's set-up (~10 RTT here) and request 0's slow start, which the plan (at 99 % of the
+    # path from t = 0) has no room for: request 0's tail overlaps request 2's start.
+    # - A window clamp bounds what is in flight (the clamps sum to ~280 packets < BDP + buffer,
+    #   334): nothing is lost, late 0.3–0.6 s (measured quiet and loaded).
+    # - Paced senders' windows are not bounded (request 0's grows to ~420), so the overlap
+    #   (up to 167 % of the bottleneck) overflows the buffer. A request that loses there regrows
+    #   in Cubic's Reno-friendly mode, ~25 packets/s at 20 ms: from ~16 packets (request 1 hit at
+    #   13 Mbit/s) to the ~160 its last 93 Mbit/s needs takes ~6 s at about half its rate, late
+    #   by up to ~3 s. Measured on this kernel: request 1 late 1.1–2.3 s on an idle host (its
+    #   pacer runs ~3 % slow there), 0.3–1.1 s with every core busy. A request whose profile
+    #   never stepped up (1 stuck at 13 Mbit/s) would be ~9 s late: the bound still sees it.
+    slack = {"cwnd_clamp": 1.6, "pacing": 4.0}[mechanism]
     for t, volume in zip(m["transfers"], [10e6, 20e6, 5e6], strict=True):
         assert t["bytes"] == volume
         end = t["planned_completion_s"]
-        # Never early: the plan holds them back (unlimited, request 1 would end by ~2 s). Late
-        # by xfer's set-up after its planned start (~10 RTT here) and by how fast the window
-        # follows a step up: quiet, 0.2–0.4 s; a loaded host measured up to 1.1 s.
-        assert end < t["end_s"] < end + 1.6, (mechanism, t)
+        assert end < t["end_s"] < end + slack, (mechanism, t)
     no_leftovers()
 
 

@@ -40,10 +40,10 @@ sys.path.insert(0, str(ROOT / "benches"))
 
 import ack_trains  # noqa: E402
 import fidelity  # noqa: E402
-from xferlab import scenario  # noqa: E402
+from xferlab import constants, scenario  # noqa: E402
 from xferlab.netns import topology  # noqa: E402
 
-MSS = 1448
+MSS = constants.LINUX_MSS
 GAPS_US = (20, 50, 100)
 
 

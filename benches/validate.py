@@ -4,6 +4,7 @@
     sudo .venv/bin/python benches/validate.py netns_ns2 netns_variants netns_fidelity   # vs real Linux TCP
     sudo .venv/bin/python benches/validate.py --all       # every table of VALIDATION.md, one command
     .venv/bin/python benches/validate.py netns_ns2 netns_variants --sim-only   # the simulator's side only
+    .venv/bin/python benches/validate.py --host linux_acks=true   # the tables with a host option (printed only)
 
 Each case runs scenarios through the same engine as `xferlab run` and rewrites its table in
 VALIDATION.md (between `<!-- table:NAME -->` markers; the prose around them is kept).
@@ -30,7 +31,13 @@ from xferlab.demo import TABLE2_VARIANTS  # noqa: E402
 PAPER = yaml.safe_load((ROOT / "python/xferlab/data/seed_results.yaml").read_text())
 
 
+#: Host options (scenario `host:`) set on every case by --host: an option's effect on the tables.
+HOST: dict = {}
+
+
 def run(data: dict, window=None, backend: str = "sim") -> tuple[dict, dict, float]:
+    if HOST:
+        data = {**data, "host": {**data.get("host", {}), **HOST}}
     s = scenario.from_dict(data, data.get("name", "validation"))
     r = scenario.resolve(s)
     t0 = time.perf_counter()
@@ -464,14 +471,25 @@ def main() -> int:
         action="store_true",
         help="netns_ns2/netns_variants: rerun the simulator's side only, keep the stored kernel rows",
     )
+    ap.add_argument(
+        "--host",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="set a host option (scenario host:) on every case, e.g. linux_acks=true; tables printed, not written",
+    )
     args = ap.parse_args()
     global SIM_ONLY
     SIM_ONLY = args.sim_only
+    try:
+        HOST.update({k: yaml.safe_load(v) for k, v in (h.split("=", 1) for h in args.host)})
+    except ValueError:
+        ap.error("--host takes KEY=VALUE, e.g. linux_acks=true")
     for name in list(CASES) if args.all else args.cases or SIM_CASES:
         t0 = time.perf_counter()
         table = CASES[name](args.quick)
         print(f"## {name} ({time.perf_counter() - t0:.0f} s)\n{table}\n", flush=True)
-        if not args.quick:
+        if not args.quick and not HOST:
             write(name, table)
     return 0
 

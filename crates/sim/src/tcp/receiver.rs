@@ -327,16 +327,23 @@ impl Receiver {
         self.insert_ooo(seg.seq);
         self.ooo_segs += 1;
         let (held, span) = (self.held(), self.ooo_span());
+        self.window_on_data(now, held);
         if let Some(w) = &mut self.rwnd {
-            if w.on_data(now, held) && self.linux_acks {
-                self.quick = self.quick.max(1);
-            }
             w.on_ofo(span);
         }
         Received {
             delivered: (before, before),
             flushed,
             ack: self.ooo_ack(now),
+        }
+    }
+
+    /// Data arrived with `held` segments unread: the offered window's growth; with Linux's
+    /// rules a segment that grows it earns a quick ACK (`tcp_grow_window`).
+    fn window_on_data(&mut self, now: Time, held: u64) {
+        let grew = self.rwnd.as_mut().is_some_and(|w| w.on_data(now, held));
+        if grew && self.linux_acks {
+            self.quick = self.quick.max(1);
         }
     }
 
@@ -370,15 +377,13 @@ impl Receiver {
         }
         let delivered = (before, self.rcv_nxt);
         let held = self.held();
-        if let Some(w) = &mut self.rwnd {
+        if let Some(w) = &self.rwnd {
             if before == 0 && self.linux_acks {
                 // The first data (`tcp_event_data_recv`).
                 self.quick = self.quick.max(w.initial_quickacks());
             }
-            if w.on_data(now, held) && self.linux_acks {
-                self.quick = self.quick.max(1);
-            }
         }
+        self.window_on_data(now, held);
         if !self.deferred_reads {
             // The application reads what became in order at once.
             self.copied = self.rcv_nxt;

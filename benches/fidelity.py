@@ -80,6 +80,20 @@ VETH_BPS = 10e9
 #: Mean spacing of the emulation hosts' softirq runs (transmit batching), from the trains
 #: of packets seen at the left router in a capture; the capture itself is not kept in the repository.
 EMULATION_TX_BATCH_NS = 400_000
+#: The emulation hosts' receiving applications (iperf3, xfer): how long after data passed
+#: the right router the receiver's ACK came back, where Linux leaves the ACK to the
+#: application's read (a window held back by unread data), as per-mille quantiles pooled
+#: from captures of four runs (`benches/path_trains.py --reads-out`; VALIDATION.md §6b,
+#: "The receiving application's reads"). The simulator draws its wake-ups from these less
+#: the receive path it adds itself (EMULATION_RX_NS of receive coalescing).
+EMULATION_READS = ROOT / "benches" / "emulation-reads.json"
+EMULATION_RX_NS = 25_000
+#: How the emulated simulator's receivers read and ACK: "measured" (the above, with
+#: Linux's ACK rules) or "uniform" (the simulator's default hosts: reads 20 µs after the
+#: data on average, an ACK per two segments); `--reads`. Not yet the table's: over the
+#: matrix it moves as many cases out of tolerance as into it (VALIDATION.md §6b).
+READS_MODELS = ("measured", "uniform")
+READS = "uniform"
 #: What "agrees" means, per metric (issue 11).
 TOLERANCE = {"goodput": 0.05, "jain": 0.05, "ss_exit": 0.20, "completion": 0.05, "retx_over_loss": 1.10}
 
@@ -149,8 +163,10 @@ def emulated(cfg: dict) -> dict:
     topology.py), so that the two backends differ in TCP only: each host's access link is
     a veth (~10 Gbit/s) under an HTB at the access rate with a burst of 1 ms or 10 frames,
     the bottleneck a veth under an HTB at C with a burst of 20 frames (both counting wire
-    bytes), and the hosts batch their transmissions as this machine's saturated CPUs do
-    (softirq runs every ~0.4 ms, measured: see EMULATION_TX_BATCH_NS)."""
+    bytes), the hosts batch their transmissions as this machine's saturated CPUs do
+    (softirq runs every ~0.4 ms, measured: see EMULATION_TX_BATCH_NS); with READS
+    "measured" their receivers also acknowledge by Linux's rules (`linux_acks`), their
+    applications reading when this machine woke them (EMULATION_READS)."""
     frame = cfg["mss"] + cfg["header_bytes"] + 14
     wire = frame / (frame + topology.WIRE_OVERHEAD)
     bucket = lambda rate, burst: {"kind": "token_bucket", "rate_bps": rate * wire, "burst_bytes": burst, "tick_ns": 1000}  # noqa: E731
@@ -164,7 +180,19 @@ def emulated(cfg: dict) -> dict:
     b["shaper"] = bucket(b["rate_bps"], topology.BOTTLENECK_BURST_PKTS * frame)
     b["rate_bps"] = VETH_BPS
     cfg["noise"]["tx_batch_ns"] = EMULATION_TX_BATCH_NS
+    cfg["noise"]["rx_coalesce_ns"] = EMULATION_RX_NS
+    if READS == "measured":
+        cfg["noise"]["app_wakeup_quantiles_ns"] = emulation_wakeups_ns()
+        cfg["tcp"]["linux_acks"] = True
     return cfg
+
+
+@functools.cache
+def emulation_wakeups_ns() -> list[int]:
+    """The emulated hosts' application wake-ups (ns, per-mille quantiles): EMULATION_READS
+    less the receive path the simulator models on its own, never below 0."""
+    measured = json.loads(EMULATION_READS.read_text())["quantiles_us"]
+    return [max(0, round(q * 1e3) - EMULATION_RX_NS) for q in measured]
 
 
 def sim_trace(
@@ -872,6 +900,9 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--max-load", type=float, default=3.0, help="wait for a load average below this")
     ap.add_argument(
+        "--reads", choices=READS_MODELS, default=READS, help="the emulated simulator's receiving applications (READS)"
+    )
+    ap.add_argument(
         "--repeat-of", type=Path, metavar="RUN", help="judge the stored kernel runs against RUN (an archive or a results dir)"
     )
     ap.add_argument(
@@ -885,6 +916,7 @@ def main() -> int:
     ap.add_argument("--archive", metavar="NAME", help=f"keep the stored kernel run in {ARCHIVE.relative_to(ROOT)}/NAME.json.gz")
     args = ap.parse_args()
     globals()["MAX_LOAD"] = args.max_load
+    globals()["READS"] = args.reads
     if args.archive and args.from_table:
         shown = subprocess.run(
             ["git", "-C", str(ROOT), "show", f"{args.from_table}:VALIDATION.md"], capture_output=True, text=True

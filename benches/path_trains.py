@@ -13,6 +13,11 @@ for the connection that carried the most data:
   arriving faster than the bottleneck drains, overflows it below the path's BDP;
 * the segments each advancing ACK acknowledges (a receiver that ACKs every second segment
   gives 2), and the gaps between ACKs;
+* at the right router (``R:…``), how long each advancing ACK came after the first segment
+  it acknowledges passed the capture, as quantiles: with Linux's rules a receiver whose
+  unread data holds its window back ACKs when its application reads, so this is the
+  application's wake-up and read, plus the receiver's stack both ways (the simulator's
+  ``noise.app_wakeup_quantiles_ns`` takes such a distribution);
 * with ``--rounds N``, round trip by round trip from the first data segment: the data, the
   advancing ACKs and their ratio (slow start: Linux's quick ACKs give 1, an ACK per two
   segments 0.5, ACKs left to a lagging application's reads less);
@@ -27,7 +32,10 @@ from __future__ import annotations
 
 import argparse
 import collections
+import datetime
+import json
 import os
+import platform
 import shutil
 import sys
 from pathlib import Path
@@ -44,22 +52,54 @@ from xferlab import constants, scenario  # noqa: E402
 from xferlab.netns import topology  # noqa: E402
 
 MSS = constants.LINUX_MSS
+DEFAULT_PCAP = "/tmp/xferlab-path-trains.pcap"
 GAPS_US = (20, 50, 100)
 
 
-def flows(pcap: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Arrival times of the busiest connection's data (s, from its first), and of its ACKs
-    with their acknowledgement numbers."""
+def flows(pcap: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Arrival times of the busiest connection's data (s, from its first) and their
+    sequence numbers, and the times of its ACKs with their acknowledgement numbers."""
     pk = list(ack_trains.packets(pcap))
     volume: dict[tuple, int] = collections.Counter()
     for _, sp, dp, _, _, pay in pk:
         volume[(sp, dp)] += pay
     sp, dp = max(volume, key=volume.get)
-    data = np.array([t for t, a, b, _, _, pay in pk if (a, b) == (sp, dp) and pay > 0])
+    data = [(t, seq) for t, a, b, seq, _, pay in pk if (a, b) == (sp, dp) and pay > 0]
     # (a reset at the close carries acknowledgement number 0)
     acks = [(t, n) for t, a, b, _, n, _ in pk if (a, b) == (dp, sp) and n != 0]
-    t0 = data[0]
-    return data - t0, np.array([t for t, _ in acks]) - t0, np.array([n for _, n in acks], dtype=np.int64)
+    t0 = data[0][0]
+    return (
+        np.array([t for t, _ in data]) - t0,
+        np.array([s for _, s in data], dtype=np.int64),
+        np.array([t for t, _ in acks]) - t0,
+        np.array([n for _, n in acks], dtype=np.int64),
+    )
+
+
+def ack_delays(data: np.ndarray, seqs: np.ndarray, ack_t: np.ndarray, ack_n: np.ndarray, stretch: int = 0) -> np.ndarray:
+    """Per advancing ACK (of more than ``stretch`` segments), seconds since the first
+    segment it acknowledges passed the capture: where the receiver's ACKs wait for its
+    application's read (Linux's rules when unread data holds the window back), how long
+    the application took to be woken and read, plus the receiver's stack both ways."""
+    first_seen: dict[int, float] = {}
+    for t, s in zip(data, seqs, strict=True):
+        first_seen.setdefault(int(s), float(t))
+    out = []
+    for k in range(1, len(ack_n)):
+        step = (int(ack_n[k]) - int(ack_n[k - 1]) + 2**31) % 2**32 - 2**31
+        start = first_seen.get(int(ack_n[k - 1]))
+        if step > stretch * MSS and start is not None and ack_t[k] >= start:
+            out.append(ack_t[k] - start)
+    return np.array(out)
+
+
+def delay_quantiles(delays: np.ndarray, steps: int = 20) -> list[str]:
+    q = np.percentile(delays * 1e6, np.linspace(0, 100, steps + 1))
+    return [
+        f"ACK delay after the first segment it acknowledges (µs), {len(delays)} ACKs: "
+        + ", ".join(f"p{p} {np.percentile(delays * 1e6, p):.0f}" for p in (10, 25, 50, 75, 90, 99)),
+        f"  its {steps + 1} quantiles, 0 to 1 (µs): [{', '.join(f'{x:.0f}' for x in q)}]",
+    ]
 
 
 def trains(data: np.ndarray) -> list[str]:
@@ -123,7 +163,13 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=10.0, help="the run's duration")
     ap.add_argument("--at", default="L:h0", help="NS:DEV, NS the namespace's suffix (L, R, a0, b0)")
     ap.add_argument("--buffer", type=int, default=None, help="virtual queue's packets (default: the case's)")
-    ap.add_argument("--pcap", default="/tmp/xferlab-path-trains.pcap")
+    ap.add_argument("--pcap", action="append", help=f"the capture (default {DEFAULT_PCAP}); with --no-run repeatable")
+    ap.add_argument(
+        "--reads-out",
+        metavar="FILE",
+        help="at R:…, write the ACK delays' per-mille quantiles (every capture's pooled) as JSON: "
+        "the emulated simulator's application wake-ups (benches/fidelity.py)",
+    )
     ap.add_argument("--rounds", type=int, default=0, metavar="N", help="ACKs per data segment in the first N round trips")
     ap.add_argument("--no-run", action="store_true", help="read the capture --pcap already holds")
     args = ap.parse_args()
@@ -137,25 +183,62 @@ def main() -> int:
     except ValueError:
         print("error: CASE is variant:rtt_ms:buffer:flows and --at NS:DEV", file=sys.stderr)
         return 2
-    pcap = Path(args.pcap)
+    pcaps = [Path(p) for p in args.pcap or [DEFAULT_PCAP]]
     if not args.no_run:
-        res = ack_trains.captured_run(case, args.seconds, pcap, "-" + ns, dev)
+        if len(pcaps) > 1:
+            print("error: a run writes one capture (several --pcap only with --no-run)", file=sys.stderr)
+            return 2
+        res = ack_trains.captured_run(case, args.seconds, pcaps[0], "-" + ns, dev)
         print(f"{case.key} at {args.at}: {res['goodput_mbps']:.1f} Mbit/s, {res.get('retransmissions')} retransmissions, "
               f"delay line {res.get('late_mean_ms') or 0:.3f} ms late on average")  # fmt: skip
-    elif not pcap.exists():
-        print(f"error: no capture at {pcap}", file=sys.stderr)
+    missing = [p for p in pcaps if not p.exists()]
+    if missing:
+        print(f"error: no capture at {missing[0]}", file=sys.stderr)
         return 2
-    data, ack_t, ack_n = flows(pcap)
-    print("\n".join(trains(data) + ack_coverage(ack_t, ack_n)))
-    if args.rounds:
-        print("\n".join(rounds(data, ack_t, ack_n, case.rtt_ms / 1e3, args.rounds)))
-    spec = case.scenario("duration", args.seconds)
+    delays = []
+    for pcap in pcaps:
+        print(f"== {pcap}")
+        data, seqs, ack_t, ack_n = flows(pcap)
+        print("\n".join(trains(data) + ack_coverage(ack_t, ack_n)))
+        if ns == "R":
+            delays.append(ack_delays(data, seqs, ack_t, ack_n))
+            print("\n".join(delay_quantiles(delays[-1])))
+        if args.rounds:
+            print("\n".join(rounds(data, ack_t, ack_n, case.rtt_ms / 1e3, args.rounds)))
+        virtual_drops(case, args.seconds, args.buffer, data)
+    if args.reads_out:
+        if not delays:
+            print("error: --reads-out needs captures at the right router (--at R:h0)", file=sys.stderr)
+            return 2
+        write_reads(Path(args.reads_out), np.concatenate(delays), pcaps)
+    return 0
+
+
+def virtual_drops(case: fidelity.Case, seconds: float, buffer: int | None, data: np.ndarray) -> None:
+    spec = case.scenario("duration", seconds)
     r = scenario.resolve(scenario.from_dict(spec, spec["name"]))
     rate, frame = r["bottleneck_rate_bps"], r["mss"] + r["header_bytes"] + 14
-    buffer = args.buffer or r["buffer_packets"]
+    buffer = buffer or r["buffer_packets"]
     print(f"a smooth {fidelity.BOTTLENECK} bottleneck with {buffer} packets of buffer would drop "
           f"{virtual_queue(data, rate, buffer, frame)} of these arrivals")  # fmt: skip
-    return 0
+
+
+def write_reads(path: Path, delays: np.ndarray, pcaps: list[Path]) -> None:
+    """The pooled ACK delays' quantiles at every 0.1 % (µs), with where they came from."""
+    q = np.percentile(delays * 1e6, np.linspace(0, 100, 1001))
+    doc = {
+        "what": "ACK delay after the first segment it acknowledges, at the right router (benches/path_trains.py)",
+        "measured": datetime.date.today().isoformat(),
+        "machine": f"{platform.node()}, {os.cpu_count()} CPUs, Linux {platform.release()}",
+        "captures": [p.name for p in pcaps],
+        "acks": int(len(delays)),
+        "quantiles_us": [round(float(x), 1) for x in q],
+    }
+    tmp = path.with_suffix(".tmp")
+    head = json.dumps({k: v for k, v in doc.items() if k != "quantiles_us"}, indent=1)
+    tmp.write_text(f'{head[:-2]},\n "quantiles_us": {json.dumps(doc["quantiles_us"])}\n}}\n')
+    tmp.replace(path)
+    print(f"wrote {path}: {len(delays)} ACKs, median {q[500]:.0f} µs, p99 {q[990]:.0f} µs")
 
 
 if __name__ == "__main__":

@@ -1,5 +1,7 @@
-"""What the receive-window model (``host.rcvbuf_autotuning``), or Linux's ACK rules on top of
-it (``--option linux_acks``, ``host.linux_acks``), changes in the fidelity matrix.
+"""What the receive-window model (``host.rcvbuf_autotuning``), Linux's ACK rules on top of
+it (``--option linux_acks``, ``host.linux_acks``), or those rules with the emulation's
+measured application reads (``--option reads``: fidelity.py's READS "measured" against
+"uniform"), changes in the fidelity matrix.
 
     .venv/bin/python benches/rwnd_effect.py --kernel-runs benches/fidelity-runs/*.json.gz [--seeds 1 2 3] [--only reno:200]
     .venv/bin/python benches/rwnd_effect.py --kernel-runs DIR1 DIR2 DIR3 --held reno:200:0.2bdp:1
@@ -38,13 +40,15 @@ HELD_S = 3.0
 
 
 #: The simulator's options this compares, off and on (the receiver's TCP configuration).
-OPTIONS = ("rcvbuf_autotuning", "linux_acks")
+OPTIONS = ("rcvbuf_autotuning", "linux_acks", "reads")
 BASE_CONFIG = sim_backend.sim_config
 
 
 def _config(on: bool, option: str = OPTIONS[0]):
     def cfg(r: dict) -> dict:
         c = BASE_CONFIG(r)
+        if option == "reads":  # fidelity.emulated() applies it
+            return c
         c["tcp"][option] = on
         if option == "linux_acks":
             c["tcp"]["rcvbuf_autotuning"] = True
@@ -59,6 +63,9 @@ def sim_run(args: tuple[str, bool, int, Path, str]) -> tuple[str, bool, int, dic
     key, on, seed, starts_from, option = args
     case = next(c for c in F.matrix() if c.key == key)
     sim_backend.sim_config = _config(on, option)
+    # The ACK options are judged on the simulator's default hosts; "reads" compares those
+    # (off) with the emulation's measured reads under Linux's ACK rules (on).
+    F.READS = "measured" if option == "reads" and on else "uniform"
     kernel = F.kernel_side(starts_from, case) or {"failed": True}
     starts = None if "failed" in kernel else F.sim_starts({f"netns_{k}": kernel[k] for k in ("duration", "volume")}, case.flows)
     out = {kind: F.run_sim(case, kind, seed=seed, starts_s=(starts or {}).get(kind)) for kind in ("duration", "volume")}

@@ -355,6 +355,13 @@ pub struct NoiseConfig {
     /// each segment as it arrives.
     #[serde(default = "default_app_wakeup")]
     pub app_wakeup_ns: Time,
+    /// A measured distribution of that time instead of the uniform one: its quantiles at
+    /// equal steps of probability from 0 to 1 (at least two, non-decreasing; drawn by
+    /// linear interpolation between them). Empty: the uniform of `app_wakeup_ns`. A host
+    /// whose CPUs are busy wakes its readers late now and then by milliseconds, a tail a
+    /// mean cannot give (`benches/path_trains.py` measures one; docs/fidelity.md).
+    #[serde(default)]
+    pub app_wakeup_quantiles_ns: Vec<Time>,
 }
 
 impl Default for NoiseConfig {
@@ -367,6 +374,7 @@ impl Default for NoiseConfig {
             clock_ppm: default_clock_ppm(),
             tx_batch_ns: 0,
             app_wakeup_ns: default_app_wakeup(),
+            app_wakeup_quantiles_ns: Vec::new(),
         }
     }
 }
@@ -541,6 +549,13 @@ impl SimConfig {
         let n = &self.noise;
         if !(0.0..=10_000.0).contains(&n.clock_ppm) {
             return fail("noise.clock_ppm must be in [0, 10000]".into());
+        }
+        let q = &self.noise.app_wakeup_quantiles_ns;
+        if q.len() == 1 || q.windows(2).any(|w| w[0] > w[1]) {
+            return fail(
+                "noise.app_wakeup_quantiles_ns must be empty or at least two non-decreasing times"
+                    .into(),
+            );
         }
         let m = &self.measure;
         if m.goodput_interval_ns == 0 || m.link_interval_ns == 0 || m.tcp_interval_ns == 0 {

@@ -36,6 +36,8 @@ pub struct Noise {
     /// Receiving applications' wakeups, from a stream of their own (so that modelling them
     /// leaves every other draw of a run as it was).
     app_wakeup_span: Time,
+    /// A measured distribution of the wakeups instead (quantiles at equal steps).
+    app_wakeup_quantiles: Vec<Time>,
     app_rng: Pcg64Mcg,
 }
 
@@ -50,21 +52,31 @@ impl Noise {
             clock_ppm: cfg.clock_ppm,
             rng: Pcg64Mcg::seed_from_u64(seed ^ 0x005e_ed0f_4057_u64),
             app_wakeup_span: 2 * cfg.app_wakeup_ns,
+            app_wakeup_quantiles: cfg.app_wakeup_quantiles_ns.clone(),
             app_rng: Pcg64Mcg::seed_from_u64(seed ^ 0x0a99_4ead_u64),
         }
     }
 
     /// Receiving applications wait to be woken (else they read at once).
     pub fn deferred_reads(&self) -> bool {
-        self.enabled && self.app_wakeup_span > 0
+        self.enabled && (self.app_wakeup_span > 0 || !self.app_wakeup_quantiles.is_empty())
     }
 
-    /// How long after data arrives its application reads it.
+    /// How long after data arrives its application reads it: uniform in [0, 2 × mean), or
+    /// drawn from the measured quantiles (linear between neighbours).
     pub fn app_wakeup(&mut self) -> Time {
         if !self.deferred_reads() {
             return 0;
         }
-        self.app_rng.next_u64() % self.app_wakeup_span
+        let q = &self.app_wakeup_quantiles;
+        if q.is_empty() {
+            return self.app_rng.next_u64() % self.app_wakeup_span;
+        }
+        let u = (self.app_rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64;
+        let x = u * (q.len() - 1) as f64;
+        let k = (x as usize).min(q.len() - 2);
+        let (a, b) = (q[k] as f64, q[k + 1] as f64);
+        (a + (b - a) * (x - k as f64)).round() as Time
     }
 
     /// One packet's processing time in a host's stack.
@@ -182,6 +194,26 @@ impl Host {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn measured_wakeups_follow_their_quantiles_tail_included() {
+        // Quartiles 10, 20, 40, 100 µs and a maximum of 2 ms: a quarter of the draws lie
+        // in the tail above 100 µs, none beyond 2 ms, the median near 40 µs.
+        let cfg = NoiseConfig {
+            app_wakeup_quantiles_ns: vec![10_000, 20_000, 40_000, 100_000, 2_000_000],
+            ..NoiseConfig::default()
+        };
+        let mut n = Noise::new(&cfg, 7);
+        assert!(n.deferred_reads());
+        let mut d: Vec<Time> = (0..40_000).map(|_| n.app_wakeup()).collect();
+        d.sort_unstable();
+        assert!(d[0] >= 10_000 && d[d.len() - 1] <= 2_000_000);
+        let frac = |x: Time| d.partition_point(|&v| v < x) as f64 / d.len() as f64;
+        assert!((frac(40_000) - 0.5).abs() < 0.01, "{}", frac(40_000));
+        assert!((frac(100_000) - 0.75).abs() < 0.01);
+        // Linear within the top quarter: half of it below 1.05 ms.
+        assert!((frac(1_050_000) - 0.875).abs() < 0.01);
+    }
 
     #[test]
     fn packets_of_a_batch_are_handed_over_together_after_the_coalescing_delay() {

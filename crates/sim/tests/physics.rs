@@ -687,3 +687,37 @@ fn with_linux_acks_slow_start_is_still_held_back_by_unread_data() {
         "doubling from the held round: {rounds:?}"
     );
 }
+
+#[test]
+fn readers_woken_late_now_and_then_stretch_linux_acks() {
+    // With Linux's ACK rules a receiver whose unread data holds its window back leaves the
+    // ACK to its application's read. Readers woken within ~20 µs read every segment or two:
+    // about an ACK per two segments. A distribution with the tail of a busy 2-CPU host (the
+    // emulation's receivers: median ~0.1 ms, 1 % beyond 3 ms; benches/emulation-reads.json)
+    // makes one ACK cover many segments: the kernel's receiver there sends one per 8–10
+    // (VALIDATION.md §6b). Reno at 10 ms through 300 Mbit/s with a BDP of buffer.
+    let run = |quantiles: Vec<u64>| {
+        let mut cfg = dumbbell(1, 1e9, 300e6, 10, 250, 4);
+        cfg.tcp.rcvbuf_autotuning = true;
+        cfg.tcp.linux_acks = true;
+        cfg.noise.app_wakeup_quantiles_ns = quantiles;
+        let tr = Simulation::new(cfg).unwrap().run();
+        (
+            tr.stats.acks as f64 / tr.stats.packets as f64,
+            mean_goodput(&tr, 0, 1.0, 4.0),
+        )
+    };
+    let (prompt, prompt_mbps) = run(vec![]);
+    let tail: Vec<u64> = [0, 30, 60, 90, 130, 180, 250, 400, 900, 3_000, 10_000]
+        .iter()
+        .map(|us| us * 1_000)
+        .collect();
+    let (late, late_mbps) = run(tail);
+    assert!(prompt > 0.3, "prompt readers: {prompt:.3} ACKs per segment");
+    assert!(late < 0.2, "late readers: {late:.3} ACKs per segment");
+    // A BDP of buffer absorbs the bursts the stretched ACKs release.
+    assert!(
+        late_mbps > 0.85 * prompt_mbps,
+        "{late_mbps:.0} against {prompt_mbps:.0} Mbit/s"
+    );
+}

@@ -54,15 +54,16 @@ def capture_when_up(pcap: Path, pattern: str, started: list, timeout_s: float = 
         time.sleep(0.005)
 
 
-def captured_run(case: fidelity.Case, seconds: float, pcap: Path, pattern: str, dev: str) -> dict:
-    """One netns duration run of ``case`` with tcpdump on ``dev`` of the namespace ending in
-    ``pattern`` writing ``pcap``; the run's summary."""
+def captured_run(case: fidelity.Case, seconds: float, pcap: Path, pattern: str, dev: str, kind: str = "duration") -> dict:
+    """One netns run of ``case`` (``kind``: a duration run of ``seconds``, iperf3's, or its
+    volume run, xfer's) with tcpdump on ``dev`` of the namespace ending in ``pattern``
+    writing ``pcap``; the run's summary."""
     pcap.unlink(missing_ok=True)
     started: list = []
     watcher = threading.Thread(target=capture_when_up, args=(pcap, pattern, started, 60.0, dev), daemon=True)
     watcher.start()
     try:
-        return fidelity.run_netns(case, "duration", duration_s=seconds, samples_dir=Path(tempfile.mkdtemp()))
+        return fidelity.run_netns(case, kind, duration_s=seconds, samples_dir=Path(tempfile.mkdtemp()))
     finally:
         watcher.join(timeout=1)
         for p in started:

@@ -27,6 +27,9 @@ from xferlab.backends import sim as sim_backend  # noqa: E402
 
 CASES = ["reno:50:1.0bdp:1", "cubic:200:0.2bdp:1", "highspeed:200:0.2bdp:4", "bbr:50:0.2bdp:4"]
 
+#: Its figures (BENCHMARKS.md) were measured on the emulated hosts with prompt reads.
+F.READS = "uniform"
+
 
 def config(case: F.Case) -> dict:
     data = case.scenario("duration")

@@ -88,12 +88,13 @@ EMULATION_TX_BATCH_NS = 400_000
 #: the receive path it adds itself (EMULATION_RX_NS of receive coalescing).
 EMULATION_READS = ROOT / "benches" / "emulation-reads.json"
 EMULATION_RX_NS = 25_000
+#: The application that receives each kind of run on the netns backend (its reads differ).
+NETNS_APPS = {"duration": "iperf3", "volume": "xfer"}
 #: How the emulated simulator's receivers read and ACK: "measured" (the above, with
-#: Linux's ACK rules) or "uniform" (the simulator's default hosts: reads 20 µs after the
-#: data on average, an ACK per two segments); `--reads`. Not yet the table's: over the
-#: matrix it moves as many cases out of tolerance as into it (VALIDATION.md §6b).
+#: Linux's ACK rules; the table's since 2026-11-28) or "uniform" (the simulator's default
+#: hosts: reads 20 µs after the data on average, an ACK per two segments); `--reads`.
 READS_MODELS = ("measured", "uniform")
-READS = "uniform"
+READS = READS_MODELS[0]
 #: What "agrees" means, per metric (issue 11).
 TOLERANCE = {"goodput": 0.05, "jain": 0.05, "ss_exit": 0.20, "completion": 0.05, "retx_over_loss": 1.10}
 
@@ -158,7 +159,7 @@ def _run(data: dict, backend: str, tcp_interval: float | None = None) -> tuple[d
     return metrics.compute(trace), trace, {"wall_s": wall, "end_s": trace.end_s, **trace.provenance.stats}
 
 
-def emulated(cfg: dict) -> dict:
+def emulated(cfg: dict, kind: str = "duration") -> dict:
     """The simulator's configuration changed into the emulation netns builds (its
     topology.py), so that the two backends differ in TCP only: each host's access link is
     a veth (~10 Gbit/s) under an HTB at the access rate with a burst of 1 ms or 10 frames,
@@ -166,7 +167,8 @@ def emulated(cfg: dict) -> dict:
     bytes), the hosts batch their transmissions as this machine's saturated CPUs do
     (softirq runs every ~0.4 ms, measured: see EMULATION_TX_BATCH_NS); with READS
     "measured" their receivers also acknowledge by Linux's rules (`linux_acks`), their
-    applications reading when this machine woke them (EMULATION_READS)."""
+    applications reading when this machine woke them (EMULATION_READS: those of the
+    application that receives a run of ``kind`` there)."""
     frame = cfg["mss"] + cfg["header_bytes"] + 14
     wire = frame / (frame + topology.WIRE_OVERHEAD)
     bucket = lambda rate, burst: {"kind": "token_bucket", "rate_bps": rate * wire, "burst_bytes": burst, "tick_ns": 1000}  # noqa: E731
@@ -182,16 +184,16 @@ def emulated(cfg: dict) -> dict:
     cfg["noise"]["tx_batch_ns"] = EMULATION_TX_BATCH_NS
     cfg["noise"]["rx_coalesce_ns"] = EMULATION_RX_NS
     if READS == "measured":
-        cfg["noise"]["app_wakeup_quantiles_ns"] = emulation_wakeups_ns()
+        cfg["noise"]["app_wakeup_quantiles_ns"] = emulation_wakeups_ns(NETNS_APPS[kind])
         cfg["tcp"]["linux_acks"] = True
     return cfg
 
 
 @functools.cache
-def emulation_wakeups_ns() -> list[int]:
-    """The emulated hosts' application wake-ups (ns, per-mille quantiles): EMULATION_READS
+def emulation_wakeups_ns(app: str) -> list[int]:
+    """``app``'s wake-ups on the emulated hosts (ns, per-mille quantiles): EMULATION_READS
     less the receive path the simulator models on its own, never below 0."""
-    measured = json.loads(EMULATION_READS.read_text())["quantiles_us"]
+    measured = json.loads(EMULATION_READS.read_text())["apps"][app]["quantiles_us"]
     return [max(0, round(q * 1e3) - EMULATION_RX_NS) for q in measured]
 
 
@@ -218,7 +220,7 @@ def sim_trace(
     cfg = sim_backend.sim_config(r)
     cfg["noise"]["enabled"] = noise
     if not plain:
-        cfg = emulated(cfg)
+        cfg = emulated(cfg, kind)
     cfg["noise"].update(noise_fields or {})
     if starts_ns is not None:
         for flow, start in zip(cfg["flows"], starts_ns, strict=True):

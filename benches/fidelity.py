@@ -211,6 +211,21 @@ def sim_trace(
     scenario as it reads, on quiet hosts with real interfaces); ``starts_ns``: each flow's
     start (ns) instead of the scenario's; ``noise_fields``: host-noise fields
     (NoiseConfig) set over the resulting configuration's."""
+    cfg, r = sim_setup(case, kind, duration_s, seed, plain, noise, starts_ns, noise_fields)
+    return sim_backend.run_config(cfg, r)
+
+
+def sim_setup(
+    case: Case,
+    kind: str,
+    duration_s: float = DURATION_S,
+    seed: int | None = None,
+    plain: bool = False,
+    noise: bool = True,
+    starts_ns: list[int] | None = None,
+    noise_fields: dict | None = None,
+) -> tuple[dict, dict]:
+    """The simulator's configuration of ``case`` and its resolved scenario (sim_trace)."""
     data = case.scenario(kind, duration_s)
     data["measure"]["tcp_interval"] = f"{SAMPLE_S}s"
     if seed is not None:
@@ -225,7 +240,7 @@ def sim_trace(
     if starts_ns is not None:
         for flow, start in zip(cfg["flows"], starts_ns, strict=True):
             flow["start_ns"] = start
-    return sim_backend.run_config(cfg, r)
+    return cfg, r
 
 
 def run_sim(

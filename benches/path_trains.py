@@ -24,7 +24,10 @@ for the connection that carried the most data:
 * a virtual drop-tail queue (``--buffer`` packets, drained at the case's bottleneck rate)
   fed with the captured data arrivals: how many of them a smooth bottleneck would drop.
 
-Needs root and tcpdump. The capture is kept (``--pcap``). What it measured on a 2-CPU machine
+``--sim``: the same trains from the emulated simulator's run of the case (fidelity.py's
+model, ``--seed``), at the bottleneck's entry and exit, for a side-by-side look; no root.
+
+Needs root and tcpdump (not with ``--no-run`` or ``--sim``). The capture is kept (``--pcap``). What it measured on a 2-CPU machine
 (2026-11-27): VALIDATION.md §6b, "A single flow at 10 ms with 0.2 BDP".
 """
 
@@ -49,6 +52,7 @@ sys.path.insert(0, str(ROOT / "benches"))
 import ack_trains  # noqa: E402
 import fidelity  # noqa: E402
 from xferlab import constants, scenario  # noqa: E402
+from xferlab.backends import sim as sim_backend  # noqa: E402
 from xferlab.netns import topology  # noqa: E402
 
 MSS = constants.LINUX_MSS
@@ -178,7 +182,16 @@ def main() -> int:
     )
     ap.add_argument("--rounds", type=int, default=0, metavar="N", help="ACKs per data segment in the first N round trips")
     ap.add_argument("--no-run", action="store_true", help="read the capture --pcap already holds")
+    ap.add_argument(
+        "--sim",
+        action="store_true",
+        help="the emulated simulator's run of the case instead (fidelity.py's, --seed): its busiest flow's "
+        "data as it reaches the bottleneck (the left router's side of the sender, L:h0) and as it leaves it",
+    )
+    ap.add_argument("--seed", type=int, default=1, help="with --sim, the simulator's seed")
     args = ap.parse_args()
+    if args.sim:
+        return simulated(args)
     if not args.no_run and (os.geteuid() != 0 or not shutil.which("tcpdump")):
         print("error: needs root and tcpdump", file=sys.stderr)
         return 2
@@ -217,6 +230,29 @@ def main() -> int:
             print("error: --reads-out needs captures at the right router (--at R:h0)", file=sys.stderr)
             return 2
         write_reads(Path(args.reads_out), fidelity.NETNS_APPS[args.kind], np.concatenate(delays), pcaps)
+    return 0
+
+
+def simulated(args: argparse.Namespace) -> int:
+    """The emulated simulator's side of ``path_trains``: trains at the bottleneck."""
+    try:
+        v, rtt, buf, n = args.case.split(":")
+        case = fidelity.Case(v, int(rtt), buf, int(n))
+    except ValueError:
+        print("error: CASE is variant:rtt_ms:buffer:flows", file=sys.stderr)
+        return 2
+    cfg, _ = fidelity.sim_setup(case, args.kind, args.seconds, seed=args.seed)
+    c = {k: np.asarray(v) for k, v in sim_backend.bottleneck_capture(cfg).items()}
+    busiest = np.bincount(c["flow"]).argmax()
+    mine = c["flow"] == busiest
+    arrivals, departs = c["t_ns"][mine] / 1e9, c["departs_ns"][mine]
+    print(f"{case.key}, the emulated simulator ({args.kind}, seed {args.seed}, READS {fidelity.READS}), "
+          f"flow {busiest}: {int((departs < 0).sum())} of {len(departs)} segments dropped at the bottleneck")  # fmt: skip
+    print("== arriving at the bottleneck (L:h0)")
+    print("\n".join(trains(arrivals - arrivals[0])))
+    left = np.sort(departs[departs >= 0]) / 1e9
+    print("== leaving it (L:core)")
+    print("\n".join(trains(left - left[0])))
     return 0
 
 

@@ -33,18 +33,24 @@ fn to_pyarrow<'py>(py: Python<'py>, batch: RecordBatch) -> PyResult<Bound<'py, P
 ///
 /// `progress(now_s, events)` is called every `chunk_s` simulated seconds (the GIL is
 /// released in between, and Ctrl-C is honoured there). Returns
-/// `{"tables": {name: pyarrow.RecordBatch}, "stats": {...}}`.
+/// `{"tables": {name: pyarrow.RecordBatch}, "stats": {...}}`, and with `capture` the data
+/// segments offered to the bottleneck under `"capture"` (lists `t_ns`, `flow`, `seq`,
+/// `departs_ns`, the last -1 for a drop): a diagnostic beside the trace, not part of it.
 #[pyfunction]
-#[pyo3(signature = (config_json, progress=None, chunk_s=1.0))]
+#[pyo3(signature = (config_json, progress=None, chunk_s=1.0, capture=false))]
 fn run<'py>(
     py: Python<'py>,
     config_json: &str,
     progress: Option<Bound<'py, PyAny>>,
     chunk_s: f64,
+    capture: bool,
 ) -> PyResult<Bound<'py, PyDict>> {
     let cfg =
         SimConfig::from_json(config_json).map_err(|e| PyValueError::new_err(e.to_string()))?;
     let mut sim = Simulation::new(cfg).map_err(|e| PyValueError::new_err(e.to_string()))?;
+    if capture {
+        sim.capture_bottleneck();
+    }
     let chunk = (chunk_s.max(1e-3) * 1e9) as u64;
     let mut limit = chunk;
     loop {
@@ -58,6 +64,7 @@ fn run<'py>(
         }
         limit = limit.saturating_add(chunk);
     }
+    let captured = sim.take_capture();
     let trace = py.detach(|| sim.finish());
     let tables = PyDict::new(py);
     for (name, batch) in trace
@@ -83,6 +90,19 @@ fn run<'py>(
     let out = PyDict::new(py);
     out.set_item("tables", tables)?;
     out.set_item("stats", stats)?;
+    if let Some(c) = captured {
+        let d = PyDict::new(py);
+        d.set_item("t_ns", c.t_ns)?;
+        d.set_item("flow", c.flow)?;
+        d.set_item("seq", c.seq)?;
+        let departs: Vec<i64> = c
+            .departs_ns
+            .iter()
+            .map(|x| x.map_or(-1, |t| t as i64))
+            .collect();
+        d.set_item("departs_ns", departs)?;
+        out.set_item("capture", d)?;
+    }
     Ok(out)
 }
 

@@ -161,6 +161,19 @@ pub struct Simulation {
     duration_end: Time,
     end: Option<Time>,
     tcp_rows: TcpTable,
+    /// Every data segment offered to the bottleneck, when capturing (`capture_bottleneck`).
+    capture: Option<Capture>,
+}
+
+/// The data segments offered to the bottleneck, as a capture at its router would see them:
+/// arrival time, flow, segment number, and when it left the bottleneck (`None`: dropped).
+/// For diagnostics (benches/path_trains.py --sim); not part of the Trace.
+#[derive(Debug, Default)]
+pub struct Capture {
+    pub t_ns: Vec<Time>,
+    pub flow: Vec<u32>,
+    pub seq: Vec<u64>,
+    pub departs_ns: Vec<Option<Time>>,
 }
 
 /// A uniform draw in [0, 1) with 53 random bits.
@@ -372,6 +385,7 @@ impl Simulation {
             duration_end,
             end: None,
             tcp_rows: TcpTable::default(),
+            capture: None,
         };
         sim.attach_to_hosts();
         sim.schedule_first_events();
@@ -471,6 +485,16 @@ impl Simulation {
     }
 
     /// Simulated time reached so far.
+    /// Records every data segment offered to the bottleneck from now on ([`Capture`]).
+    pub fn capture_bottleneck(&mut self) {
+        self.capture.get_or_insert_with(Capture::default);
+    }
+
+    /// The capture so far, if capturing.
+    pub fn take_capture(&mut self) -> Option<Capture> {
+        self.capture.take()
+    }
+
     pub fn now(&self) -> Time {
         self.now
     }
@@ -630,7 +654,17 @@ impl Simulation {
         } else {
             1.0
         };
-        if let Offer::Departs(d) = self.links[link].offer(self.now, bytes, draw) {
+        let offer = self.links[link].offer(self.now, bytes, draw);
+        if let Some(c) = self.capture.as_mut() {
+            c.t_ns.push(self.now);
+            c.flow.push(i as u32);
+            c.seq.push(seg.seq);
+            c.departs_ns.push(match offer {
+                Offer::Departs(d) => Some(d),
+                _ => None,
+            });
+        }
+        if let Offer::Departs(d) = offer {
             let f = &mut self.flows[i];
             let arrival = d + f.one_way_fwd;
             let t = self.hosts[f.dst_host].rx_deliver(&mut self.noise, arrival);

@@ -148,6 +148,18 @@ def run(scenario, resolved: dict, progress: Progress | None = None) -> Trace:
     return run_config(sim_config(resolved), resolved, progress)
 
 
+def bottleneck_capture(cfg: dict) -> dict:
+    """Runs a simulator configuration for its capture only: every data segment offered to
+    the bottleneck (``t_ns``, ``flow``, ``seq``, ``departs_ns``: -1 for a drop), as
+    tcpdump at its router would see it (benches/path_trains.py --sim). A diagnostic: the
+    run's Trace is not built."""
+    try:
+        out = _module().run(json.dumps(cfg), None, 1.0, True)
+    except ValueError as e:
+        raise BackendError(f"simulator: {e}") from None
+    return dict(out["capture"])
+
+
 def run_config(cfg: dict, resolved: dict, progress: Progress | None = None) -> Trace:
     """Runs a simulator configuration: ``sim_config(resolved)``, or one a bench altered (the
     emulation's hosts modelled, a cut-off end, noise off), and returns its Trace."""

@@ -197,21 +197,9 @@ def emulation_wakeups_ns(app: str) -> list[int]:
     return [max(0, round(q * 1e3) - EMULATION_RX_NS) for q in measured]
 
 
-def sim_trace(
-    case: Case,
-    kind: str,
-    duration_s: float = DURATION_S,
-    seed: int | None = None,
-    plain: bool = False,
-    noise: bool = True,
-    starts_ns: list[int] | None = None,
-    noise_fields: dict | None = None,
-) -> Trace:
-    """The simulator's trace of ``case``: the emulated network and host (`plain`: the
-    scenario as it reads, on quiet hosts with real interfaces); ``starts_ns``: each flow's
-    start (ns) instead of the scenario's; ``noise_fields``: host-noise fields
-    (NoiseConfig) set over the resulting configuration's."""
-    cfg, r = sim_setup(case, kind, duration_s, seed, plain, noise, starts_ns, noise_fields)
+def sim_trace(case: Case, kind: str, duration_s: float = DURATION_S, **options) -> Trace:
+    """The simulator's trace of ``case``, configured by sim_setup (its ``options``)."""
+    cfg, r = sim_setup(case, kind, duration_s, **options)
     return sim_backend.run_config(cfg, r)
 
 
@@ -225,7 +213,11 @@ def sim_setup(
     starts_ns: list[int] | None = None,
     noise_fields: dict | None = None,
 ) -> tuple[dict, dict]:
-    """The simulator's configuration of ``case`` and its resolved scenario (sim_trace)."""
+    """The simulator's configuration of ``case`` and its resolved scenario: the emulated
+    network and host (`plain`: the scenario as it reads, on quiet hosts with real
+    interfaces); ``starts_ns``: each flow's start (ns) instead of the scenario's;
+    ``noise_fields``: host-noise fields (NoiseConfig) set over the resulting
+    configuration's."""
     data = case.scenario(kind, duration_s)
     data["measure"]["tcp_interval"] = f"{SAMPLE_S}s"
     if seed is not None:
@@ -257,7 +249,7 @@ def run_sim(
     scenario's start is kept."""
     t0 = time.perf_counter()
     starts_ns = [round(x * 1e9) for x in starts_s] if starts_s and len(starts_s) > 1 else None
-    trace = sim_trace(case, kind, duration_s, seed, plain, noise, starts_ns)
+    trace = sim_trace(case, kind, duration_s, seed=seed, plain=plain, noise=noise, starts_ns=starts_ns)
     stats = {"wall_s": time.perf_counter() - t0, **trace.provenance.stats}
     m = metrics.compute(trace)
     out = summarize(m, stats, sim_samples(trace) if kind == "duration" else None)

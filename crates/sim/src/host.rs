@@ -22,6 +22,11 @@ use rand_pcg::Pcg64Mcg;
 use crate::config::NoiseConfig;
 use crate::time::Time;
 
+/// A uniform draw in [0, 1) with 53 random bits.
+pub fn uniform(rng: &mut Pcg64Mcg) -> f64 {
+    (rng.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
+}
+
 /// The noise sources of every host, with their own random stream (so that turning noise
 /// on or off leaves the other draws of a run, such as random loss, unchanged).
 pub struct Noise {
@@ -72,8 +77,7 @@ impl Noise {
         if q.is_empty() {
             return self.app_rng.next_u64() % self.app_wakeup_span;
         }
-        let u = (self.app_rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64;
-        let x = u * (q.len() - 1) as f64;
+        let x = uniform(&mut self.app_rng) * (q.len() - 1) as f64;
         let k = (x as usize).min(q.len() - 2);
         let (a, b) = (q[k] as f64, q[k + 1] as f64);
         (a + (b - a) * (x - k as f64)).round() as Time
@@ -93,7 +97,7 @@ impl Noise {
         if !self.enabled {
             return bps;
         }
-        let u = (self.rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64;
+        let u = uniform(&mut self.rng);
         bps * (1.0 + (2.0 * u - 1.0) * self.clock_ppm * 1e-6)
     }
 

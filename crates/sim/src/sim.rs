@@ -11,13 +11,13 @@ use std::cmp::Reverse;
 use std::collections::binary_heap::PeekMut;
 use std::collections::{BinaryHeap, VecDeque};
 
-use rand_core::{Rng, SeedableRng};
+use rand_core::SeedableRng;
 use rand_pcg::Pcg64Mcg;
 
 use crate::cc;
 use crate::config::{ConfigError, FlowConfig, FlowRole, LimiterConfig, LinkConfig, SimConfig};
 use crate::gate::Gate;
-use crate::host::{Host, Noise};
+use crate::host::{uniform, Host, Noise};
 use crate::link::{Link, Offer};
 use crate::tcp::{AckSegment, Poll, Receiver, Segment, Sender};
 use crate::time::{secs, Time};
@@ -174,11 +174,6 @@ pub struct Capture {
     pub flow: Vec<u32>,
     pub seq: Vec<u64>,
     pub departs_ns: Vec<Option<Time>>,
-}
-
-/// A uniform draw in [0, 1) with 53 random bits.
-fn uniform(rng: &mut Pcg64Mcg) -> f64 {
-    (rng.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
 }
 
 /// The links of a dumbbell: the bottleneck (0), the reverse bottleneck if any (1), then
@@ -484,7 +479,6 @@ impl Simulation {
         }));
     }
 
-    /// Simulated time reached so far.
     /// Records every data segment offered to the bottleneck from now on ([`Capture`]).
     pub fn capture_bottleneck(&mut self) {
         self.capture.get_or_insert_with(Capture::default);
@@ -495,6 +489,7 @@ impl Simulation {
         self.capture.take()
     }
 
+    /// Simulated time reached so far.
     pub fn now(&self) -> Time {
         self.now
     }

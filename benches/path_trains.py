@@ -80,11 +80,11 @@ def flows(pcap: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     )
 
 
-def ack_delays(data: np.ndarray, seqs: np.ndarray, ack_t: np.ndarray, ack_n: np.ndarray, stretch: int = 0) -> np.ndarray:
-    """Per advancing ACK (of more than ``stretch`` segments), seconds since the first
-    segment it acknowledges passed the capture: where the receiver's ACKs wait for its
-    application's read (Linux's rules when unread data holds the window back), how long
-    the application took to be woken and read, plus the receiver's stack both ways."""
+def ack_delays(data: np.ndarray, seqs: np.ndarray, ack_t: np.ndarray, ack_n: np.ndarray) -> np.ndarray:
+    """Per advancing ACK, seconds since the first segment it acknowledges passed the
+    capture: where the receiver's ACKs wait for its application's read (Linux's rules when
+    unread data holds the window back), how long the application took to be woken and
+    read, plus the receiver's stack both ways."""
     first_seen: dict[int, float] = {}
     for t, s in zip(data, seqs, strict=True):
         first_seen.setdefault(int(s), float(t))
@@ -92,7 +92,7 @@ def ack_delays(data: np.ndarray, seqs: np.ndarray, ack_t: np.ndarray, ack_n: np.
     for k in range(1, len(ack_n)):
         step = (int(ack_n[k]) - int(ack_n[k - 1]) + 2**31) % 2**32 - 2**31
         start = first_seen.get(int(ack_n[k - 1]))
-        if step > stretch * MSS and start is not None and ack_t[k] >= start:
+        if step > 0 and start is not None and ack_t[k] >= start:
             out.append(ack_t[k] - start)
     return np.array(out)
 
@@ -195,13 +195,11 @@ def main() -> int:
     if not args.no_run and (os.geteuid() != 0 or not shutil.which("tcpdump")):
         print("error: needs root and tcpdump", file=sys.stderr)
         return 2
-    try:
-        v, rtt, buf, n = args.case.split(":")
-        case = fidelity.Case(v, int(rtt), buf, int(n))
-        ns, dev = args.at.split(":")
-    except ValueError:
+    case, at = parse_case(args.case), args.at.split(":")
+    if case is None or len(at) != 2:
         print("error: CASE is variant:rtt_ms:buffer:flows and --at NS:DEV", file=sys.stderr)
         return 2
+    ns, dev = at
     pcaps = [Path(p) for p in args.pcap or [DEFAULT_PCAP]]
     if not args.no_run:
         if len(pcaps) > 1:
@@ -233,12 +231,19 @@ def main() -> int:
     return 0
 
 
+def parse_case(key: str) -> fidelity.Case | None:
+    """A fidelity case from its key (``reno:10:0.2bdp:1``), or None."""
+    try:
+        v, rtt, buf, n = key.split(":")
+        return fidelity.Case(v, int(rtt), buf, int(n))
+    except ValueError:
+        return None
+
+
 def simulated(args: argparse.Namespace) -> int:
     """The emulated simulator's side of ``path_trains``: trains at the bottleneck."""
-    try:
-        v, rtt, buf, n = args.case.split(":")
-        case = fidelity.Case(v, int(rtt), buf, int(n))
-    except ValueError:
+    case = parse_case(args.case)
+    if case is None:
         print("error: CASE is variant:rtt_ms:buffer:flows", file=sys.stderr)
         return 2
     cfg, _ = fidelity.sim_setup(case, args.kind, args.seconds, seed=args.seed)

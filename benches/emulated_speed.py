@@ -28,13 +28,13 @@ from xferlab.backends import sim as sim_backend  # noqa: E402
 CASES = ["reno:50:1.0bdp:1", "cubic:200:0.2bdp:1", "highspeed:200:0.2bdp:4", "bbr:50:0.2bdp:4"]
 
 #: Its figures (BENCHMARKS.md) were measured on the emulated hosts with prompt reads.
-F.READS = "uniform"
+READS = "uniform"
 
 
 def config(case: F.Case) -> dict:
     data = case.scenario("duration")
     r = scenario.resolve(scenario.from_dict(data, data["name"]))
-    cfg = F.emulated(sim_backend.sim_config(r))
+    cfg = F.emulated(sim_backend.sim_config(r), reads=READS)
     stored = F.RESULTS / f"{case.key.replace(':', '_')}-netns.json"
     starts = json.loads(stored.read_text())["duration"].get("starts_s") if stored.exists() else None
     if case.flows > 1 and starts:

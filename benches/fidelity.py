@@ -159,14 +159,14 @@ def _run(data: dict, backend: str, tcp_interval: float | None = None) -> tuple[d
     return metrics.compute(trace), trace, {"wall_s": wall, "end_s": trace.end_s, **trace.provenance.stats}
 
 
-def emulated(cfg: dict, kind: str = "duration") -> dict:
+def emulated(cfg: dict, kind: str = "duration", reads: str | None = None) -> dict:
     """The simulator's configuration changed into the emulation netns builds (its
     topology.py), so that the two backends differ in TCP only: each host's access link is
     a veth (~10 Gbit/s) under an HTB at the access rate with a burst of 1 ms or 10 frames,
     the bottleneck a veth under an HTB at C with a burst of 20 frames (both counting wire
     bytes), the hosts batch their transmissions as this machine's saturated CPUs do
-    (softirq runs every ~0.4 ms, measured: see EMULATION_TX_BATCH_NS); with READS
-    "measured" their receivers also acknowledge by Linux's rules (`linux_acks`), their
+    (softirq runs every ~0.4 ms, measured: see EMULATION_TX_BATCH_NS); with ``reads``
+    (default READS) "measured" their receivers also acknowledge by Linux's rules (`linux_acks`), their
     applications reading when this machine woke them (EMULATION_READS: those of the
     application that receives a run of ``kind`` there)."""
     frame = cfg["mss"] + cfg["header_bytes"] + 14
@@ -183,7 +183,7 @@ def emulated(cfg: dict, kind: str = "duration") -> dict:
     b["rate_bps"] = VETH_BPS
     cfg["noise"]["tx_batch_ns"] = EMULATION_TX_BATCH_NS
     cfg["noise"]["rx_coalesce_ns"] = EMULATION_RX_NS
-    if READS == "measured":
+    if (reads or READS) == "measured":
         cfg["noise"]["app_wakeup_quantiles_ns"] = emulation_wakeups_ns(NETNS_APPS[kind])
         cfg["tcp"]["linux_acks"] = True
     return cfg
@@ -212,12 +212,13 @@ def sim_setup(
     noise: bool = True,
     starts_ns: list[int] | None = None,
     noise_fields: dict | None = None,
+    reads: str | None = None,
 ) -> tuple[dict, dict]:
     """The simulator's configuration of ``case`` and its resolved scenario: the emulated
     network and host (`plain`: the scenario as it reads, on quiet hosts with real
     interfaces); ``starts_ns``: each flow's start (ns) instead of the scenario's;
     ``noise_fields``: host-noise fields (NoiseConfig) set over the resulting
-    configuration's."""
+    configuration's; ``reads``: the emulated receivers' reads (READS_MODELS, default READS)."""
     data = case.scenario(kind, duration_s)
     data["measure"]["tcp_interval"] = f"{SAMPLE_S}s"
     if seed is not None:
@@ -227,7 +228,7 @@ def sim_setup(
     cfg = sim_backend.sim_config(r)
     cfg["noise"]["enabled"] = noise
     if not plain:
-        cfg = emulated(cfg, kind)
+        cfg = emulated(cfg, kind, reads)
     cfg["noise"].update(noise_fields or {})
     if starts_ns is not None:
         for flow, start in zip(cfg["flows"], starts_ns, strict=True):
@@ -243,13 +244,14 @@ def run_sim(
     plain: bool = False,
     noise: bool = True,
     starts_s: list[float] | None = None,
+    reads: str | None = None,
 ) -> dict:
     """The simulator's side, summarised as a backend's run is (see sim_trace). ``starts_s``:
     each flow's start, as the kernel's flows started (kernel_starts); with one flow the
     scenario's start is kept."""
     t0 = time.perf_counter()
     starts_ns = [round(x * 1e9) for x in starts_s] if starts_s and len(starts_s) > 1 else None
-    trace = sim_trace(case, kind, duration_s, seed=seed, plain=plain, noise=noise, starts_ns=starts_ns)
+    trace = sim_trace(case, kind, duration_s, seed=seed, plain=plain, noise=noise, starts_ns=starts_ns, reads=reads)
     stats = {"wall_s": time.perf_counter() - t0, **trace.provenance.stats}
     m = metrics.compute(trace)
     out = summarize(m, stats, sim_samples(trace) if kind == "duration" else None)

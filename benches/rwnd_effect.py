@@ -65,10 +65,11 @@ def sim_run(args: tuple[str, bool, int, Path, str]) -> tuple[str, bool, int, dic
     sim_backend.sim_config = _config(on, option)
     # The ACK options are judged on the simulator's default hosts; "reads" compares those
     # (off) with the emulation's measured reads under Linux's ACK rules (on).
-    F.READS = "measured" if option == "reads" and on else "uniform"
+    reads = "measured" if option == "reads" and on else "uniform"
     kernel = F.kernel_side(starts_from, case) or {"failed": True}
     starts = None if "failed" in kernel else F.sim_starts({f"netns_{k}": kernel[k] for k in ("duration", "volume")}, case.flows)
-    out = {kind: F.run_sim(case, kind, seed=seed, starts_s=(starts or {}).get(kind)) for kind in ("duration", "volume")}
+    starts = starts or {}
+    out = {kind: F.run_sim(case, kind, seed=seed, starts_s=starts.get(kind), reads=reads) for kind in ("duration", "volume")}
     return key, on, seed, {**out["duration"], "makespan_s": out["volume"]["makespan_s"]}
 
 
@@ -100,7 +101,7 @@ def sim_held(case, on: bool) -> float:
     """Seconds per flow the simulator's sender was held by the receive window in its first
     HELD_S seconds."""
     sim_backend.sim_config = _config(on)
-    s = F.sim_samples(F.sim_trace(case, "duration", duration_s=max(HELD_S, 5)))
+    s = F.sim_samples(F.sim_trace(case, "duration", duration_s=max(HELD_S, 5), reads="uniform"))
     s = s[s["t"] <= HELD_S].sort_values(["flow", "t"])
     held = 0.0
     for _, g in s.groupby("flow"):

@@ -25,7 +25,7 @@ from xferlab import scenario  # noqa: E402
 from xferlab.backends import sim as sim_backend  # noqa: E402
 
 #: Its figures (BENCHMARKS.md) were measured on the emulated hosts with prompt reads.
-fidelity.READS = "uniform"
+READS = "uniform"
 
 
 def main() -> int:
@@ -34,7 +34,7 @@ def main() -> int:
     data["protocol"]["limiter"] = "pacing"
     s = scenario.from_dict(data, data["name"])
     r = scenario.resolve(s)
-    cfg = fidelity.emulated(sim_backend.sim_config(r))
+    cfg = fidelity.emulated(sim_backend.sim_config(r), reads=READS)
     t0 = time.perf_counter()
     stats = sim_backend.run_config(cfg, r).provenance.stats
     print(json.dumps({"sim_s": time.perf_counter() - t0, "events": stats.get("events"), "drops": stats.get("bottleneck_drops")}))

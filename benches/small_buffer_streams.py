@@ -41,7 +41,7 @@ BUFFER_PACKETS = 10
 
 #: Its table judges the ACK rules on the simulator's default hosts (their reads 20 µs late
 #: on average), not with the emulation's measured reads (fidelity.READS).
-F.READS = "uniform"
+READS = "uniform"
 
 
 def data(streams: int, seconds: float, seed: int) -> dict:
@@ -71,7 +71,7 @@ def simulated_trace(streams: int, seconds: float, seed: int, linux_acks: bool, e
     r = scenario.resolve(s)
     cfg = sim_backend.sim_config(r)
     if emulate:
-        cfg = F.emulated(cfg)
+        cfg = F.emulated(cfg, reads=READS)
     cfg["tcp"]["linux_acks"] = linux_acks
     return sim_backend.run_config(cfg, r)
 

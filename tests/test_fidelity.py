@@ -113,6 +113,26 @@ def test_slow_start_exit_is_read_from_the_first_ssthresh():
     assert fidelity.slow_start_exit(s[s["t"] < 0.02]) is None
 
 
+def test_an_exit_the_sampler_came_too_late_for_is_unknown_not_compared():
+    inf = bpfcc.SSTHRESH_INFINITE
+    # A HyStart exit before the first sample: its ssthresh still reads the exit.
+    hystart = _samples([(0.00, 0, 480, 464, True), (0.01, 0, 470, 464, True)])
+    assert fidelity.slow_start_exit(hystart) == (464.0, 0.0)
+    # The first sample after the slow start's loss (reno:10:1.0bdp:1, 2026-11-28): the
+    # ssthresh read may be a later back-off's, and the first loss came before any sample.
+    late = _samples([(0.00, 0, 257, 253, True), (0.01, 0, 258, 253, True)]).assign(retransmissions=519)
+    assert fidelity.slow_start_exit(late) is None
+    assert fidelity.first_loss(late) is None
+    # One of two flows seen late leaves the mean exit unknown.
+    seen = _samples([(0.00, 1, 10, inf, False), (0.02, 1, 300, 150, True)])
+    both = pd.concat([late, seen.assign(retransmissions=[0, 3])])
+    assert fidelity.slow_start_exit(both) is None
+    assert fidelity.slow_start_exit(seen) == (150.0, 0.02)
+    # The archives keep figures, not samples: a first loss at time 0 marks the same.
+    kept = {"ss_ssthresh": 253.0, "ss_time_s": 0.0, "first_loss_s": 0.0, "goodput_mbps": 279.0}
+    assert fidelity.unseen_starts_dropped(kept) == {"ss_ssthresh": None, "ss_time_s": None, "first_loss_s": None, "goodput_mbps": 279.0}
+
+
 def test_a_window_no_congestion_control_gives_voids_the_run():
     inf = bpfcc.SSTHRESH_INFINITE
     good = [(0.0, 0, 10, inf, False), (1.0, 0, 300, 183, True)]

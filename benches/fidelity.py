@@ -76,6 +76,10 @@ BOTTLENECK, ACCESS = "300Mbps", "1Gbps"
 DURATION_S = 30
 VOLUME_BYTES = 300_000_000
 SAMPLE_S = 0.002
+#: The kernel's sampler's step once every flow has retransmitted, its sockets read by
+#: lookup once found: dumps every 2 ms throughout cost a lone Reno flow at 10 ms with 0.2 BDP
+#: a third of its goodput on this 2-core host (VALIDATION.md §6b, "The sampler's own cost").
+SAMPLE_SPARSE_S = 0.1
 VETH_BPS = 10e9
 #: Mean spacing of the emulation hosts' softirq runs (transmit batching), from the trains
 #: of packets seen at the left router in a capture; the capture itself is not kept in the repository.
@@ -275,16 +279,36 @@ def wait_for_quiet() -> float:
     return load
 
 
+#: How long the TCP_INFO sampler may take to start (a Python process on a busy host: 1–3 s).
+SAMPLER_READY_S = 60.0
+
+
+def start_sampler(csv: Path, *options: str) -> subprocess.Popen:
+    """benches/fidelity_tcpinfo.py writing to ``csv`` every SAMPLE_S, once it is ready: it
+    takes seconds to start, and an emulation started meanwhile had its first round trips
+    unseen (before 2026-11-28 nothing waited; see seen_from_start)."""
+    csv.unlink(missing_ok=True)
+    cmd = [sys.executable, str(ROOT / "benches/fidelity_tcpinfo.py"), "--out", str(csv), "--interval", str(SAMPLE_S)]
+    proc = subprocess.Popen([*cmd, *options])
+    deadline = time.monotonic() + SAMPLER_READY_S
+    while not (csv.exists() and csv.read_bytes().endswith(b"\n")):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            proc.wait()
+            raise SystemExit(f"error: the TCP_INFO sampler did not start (exit {proc.returncode}): {' '.join(cmd)}")
+        time.sleep(0.05)
+    return proc
+
+
 def run_netns(case: Case, kind: str, duration_s: float = DURATION_S, samples_dir: Path | None = None) -> dict:
     """One netns run with the TCP_INFO sampler beside it (its rows kept in ``samples_dir``:
     RESULTS, read when called, or elsewhere for a diagnostic run that must not replace them)."""
     samples_dir = samples_dir or RESULTS
     samples_dir.mkdir(parents=True, exist_ok=True)
     csv = samples_dir / f".samples-{os.getpid()}.csv"
-    cmd = [sys.executable, str(ROOT / "benches/fidelity_tcpinfo.py"), "--out", str(csv), "--interval", str(SAMPLE_S)]
-    if kind == "volume":  # only the starts: the sampler's CPU is taken from the emulation
-        cmd += ["--until-started", str(case.flows)]
-    sampler = subprocess.Popen(cmd)
+    # a volume run wants only the starts, a duration run its slow start at SAMPLE_S
+    after = ["--until-started"] if kind == "volume" else ["--discover", "inf", "--sparse", str(SAMPLE_SPARSE_S)]
+    sampler = start_sampler(csv, "--flows", str(case.flows), *after)
     load = wait_for_quiet()
     try:
         m, _, stats = _run(case.scenario(kind, duration_s), "netns")

@@ -165,8 +165,7 @@ def main() -> int:
         (inst / EVENT / "enable").write_text("1\n")
         pair_csv, pair = tmp / "pair.csv", None
         if args.recovery:
-            sampler = [sys.executable, str(ROOT / "benches/fidelity_tcpinfo.py"), "--out", str(pair_csv)]
-            pair = subprocess.Popen([*sampler, "--interval", str(fidelity.SAMPLE_S), "--pattern", "xl-*-[ab]0"])
+            pair = fidelity.start_sampler(pair_csv, "--pattern", "xl-*-[ab]0")
         try:
             fidelity.run_netns(case, "duration", duration_s=args.seconds, samples_dir=tmp)
         finally:

@@ -14,7 +14,8 @@ The matrix: 7 variants × RTT 10, 50, 200 ms × buffer 0.2 and 1 BDP × 1 and 4 
 at 1 Gbit/s into a 300 Mbit/s bottleneck (what this host emulates without dilation).
 Each case is a 30 s duration run (slow start, losses, goodput, fairness) and a volume run
 (300 MB split over the pairs: completion time), on both backends. The senders' cwnd on
-netns comes from benches/fidelity_tcpinfo.py (TCP_INFO every 2 ms; iperf3 reports every
+netns comes from benches/fidelity_tcpinfo.py (TCP_INFO every 2 ms until each flow's first
+retransmission, every 0.1 s after, so as not to slow the kernel's flows; iperf3 reports every
 0.1 s at best), the simulator's from its tcp table at the same step. The kernel's flows do
 not start within the scenario's 1 ms jitter (each is a process launched on a busy host, a
 few round trips of setup before its data): the sampler measures when each flow's data

@@ -117,9 +117,10 @@ def sample(args: argparse.Namespace, out, stop: list) -> None:
                     started.add(ns)
                     if row[retrans_at] > 0:
                         lost.add(ns)
-        if args.until_started and len(started) >= args.flows:
+        # (counting the namespaces present: a void run's retry builds new ones)
+        if args.until_started and len(started & present) >= args.flows:
             return
-        sparse = args.sparse and len(lost) >= args.flows
+        sparse = args.sparse and len(lost & present) >= args.flows
         t_next = max(t_next + round((args.sparse if sparse else args.interval) * 1e9), time.monotonic_ns())
         time.sleep(max(0, t_next - time.monotonic_ns()) / 1e9)
 

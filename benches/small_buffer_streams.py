@@ -40,7 +40,7 @@ RTT = "11.5ms"
 BUFFER_PACKETS = 10
 
 #: Its table judges the ACK rules on the simulator's default hosts (their reads 20 µs late
-#: on average), not with the emulation's measured reads (fidelity.READS).
+#: on average), never with the emulation's measured reads, whatever fidelity.READS is.
 READS = "uniform"
 
 

@@ -30,7 +30,14 @@ pub use rwnd::RMEM_DEFAULT;
 pub use sender::{Poll, Sender, SenderStats};
 pub use timers::TimerKind;
 
-use crate::time::Time;
+use crate::time::{Time, NS_PER_MS};
+
+/// Whole milliseconds from the timestamp `echo` to `now` on the clock TCP timestamps run
+/// on (Linux's `TCP_TS_HZ`, 1000 Hz): the difference of the two truncated clocks, so a
+/// 10.06 ms round trip reads as 10 or 11 ms depending on its phase.
+pub(crate) fn ts_delta_ms(now: Time, echo: Time) -> u64 {
+    (now / NS_PER_MS).saturating_sub(echo / NS_PER_MS)
+}
 
 /// A data segment in flight.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

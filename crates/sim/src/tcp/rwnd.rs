@@ -31,6 +31,7 @@
 //! and a read that frees much space announces the larger window at once
 //! (`tcp_cleanup_rbuf`).
 
+use super::ts_delta_ms;
 use crate::time::{Time, NS_PER_MS, NS_PER_US};
 
 /// `tcp_rmem[1]`: the buffer a connection starts with (Linux default, also the netns
@@ -158,7 +159,7 @@ impl RcvWindow {
             return;
         }
         self.last_tsecr_ms = Some(tsecr_ms);
-        let delta_ms = (now / NS_PER_MS).saturating_sub(tsecr_ms);
+        let delta_ms = ts_delta_ms(now, tsecr);
         if delta_ms == 0 {
             return;
         }

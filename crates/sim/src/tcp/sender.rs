@@ -25,10 +25,10 @@
 use super::board::{Board, Seg, EVER_RETRANS};
 use super::rate::{RateSample, RateState};
 use super::timers::{Jiffies, TimerKind, RTO_MAX};
-use super::{rack::Rack, AckSegment, CaState, Segment, MAX_SACK_BLOCKS};
+use super::{rack::Rack, ts_delta_ms, AckSegment, CaState, Segment, MAX_SACK_BLOCKS};
 use crate::cc::{Ack, CongestionControl, Window, GSO_MAX_SIZE};
 use crate::config::{Kernel, TcpConfig};
-use crate::time::Time;
+use crate::time::{Time, NS_PER_MS};
 
 /// Socket memory an MSS-sized segment occupies beyond its payload (its skb head,
 /// `struct sk_buff` and `skb_shared_info` on x86-64): TSQ counts `skb->truesize`.
@@ -761,8 +761,12 @@ impl Sender {
             seq_rtt = seq_rtt.or(Some(since(f)));
             ca_rtt = Some(since(l));
         }
-        if seq_rtt.is_none() && a.una_advanced && ack.ts_echo <= now {
-            seq_rtt = Some(since(ack.ts_echo));
+        // Karn's rule left no sample (only retransmitted data was ACKed): RFC 7323's RTTM
+        // takes it from the echo, in whole milliseconds (`tcp_rtt_tsopt_us`, a delta of 0
+        // read as 1 ms). An echo of 0 carries nothing. These samples are why a kernel's
+        // RTT_min drops to whole milliseconds after its first recovery (H-TCP's β).
+        if seq_rtt.is_none() && a.una_advanced && ack.ts_echo != 0 && ack.ts_echo <= now {
+            seq_rtt = Some(ts_delta_ms(now, ack.ts_echo).max(1) * NS_PER_MS);
             ca_rtt = seq_rtt;
         }
         a.rs.rtt = ca_rtt;

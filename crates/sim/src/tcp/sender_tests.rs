@@ -352,3 +352,27 @@ fn a_2006_kernel_counts_acks_fills_its_interface_and_resends_everything() {
     assert_eq!(s.win.cwnd, 1);
     assert_eq!(s.board.lost_out, 11 - 3);
 }
+
+#[test]
+fn an_ack_of_retransmitted_data_takes_its_rtt_from_the_echo_in_whole_milliseconds() {
+    let (ms, us) = (NS_PER_MS, 1000);
+    let mut s = sender_of("reno", None, Some(10 * ms + 300 * us));
+    s.win.cwnd = 20;
+    let t0 = ms;
+    drain(&mut s, t0);
+    // 0 is lost; 1..3 SACKed after 10.3 ms, a precise sample: 0 goes again at 11.3 ms.
+    let t1 = t0 + 10 * ms + 300 * us;
+    s.on_ack(t1, &ack(0, &[(1, 4)], 0));
+    assert_eq!(s.min_rtt, 10 * ms + 300 * us);
+    let out = drain(&mut s, t1);
+    assert_eq!(
+        (out[0].seq, out[0].retransmission, out[0].ts),
+        (0, true, t1)
+    );
+    // Everything up to 20 is ACKed 10.4 ms later, echoing the retransmission: Karn's rule
+    // forbids the segments' own times, so the sample is the echo's 21 - 11 = 10 ms.
+    let srtt = s.srtt().unwrap();
+    s.on_ack(t1 + 10 * ms + 400 * us, &ack(20, &[], t1));
+    assert_eq!(s.min_rtt, 10 * ms, "the kernel's whole-millisecond RTT_min");
+    assert_eq!(s.srtt(), Some((7 * srtt + 10 * ms) / 8));
+}

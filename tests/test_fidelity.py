@@ -287,6 +287,33 @@ def test_the_simulator_is_judged_against_archived_runs_with_the_last_run_s_start
     assert len(seen) == 2
 
 
+def test_a_simulator_side_stored_with_other_reads_is_made_again(tmp_path, monkeypatch):
+    case = fidelity.Case("reno", 10, "1.0bdp", 1)
+    runs = []
+    for k in range(2):
+        fidelity.RESULTS = tmp_path / f"run{k}"  # restored by the fixture's monkeypatch
+        fidelity.RESULTS.mkdir()
+        _store_kernel(case, {"goodput_mbps": 250.0, "jain": 1.0, "retransmissions": 5, "drops": 5}, {"makespan_s": 10.0})
+        runs.append(fidelity.archive(f"run{k}", into=tmp_path / "runs"))
+    fidelity.RESULTS = tmp_path / "table"
+    made = []
+
+    def sim(case, kind):
+        made.append((fidelity.READS, kind))
+        goodput = 250.0 if fidelity.READS == "uniform" else 200.0
+        return {"goodput_mbps": goodput, "jain": 1.0, "retransmissions": 5, "drops": 5, "makespan_s": 10.0}
+
+    monkeypatch.setitem(fidelity.RUNNERS, "sim", sim)
+    texts = []
+    for reads in ("measured", "measured", "uniform", "uniform"):
+        monkeypatch.setattr(fidelity, "READS", reads)
+        texts.append(fidelity.against_runs(runs, [case]))
+    # Made once per model, then judged from storage; each model's own figures judged.
+    assert made == [("measured", "duration"), ("measured", "volume"), ("uniform", "duration"), ("uniform", "volume")]
+    held = [t.split("**")[1].split(" of ")[0] for t in texts]
+    assert held == ["0", "0", "1", "1"]  # 200 Mbit/s misses the kernel's 250 by 20 %; 250 holds
+
+
 def test_a_run_is_read_back_from_the_table_as_printed():
     side = {"goodput_mbps": 243.61, "jain": 0.99951, "cov": 0.221, "ss_ssthresh": 3187.4, "ss_time_s": 1.891}
     side |= {"first_loss_s": 1.889, "retransmissions": 1265, "drops": 1264, "load": [2.2, 1.0], "starts_s": [0.0, 0.012]}

@@ -36,7 +36,12 @@ use crate::time::{Time, NS_PER_MS};
 /// on (Linux's `TCP_TS_HZ`, 1000 Hz): the difference of the two truncated clocks, so a
 /// 10.06 ms round trip reads as 10 or 11 ms depending on its phase.
 pub(crate) fn ts_delta_ms(now: Time, echo: Time) -> u64 {
-    (now / NS_PER_MS).saturating_sub(echo / NS_PER_MS)
+    ts_ms(now).saturating_sub(ts_ms(echo))
+}
+
+/// The TCP timestamp clock's value at `t`: whole milliseconds (`TCP_TS_HZ`).
+pub(crate) fn ts_ms(t: Time) -> u64 {
+    t / NS_PER_MS
 }
 
 /// A data segment in flight.

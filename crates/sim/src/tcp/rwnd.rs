@@ -31,8 +31,8 @@
 //! and a read that frees much space announces the larger window at once
 //! (`tcp_cleanup_rbuf`).
 
-use super::ts_delta_ms;
-use crate::time::{Time, NS_PER_MS, NS_PER_US};
+use super::{ts_delta_ms, ts_ms};
+use crate::time::{Time, NS_PER_US};
 
 /// `tcp_rmem[1]`: the buffer a connection starts with (Linux default, also the netns
 /// backend's).
@@ -154,7 +154,7 @@ impl RcvWindow {
         if tsecr == 0 {
             return;
         }
-        let tsecr_ms = tsecr / NS_PER_MS;
+        let tsecr_ms = ts_ms(tsecr);
         if self.last_tsecr_ms == Some(tsecr_ms) {
             return;
         }
@@ -304,6 +304,7 @@ impl RcvWindow {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::time::NS_PER_MS;
 
     const MSS: u32 = 1448;
 

@@ -4,7 +4,7 @@
 use super::*;
 use crate::cc;
 use crate::config::Kernel;
-use crate::time::{NS_PER_MS, NS_PER_S};
+use crate::time::{NS_PER_MS, NS_PER_S, NS_PER_US};
 
 fn sender_of(variant: &str, total: Option<u64>, rtt: Option<Time>) -> Sender {
     let mut s = Sender::new(
@@ -355,7 +355,7 @@ fn a_2006_kernel_counts_acks_fills_its_interface_and_resends_everything() {
 
 #[test]
 fn an_ack_of_retransmitted_data_takes_its_rtt_from_the_echo_in_whole_milliseconds() {
-    let (ms, us) = (NS_PER_MS, 1000);
+    let (ms, us) = (NS_PER_MS, NS_PER_US);
     let mut s = sender_of("reno", None, Some(10 * ms + 300 * us));
     s.win.cwnd = 20;
     let t0 = ms;

@@ -67,7 +67,7 @@ ARCHIVE = ROOT / "benches" / "fidelity-runs"
 ARCHIVED = (
     "goodput_mbps", "jain", "cov", "retransmissions", "drops", "makespan_s", "timeouts",
     "ss_ssthresh", "ss_time_s", "first_loss_s", "broken", "starts_s", "load", "late_mean_ms",
-    "reord_seen",
+    "reord_seen", "acks_per_seg",
 )  # fmt: skip
 VARIANTS = ("reno", "bic", "cubic", "highspeed", "htcp", "scalable", "bbr")
 RTTS_MS = (10, 50, 200)
@@ -393,6 +393,9 @@ def netns_samples(csv: Path, n_flows: int, t_end: int) -> pd.DataFrame | None:
                 }
                 # reorderings the sender saw (samplers before 2026-11-27 did not read it)
                 | ({"reord_seen": d["reord_seen"].to_numpy()} if "reord_seen" in d else {})
+                # segments the sender received (ACKs) and data segments it sent (before
+                # 2026-11-28e the sampler did not read the first)
+                | ({"segs_in": d["segs_in"].to_numpy(), "data_segs_out": d["data_segs_out"].to_numpy()} if "segs_in" in d else {})
             )
         )
     if not out:
@@ -479,10 +482,25 @@ def summarize(m: dict, stats: dict, samples: pd.DataFrame | None) -> dict:
         "makespan_s": (m.get("completion") or {}).get("makespan_s"),
         "wall_s": stats.get("wall_s"),
         "timeouts": m["timeouts"],
+        "acks_per_seg": acks_per_segment(stats, samples),
     }
     if samples is not None:
         out |= sample_fields(samples)
     return out
+
+
+def acks_per_segment(stats: dict, samples: pd.DataFrame | None) -> float | None:
+    """ACKs the senders received per data segment they sent (retransmissions included):
+    how far the receivers stretch their ACKs. The kernel's senders count both in TCP_INFO
+    (tcpi_segs_in, tcpi_data_segs_out: each flow's last sample), the simulator in its run's
+    stats. None when neither was read."""
+    if samples is not None and "segs_in" in samples:
+        last = samples.sort_values("t").groupby("flow").last()
+        sent = last["data_segs_out"].sum()
+        return float(last["segs_in"].sum() / sent) if sent else None
+    if stats.get("acks") is not None and stats.get("packets"):
+        return stats["acks"] / stats["packets"]
+    return None
 
 
 def sample_fields(samples: pd.DataFrame) -> dict:

@@ -215,6 +215,7 @@ _TCPI = {
     "cwnd": (80, "I"),
     "rcv_space": (96, "I"),
     "retrans": (100, "I"),
+    "segs_in": (140, "I"),
     "min_rtt": (148, "I"),
     "data_segs_out": (156, "I"),
     "delivered": (192, "I"),
@@ -860,7 +861,7 @@ def test_sock_diag_reads_what_the_socket_says():
     got = {"ca_state": seen.ca_state, "srtt": seen.rtt_us, "ssthresh": seen.ssthresh, "cwnd": seen.cwnd}
     got |= {"retrans": seen.total_retrans, "delivered": seen.delivered, "data_segs_out": seen.data_segs_out}
     got |= {"unacked": seen.unacked, "sacked": seen.sacked, "rcv_ssthresh": seen.rcv_ssthresh, "rcv_space": seen.rcv_space}
-    got |= {"reordering": seen.reordering, "reord_seen": seen.reord_seen}
+    got |= {"reordering": seen.reordering, "reord_seen": seen.reord_seen, "segs_in": seen.segs_in}
     assert got == {k: own[k] for k in got}
     # Its memory (sk_meminfo): the buffer it may receive into, nothing queued on a sender.
     assert seen.rcvbuf == own_rcvbuf and seen.rmem_alloc == 0

@@ -174,6 +174,21 @@ def test_the_kernel_flows_starts_are_read_from_their_first_data_samples(tmp_path
     assert fidelity.kernel_starts(samples, 4) is None
 
 
+def test_acks_per_segment_come_from_the_senders_last_samples_or_the_simulator_s_counts(tmp_path):
+    # Two senders: 125 segments out and 25 ACKs in at the last sample, and 125 against 11.
+    rows = []
+    for k, acks in enumerate((25, 11)):
+        for row in _sampler_rows(f"xl-run-a{k}", 6001 + k, 5_000_000_000):
+            rows.append(row | {"segs_in": row["data_segs_out"] * acks // 125})
+    csv = tmp_path / "samples.csv"
+    pd.DataFrame(rows).to_csv(csv, index=False)
+    samples = fidelity.netns_samples(csv, 2, t_end=6 * 10**9)
+    assert fidelity.acks_per_segment({}, samples) == pytest.approx(36 / 250)
+    # The simulator's run counts them; a sampler that did not read segs_in gives nothing.
+    assert fidelity.acks_per_segment({"acks": 500, "packets": 1000}, None) == 0.5
+    assert fidelity.acks_per_segment({}, samples.drop(columns=["segs_in"])) is None
+
+
 def test_a_case_whose_kernel_attempts_were_all_void_is_listed_not_fatal(monkeypatch):
     case = fidelity.Case("bic", 10, "0.2bdp", 1)
 

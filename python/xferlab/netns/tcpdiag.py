@@ -53,6 +53,7 @@ class TcpSample(NamedTuple):
     delivered: int
     bytes_acked: int
     data_segs_out: int
+    segs_in: int  # tcpi_segs_in: segments received (for a sender: its peer's ACKs)
     pacing_rate: int
     bbr_pacing_gain: float  # -1 unless the socket runs BBR
     rwnd_limited_us: int
@@ -130,6 +131,7 @@ def parse(msg: bytes) -> TcpSample | None:
         delivered=struct.unpack_from("=I", info, 192)[0],
         bytes_acked=bytes_acked,
         data_segs_out=struct.unpack_from("=I", info, 156)[0],
+        segs_in=struct.unpack_from("=I", info, 140)[0],
         pacing_rate=pacing_rate,
         bbr_pacing_gain=gain,
         rwnd_limited_us=rwnd_limited,

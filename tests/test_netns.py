@@ -112,6 +112,21 @@ def test_rtt_accuracy(cli, tmp_path, rtt_ms):
 RATE_TRIES = 3
 
 
+def test_a_late_link_sample_starts_no_sliver_of_an_interval():
+    """The link sampler starved for 255 ms (a CI run under load): its late sample at 3.855 s
+    and the next tick's, 0.25 ms after it, once made a row of 7 packets read as 341 Mbit/s
+    on a 200 Mbit/s link, and three rows at t = 3.9."""
+    rate = 200e6 / 8  # frame bytes per second through the shaper
+    stamps = [3.4, 3.5, 3.6, 3.855, 3.85525, 4.0, 4.1]
+    counters = lambda t: {"bytes": int(rate * t), "packets": int(rate * t / 1514), "drops": 0, "qlen": 1}  # noqa: E731
+    samples = [(t, {"bottleneck": counters(t)}) for t in stamps]
+    link = netns.link_table(samples, ("bottleneck",), 0.1, False).to_pandas()
+    assert link["t"].round(3).tolist() == [3.4, 3.5, 3.6, 3.9, 4.0]
+    # The late interval keeps its own length (255 ms); the sliver goes into the next row.
+    assert link["throughput_mbps"].max() < 200 * 1500 / 1514 * 1.001
+    assert link["bytes"].sum() == pytest.approx((rate * (4.1 - 3.4)) * 1500 / 1514, rel=1e-3)
+
+
 @needs_host
 def test_bottleneck_rate_and_drop_counting(cli, tmp_path):
     """Two unlimited Reno flows into a 50 Mbit/s bottleneck with a BDP of buffer: the link

@@ -80,9 +80,11 @@ class QdiscReader:
         made within send() (``netlink_dump_start``), and one part holds every qdisc of a
         namespace here. So the time is the middle of the send(), and a send() that took
         longer than STAMP_SPREAD_S (the thread was preempted, or waited for the GIL after it)
-        is made again, up to STAMP_TRIES times. Taken when the answer came, the time had the
-        thread's waits on a loaded host in it: up to 20 ms, seen as 100 ms intervals carrying
-        8–24 % more than the shaper lets through."""
+        is made again, up to STAMP_TRIES times. Taken when the answer came, the time had
+        whatever kept the thread from running after send() in it, which on a loaded host
+        shortens or lengthens an interval by milliseconds (a 100 ms interval read 216 Mbit/s
+        off a 200 Mbit/s link in a CI run under load; that run's samples were not kept, so
+        this or the late sample of ``backends.netns.link_table`` was the cause)."""
         for _ in range(STAMP_TRIES):
             t0 = time.monotonic()
             self._request()

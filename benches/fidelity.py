@@ -67,7 +67,7 @@ ARCHIVE = ROOT / "benches" / "fidelity-runs"
 ARCHIVED = (
     "goodput_mbps", "jain", "cov", "retransmissions", "drops", "makespan_s", "timeouts",
     "ss_ssthresh", "ss_time_s", "first_loss_s", "broken", "starts_s", "load", "late_mean_ms",
-    "reord_seen", "acks_per_seg",
+    "reord_seen", "acks_per_seg", "rx_batch", "backlog_merged",
 )  # fmt: skip
 VARIANTS = ("reno", "bic", "cubic", "highspeed", "htcp", "scalable", "bbr")
 RTTS_MS = (10, 50, 200)
@@ -483,6 +483,8 @@ def summarize(m: dict, stats: dict, samples: pd.DataFrame | None) -> dict:
         "wall_s": stats.get("wall_s"),
         "timeouts": m["timeouts"],
         "acks_per_seg": acks_per_segment(stats, samples),
+        "rx_batch": rx_batch(stats),
+        "backlog_merged": backlog_merged(stats),
     }
     if samples is not None:
         out |= sample_fields(samples)
@@ -501,6 +503,29 @@ def acks_per_segment(stats: dict, samples: pd.DataFrame | None) -> float | None:
     if stats.get("acks") is not None and stats.get("packets"):
         return stats["acks"] / stats["packets"]
     return None
+
+
+def rx_batch(stats: dict) -> float | None:
+    """The size of the batch in which a data packet reached its receiver's stack, averaged
+    over packets: on the kernel, the delay line's verdicts (which forward their packets, and
+    run the receivers' TCP, within the call; its queues pooled, so one batch may feed
+    several receivers), in the simulator its receivers' receive coalescing. None from a
+    delay line before 2026-11-28 (eighteenth session) or a run with the noise off."""
+    if "rx_batch_packet_mean" in stats:
+        return stats["rx_batch_packet_mean"] or None
+    queues = [q for q in ((stats.get("delay_line") or {}).get("queues") or {}).values() if "batch_packet_mean" in q]
+    packets = sum(q["packets"] for q in queues)
+    return sum(q["batch_packet_mean"] * q["packets"] for q in queues) / packets if packets else None
+
+
+def backlog_merged(stats: dict) -> float | None:
+    """The share of the kernel's receivers' segments merged into a socket backlog's last
+    one while the application held the socket (TcpExt TCPBacklogCoalesce per Tcp InSegs):
+    Linux acknowledges each merged run once. None for the simulator, which does not model
+    it, and for runs before 2026-11-28 (eighteenth session)."""
+    rx = stats.get("receivers") or {}
+    merged, segs = rx.get("TcpExt:TCPBacklogCoalesce"), rx.get("Tcp:InSegs")
+    return merged / segs if merged is not None and segs else None
 
 
 def sample_fields(samples: pd.DataFrame) -> dict:

@@ -189,6 +189,31 @@ def test_acks_per_segment_come_from_the_senders_last_samples_or_the_simulator_s_
     assert fidelity.acks_per_segment({}, samples.drop(columns=["segs_in"])) is None
 
 
+def test_receive_batches_and_backlog_merges_come_from_either_backend_s_counters():
+    # The delay line's two queues: 300 packets in verdicts of 6 on average (over packets),
+    # 100 in verdicts of 2: a packet went on in a verdict of 5 on average.
+    delay = {"queues": {"0": {"packets": 300, "batch_packet_mean": 6.0}, "1": {"packets": 100, "batch_packet_mean": 2.0}}}
+    assert fidelity.rx_batch({"delay_line": delay}) == pytest.approx(5.0)
+    assert fidelity.rx_batch({"rx_batch_packet_mean": 7.5}) == 7.5
+    # A delay line before the batches were counted, or a simulator with the noise off: nothing.
+    assert fidelity.rx_batch({"delay_line": {"queues": {"0": {"packets": 10}}}}) is None
+    assert fidelity.rx_batch({"rx_batch_packet_mean": 0.0}) is None
+    rx = {"Tcp:InSegs": 723622, "Tcp:OutSegs": 59848, "TcpExt:TCPBacklogCoalesce": 282193}
+    assert fidelity.backlog_merged({"receivers": rx}) == pytest.approx(0.39, abs=0.001)
+    assert fidelity.backlog_merged({"acks": 1, "packets": 2}) is None
+
+
+def test_the_simulator_s_receivers_get_a_short_buffer_s_trains_in_clumps():
+    """The emulated senders' transmit batches pass a bottleneck with 0.2 BDP of buffer as
+    trains: the receivers get them in clumps (the kernel's delay line let them go in
+    verdicts of 8.5-12.6 packets at 10 and 50 ms). A full bottleneck spaces them out (the
+    simulator's shaper; the kernel's HTB still lets 5-6 go together). No noise, no batches."""
+    short, full = fidelity.Case("reno", 10, "0.2bdp", 1), fidelity.Case("reno", 10, "1.0bdp", 1)
+    assert fidelity.rx_batch(fidelity.sim_trace(short, "duration", duration_s=3.0).provenance.stats) > 4
+    assert fidelity.rx_batch(fidelity.sim_trace(full, "duration", duration_s=3.0).provenance.stats) < 2
+    assert fidelity.rx_batch(fidelity.sim_trace(short, "duration", duration_s=3.0, noise=False).provenance.stats) is None
+
+
 def test_a_case_whose_kernel_attempts_were_all_void_is_listed_not_fatal(monkeypatch):
     case = fidelity.Case("bic", 10, "0.2bdp", 1)
 

@@ -103,6 +103,15 @@ def test_rtt_accuracy(cli, tmp_path, rtt_ms):
     assert abs(float(srtt.median()) - rtt_ms) <= 1.0, srtt.describe()
     q = meta["provenance"]["stats"]["delay_line"]["queues"]["0"]
     assert q["delay_ms"] == pytest.approx(rtt_ms)
+    # the delay line let the packets go in verdicts of one to a few (the pacer sends two
+    # segments at a time: Linux's tcp_min_tso_segs)
+    assert q["batches"] >= 1 and 1 <= q["batch_packet_p50"] <= q["batch_packet_p90"] <= 128
+    assert 1 <= q["batch_packet_mean"] < 10
+    # the receiver took every data segment (and the handshakes), and acknowledged them
+    rx = meta["provenance"]["stats"]["receivers"]
+    data_segs = m["aggregate_goodput_mbps"] * 1e6 / 8 * 3 / 1448
+    assert 0.8 * data_segs < rx["Tcp:InSegs"] < 1.5 * data_segs
+    assert 0 < rx["Tcp:OutSegs"] <= rx["Tcp:InSegs"]
     # the pacer holds the flow at its rate (payload counted as on the simulator: IP + 14 bytes)
     assert 0.9 * 20 * 1448 / 1514 < m["aggregate_goodput_mbps"] < 1.05 * 20
 
@@ -110,6 +119,18 @@ def test_rtt_accuracy(cli, tmp_path, rtt_ms):
 #: Runs at most of a rate test: a host short of CPU (CI on a loaded machine) only ever takes
 #: rate away from the emulated path, never adds any, so a run below the rate is tried again.
 RATE_TRIES = 3
+
+
+def test_the_receivers_counters_are_read_by_name_and_told_per_segment_out():
+    snmp = "Tcp: RtoAlgorithm InSegs OutSegs\nTcp: 1 723622 59848\nUdp: InDatagrams\nUdp: 3\n"
+    netstat = "TcpExt: DelayedACKs TCPBacklogCoalesce\nTcpExt: 0 282193\nIpExt: InOctets\nIpExt: -1\n"
+    c = host.parse_proc_net(snmp + netstat)
+    assert (c["Tcp:InSegs"], c["Tcp:OutSegs"], c["TcpExt:TCPBacklogCoalesce"], c["IpExt:InOctets"]) == (723622, 59848, 282193, -1)
+    assert netns.receivers_row(c) == (
+        "receivers",
+        "723,622 segments in, 59,848 out (12.1 in per segment out), 39% merged in the socket backlog",
+    )
+    assert netns.receivers_row({}) is None
 
 
 def test_a_late_link_sample_starts_no_sliver_of_an_interval():

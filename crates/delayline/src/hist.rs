@@ -85,6 +85,73 @@ impl Histogram {
     }
 }
 
+/// Batches of one queue counted by their size (packets per verdict): how clumped its
+/// packets leave the delay line, which is how they reach the receivers' stacks.
+#[derive(Clone, Debug, Default)]
+pub struct Batches {
+    /// `by_size[n]`: batches of `n` packets.
+    by_size: Vec<u64>,
+}
+
+impl Batches {
+    pub fn record(&mut self, size: usize) {
+        if self.by_size.len() <= size {
+            self.by_size.resize(size + 1, 0);
+        }
+        self.by_size[size] += 1;
+    }
+
+    pub fn count(&self) -> u64 {
+        self.by_size.iter().sum()
+    }
+
+    fn packets(&self) -> u64 {
+        self.by_size
+            .iter()
+            .enumerate()
+            .map(|(n, &c)| n as u64 * c)
+            .sum()
+    }
+
+    /// Packets per batch.
+    pub fn mean(&self) -> f64 {
+        match self.count() {
+            0 => 0.0,
+            c => self.packets() as f64 / c as f64,
+        }
+    }
+
+    /// The size of the batch a packet left in, averaged over packets (Σn²/Σn): what a
+    /// receiver sees, since a large batch carries many packets.
+    pub fn packet_mean(&self) -> f64 {
+        let squares: u64 = self
+            .by_size
+            .iter()
+            .enumerate()
+            .map(|(n, &c)| (n * n) as u64 * c)
+            .sum();
+        match self.packets() {
+            0 => 0.0,
+            p => squares as f64 / p as f64,
+        }
+    }
+
+    /// The smallest size such that at least `q` (0..=1) of the packets left in batches of
+    /// at most that size.
+    pub fn packet_quantile(&self, q: f64) -> u64 {
+        let total = self.packets();
+        let rank = (q * total as f64).ceil() as u64;
+        let mut seen = 0;
+        for (n, &c) in self.by_size.iter().enumerate() {
+            seen += n as u64 * c;
+            if seen >= rank.max(1) {
+                return n as u64;
+            }
+        }
+        0
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -137,5 +204,23 @@ mod tests {
         h.record(5_000_000_000); // 5 s: overflow
         assert_eq!(h.quantile_ns(0.5), 15_100_000);
         assert_eq!(h.quantile_ns(1.0), 5_000_000_000);
+    }
+
+    #[test]
+    fn batches_are_weighed_by_the_packets_they_carry() {
+        // 9 lone packets and one batch of 9: half the batches hold one packet, but half
+        // the packets left in a batch of 9.
+        let mut b = Batches::default();
+        for _ in 0..9 {
+            b.record(1);
+        }
+        b.record(9);
+        assert_eq!(b.count(), 10);
+        assert!((b.mean() - 1.8).abs() < 1e-12);
+        assert!((b.packet_mean() - 5.0).abs() < 1e-12);
+        assert_eq!(b.packet_quantile(0.5), 1);
+        assert_eq!(b.packet_quantile(0.51), 9);
+        assert_eq!(Batches::default().packet_quantile(0.5), 0);
+        assert_eq!(Batches::default().packet_mean(), 0.0);
     }
 }

@@ -150,6 +150,7 @@ impl Daemon {
             self.verdict_call.record(done - before);
             self.batch_max = self.batch_max.max(self.due_scratch.len());
             let q = &mut self.queues[qi];
+            q.stats.batches.record(self.due_scratch.len());
             for &due in &self.due_scratch {
                 q.stats.lateness.record(done.saturating_sub(due));
             }

@@ -1,6 +1,6 @@
 //! Per-queue counters, the kernel's own counters, and the JSON stats file.
 
-use crate::hist::Histogram;
+use crate::hist::{Batches, Histogram};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -77,6 +77,8 @@ pub struct QueueStats {
     /// For those: read time − kernel timestamp, i.e. how long the packet took from the
     /// router's interface to the daemon (softirq backlog, netlink socket, our loop).
     pub read_lag: Histogram,
+    /// Packets per verdict: the clumps in which the packets went on.
+    pub batches: Batches,
 }
 
 impl QueueStats {
@@ -88,6 +90,7 @@ impl QueueStats {
             lateness: Histogram::default(),
             kernel_stamped: 0,
             read_lag: Histogram::default(),
+            batches: Batches::default(),
         }
     }
 }
@@ -109,6 +112,13 @@ pub struct QueueReport {
     pub read_lag_mean_ms: f64,
     pub read_lag_p99_ms: f64,
     pub read_lag_max_ms: f64,
+    /// Verdicts, packets per verdict, and the size of the verdict a packet went on in
+    /// (mean, median, 90th percentile over packets).
+    pub batches: u64,
+    pub batch_mean: f64,
+    pub batch_packet_mean: f64,
+    pub batch_packet_p50: u64,
+    pub batch_packet_p90: u64,
 }
 
 #[derive(Serialize, Debug)]
@@ -157,6 +167,11 @@ pub fn queue_report(
         read_lag_mean_ms: s.read_lag.mean_ns() / NS_PER_MS,
         read_lag_p99_ms: s.read_lag.quantile_ns(0.99) as f64 / NS_PER_MS,
         read_lag_max_ms: s.read_lag.max_ns as f64 / NS_PER_MS,
+        batches: s.batches.count(),
+        batch_mean: s.batches.mean(),
+        batch_packet_mean: s.batches.packet_mean(),
+        batch_packet_p50: s.batches.packet_quantile(0.5),
+        batch_packet_p90: s.batches.packet_quantile(0.9),
     }
 }
 
@@ -216,6 +231,7 @@ mod tests {
         s.bytes = 3000;
         s.lateness.record(10_000);
         s.lateness.record(30_000);
+        s.batches.record(2);
         let r = queue_report(
             &s,
             5,
@@ -231,6 +247,7 @@ mod tests {
         assert_eq!(r.late_max_ms, 0.03);
         assert_eq!(r.max_held, 5);
         assert_eq!(r.user_dropped, 2);
+        assert_eq!((r.batches, r.batch_packet_p90), (1, 2));
         let json = serde_json::to_value(&r).unwrap();
         for key in [
             "delay_ms",

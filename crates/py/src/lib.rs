@@ -87,6 +87,7 @@ fn run<'py>(
     stats.set_item("loss_probes", s.loss_probes)?;
     stats.set_item("segments_lost", s.segments_lost)?;
     stats.set_item("duplicate_segments", s.duplicate_segments)?;
+    stats.set_item("rx_batch_packet_mean", s.rx_batch_packet_mean)?;
     let out = PyDict::new(py);
     out.set_item("tables", tables)?;
     out.set_item("stats", stats)?;

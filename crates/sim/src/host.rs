@@ -123,6 +123,8 @@ pub struct Host {
     rx_irq: Time,
     /// When the stack is done with the last packet it was handed.
     rx_busy: Time,
+    /// The batches its arrivals were handed over in (with noise on).
+    pub rx_batches: Batches,
     /// The pending transmit-completion interrupt, if any, its event sequence number, and
     /// whether it is in the event list (only while a sender waits for it).
     pub tx_irq: Option<Time>,
@@ -189,9 +191,52 @@ impl Host {
         }
         if arrival >= self.rx_irq {
             self.rx_irq = arrival + noise.rx_coalesce;
+            self.rx_batches.close();
         }
+        self.rx_batches.open += 1;
         self.rx_busy = self.rx_irq.max(self.rx_busy) + noise.processing();
         self.rx_busy
+    }
+}
+
+/// Batches of packets handed to a host's stack together, counted by size (as the netns
+/// emulation's delay line counts the packets of each verdict).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Batches {
+    /// Closed batches, their packets, and the sum of their sizes squared.
+    pub count: u64,
+    pub packets: u64,
+    pub squares: u64,
+    /// Packets of the batch still open.
+    pub open: u64,
+}
+
+impl Batches {
+    fn close(&mut self) {
+        if self.open > 0 {
+            self.count += 1;
+            self.packets += self.open;
+            self.squares += self.open * self.open;
+            self.open = 0;
+        }
+    }
+
+    /// These counts with the open batch closed, added to `total`.
+    pub fn add_to(mut self, total: &mut Batches) {
+        self.close();
+        total.count += self.count;
+        total.packets += self.packets;
+        total.squares += self.squares;
+    }
+
+    /// The size of the batch a packet was handed over in, averaged over packets (Σn²/Σn;
+    /// 0 with none).
+    pub fn packet_mean(&self) -> f64 {
+        if self.packets == 0 {
+            0.0
+        } else {
+            self.squares as f64 / self.packets as f64
+        }
     }
 }
 
@@ -233,6 +278,11 @@ mod tests {
         assert_eq!(h.rx_deliver(&mut n, 120_000), 125_000);
         // One after the interrupt opens the next batch.
         assert_eq!(h.rx_deliver(&mut n, 130_000), 155_000);
+        // Batches of 3 and 1: three packets of four came in a batch of three.
+        let mut total = Batches::default();
+        h.rx_batches.add_to(&mut total);
+        assert_eq!((total.count, total.packets), (2, 4));
+        assert!((total.packet_mean() - 2.5).abs() < 1e-12);
         // Without noise, packets are handed over as they arrive.
         let mut n = Noise::new(&NoiseConfig::off(), 1);
         assert_eq!(h.rx_deliver(&mut n, 200_000), 200_000);

@@ -17,7 +17,7 @@ use rand_pcg::Pcg64Mcg;
 use crate::cc;
 use crate::config::{ConfigError, FlowConfig, FlowRole, LimiterConfig, LinkConfig, SimConfig};
 use crate::gate::Gate;
-use crate::host::{uniform, Host, Noise};
+use crate::host::{uniform, Batches, Host, Noise};
 use crate::link::{Link, Offer};
 use crate::tcp::{AckSegment, Poll, Receiver, Segment, Sender};
 use crate::time::{secs, Time};
@@ -1252,6 +1252,14 @@ impl Simulation {
         tr.stats.loss_probes = senders().map(|s| s.loss_probes).sum();
         tr.stats.segments_lost = senders().map(|s| s.lost).sum();
         tr.stats.duplicate_segments = senders().map(|s| s.dsacks).sum();
+        let mut receivers: Vec<usize> = self.flows.iter().map(|f| f.dst_host).collect();
+        receivers.sort_unstable();
+        receivers.dedup();
+        let mut batches = Batches::default();
+        for h in receivers {
+            self.hosts[h].rx_batches.add_to(&mut batches);
+        }
+        tr.stats.rx_batch_packet_mean = batches.packet_mean();
     }
 
     /// Segment accounting, for conservation checks: (put on the wire, arrived at the

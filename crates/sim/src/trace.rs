@@ -97,6 +97,9 @@ pub struct RunStats {
     pub loss_probes: u64,
     pub segments_lost: u64,
     pub duplicate_segments: u64,
+    /// The batch a data packet was handed to its receiver's stack in (receive coalescing),
+    /// averaged over packets, over the hosts that receive flows (0 with the noise off).
+    pub rx_batch_packet_mean: f64,
 }
 
 #[derive(Clone, Debug, Default)]

@@ -438,6 +438,7 @@ def _emulate(d, flows, emu, kernel, binary, k, progress, workdir, procs: _Procs,
             th.join()
     delay_stats = _stop_delay(procs.delay, workdir / "delay.json")
     procs.delay = None
+    receivers = _receiver_counters(flows)
     outputs = {fl.spec["flow_id"]: _read_json(tools.output(fl)) for fl in flows}
     stats = {
         "scale": k,
@@ -445,10 +446,21 @@ def _emulate(d, flows, emu, kernel, binary, k, progress, workdir, procs: _Procs,
         "delay_line": delay_stats,
         "link_sampler_cpu_s": sampler.cost_s,
         "background_bytes": bg_bytes,
+        "receivers": receivers,
     }
     if watch is not None:
         stats["window_watch"] = {"interval_s": watch.interval, "samples": watch.samples, "cpu_s": watch.cost_s}
     return _Measured(_tables(flows, outputs, emu, t0, sampler), stats, warnings, _void(watch, flows, k))
+
+
+def _receiver_counters(flows: list[_Flow]) -> dict[str, int]:
+    """The TCP counters (host.TCP_COUNTERS) of the namespaces that received the flows'
+    data, summed: how their stacks took it and how often they acknowledged it."""
+    total: dict[str, int] = {}
+    for ns in sorted({fl.dst_ns for fl in flows}):
+        for key, value in host.tcp_counters(ns).items():
+            total[key] = total.get(key, 0) + value
+    return total
 
 
 def _watch(flows: list[_Flow], t0: float) -> bpfcc.WindowWatch | None:
@@ -538,12 +550,28 @@ def _setup_rows(stats: dict, k: float, emu: dict) -> list[tuple[str, str]]:
             (
                 f"delay line queue {q}",
                 f"{d.get('delay_ms', 0):g} ms, {d.get('packets', 0):,} packets, late mean {d.get('late_mean_ms', 0):.3f} / "
-                f"p99 {d.get('late_p99_ms', 0):.3f} / max {d.get('late_max_ms', 0):.3f} ms",
+                f"p99 {d.get('late_p99_ms', 0):.3f} / max {d.get('late_max_ms', 0):.3f} ms"
+                + (f", {d['batch_packet_mean']:.1f} packets per verdict (mean over packets)" if "batch_packet_mean" in d else ""),
             )
         )
+    if receivers_row(stats.get("receivers") or {}):
+        rows.append(receivers_row(stats["receivers"]))
     if stats.get("background_bytes"):
         rows.append(background_row(stats["background_bytes"]))
     return rows
+
+
+def receivers_row(counters: dict[str, int]) -> tuple[str, str] | None:
+    """The setup row of the receivers' stacks (host.TCP_COUNTERS summed over them): segments
+    in per segment out (their ACKs), and the share merged in a socket backlog while the
+    application held the socket (Linux acknowledges such a merged run once)."""
+    seg_in, seg_out = counters.get("Tcp:InSegs"), counters.get("Tcp:OutSegs")
+    if not seg_in or not seg_out:
+        return None
+    text = f"{seg_in:,} segments in, {seg_out:,} out ({seg_in / seg_out:.1f} in per segment out)"
+    if "TcpExt:TCPBacklogCoalesce" in counters:
+        text += f", {counters['TcpExt:TCPBacklogCoalesce'] / seg_in:.0%} merged in the socket backlog"
+    return ("receivers", text)
 
 
 def background_row(sent: list[int], received: list[int] | None = None) -> tuple[str, str]:

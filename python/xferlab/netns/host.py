@@ -180,6 +180,32 @@ def set_sysctls(ns: str, values: dict[str, str]) -> None:
             Path("/proc/sys", *key.split(".")).write_text(f"{value}\n")
 
 
+#: The TCP counters of a namespace that tell how its receivers took their data: segments in
+#: and out (Tcp), segments merged into the socket backlog's last one while the application
+#: held the socket (`tcp_add_backlog`: one ACK for the merged run), segments merged into the
+#: receive queue (`tcp_try_coalesce`), delayed ACKs sent by the timer (TcpExt).
+TCP_COUNTERS = ("Tcp:InSegs", "Tcp:OutSegs", "TcpExt:TCPBacklogCoalesce", "TcpExt:TCPRcvCoalesce", "TcpExt:DelayedACKs")
+
+
+def parse_proc_net(text: str) -> dict[str, int]:
+    """``/proc/net/snmp`` or ``netstat`` (pairs of lines: names, values) as {"Group:Name": value}."""
+    out: dict[str, int] = {}
+    lines = text.splitlines()
+    for names, values in zip(lines[::2], lines[1::2], strict=False):
+        ks, vs = names.split(), values.split()
+        if ks and vs and ks[0] == vs[0]:
+            out |= {f"{ks[0]}{k}": int(v) for k, v in zip(ks[1:], vs[1:], strict=False) if v.lstrip("-").isdigit()}
+    return out
+
+
+def tcp_counters(ns: str) -> dict[str, int]:
+    """The TCP_COUNTERS of namespace ``ns`` now (those its kernel does not keep are left out)."""
+    with in_namespace(ns):
+        text = "".join(Path("/proc/thread-self/net", f).read_text() for f in ("snmp", "netstat"))
+    counters = parse_proc_net(text)
+    return {k: counters[k] for k in TCP_COUNTERS if k in counters}
+
+
 def own_bpf_congestion_controls() -> list[str]:
     """Names of registered struct_ops congestion controls carrying the xferlab prefix."""
     path = Path("/proc/sys/net/ipv4/tcp_available_congestion_control")

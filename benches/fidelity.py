@@ -8,6 +8,7 @@ netns backend (this host's kernel), compared metric by metric.
     .venv/bin/python benches/fidelity.py --dispersion          # run-to-run spread, 10 repetitions each
     .venv/bin/python benches/fidelity.py --repeat-of RUN       # the stored kernel runs judged against RUN's
     .venv/bin/python benches/fidelity.py --kernel-runs RUN...  # the simulator against the median of several matrices' kernel runs
+    .venv/bin/python benches/fidelity.py --kernel-runs RUN... --seeds 1 2 3 4 5   # ...and its median over seeds, spreads
     .venv/bin/python benches/fidelity.py --archive NAME        # keep the stored kernel run: benches/fidelity-runs/NAME.json.gz
 
 The matrix: 7 variants × RTT 10, 50, 200 ms × buffer 0.2 and 1 BDP × 1 and 4 flows, hosts
@@ -44,6 +45,7 @@ import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,7 +56,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "python"))
 sys.path.insert(0, str(ROOT / "benches"))
 
-from xferlab import backends, metrics, scenario  # noqa: E402
+from xferlab import backends, engine, metrics, scenario  # noqa: E402
 from xferlab.backends import sim as sim_backend  # noqa: E402
 from xferlab.backends.base import BackendError  # noqa: E402
 from xferlab.netns import bpfcc, topology  # noqa: E402
@@ -799,12 +801,16 @@ def archive(name: str, results: Path | None = None, into: Path | None = None, ca
     """Keep ``cases`` (read_table's), or the kernel side of the matrix stored in ``results``
     (RESULTS), as ``into/NAME.json.gz`` (into ARCHIVE)."""
     results, into = results or RESULTS, into or ARCHIVE
-    if cases is None:
+    host = None
+    if cases is None:  # a run stored on this machine: the machine it ran on, which it measures too
         cases = stored_cases(results)
         note = note or f"the kernel ({os.uname().release}) as run into {results}"
+        host = {"kernel": os.uname().release, "cpu": engine.cpu_model(), "cpus": os.cpu_count()}
     if not cases:
         raise SystemExit(f"error: no kernel run of the matrix is stored in {results}")
     doc = {"name": name, "note": note, "archived": datetime.date.today().isoformat(), "cases": cases}
+    if host is not None:
+        doc["host"] = host
     into.mkdir(parents=True, exist_ok=True)
     path = into / f"{name}.json.gz"
     tmp = path.with_suffix(".tmp")
@@ -963,28 +969,106 @@ def sim_side(case: Case, starts_from: Path) -> dict:
     return {**got["duration"], "makespan_s": got["volume"]["makespan_s"]}
 
 
-def against_runs(runs_: list[Path], cases: list[Case]) -> str:
+def seeded_side(job: tuple[Case, int, dict | None, str]) -> dict:
+    """The simulator's figures for a case run with ``seed`` (not stored), its flows started
+    at ``starts`` (per kind, as a kernel run's; None: the scenario's), its receivers' reads
+    ``reads`` (READS_MODELS). One picklable argument: a pool's job."""
+    case, seed, starts, reads = job
+    out = {
+        kind: run_sim(case, kind, seed=seed, starts_s=(starts or {}).get(kind), reads=reads) for kind in ("duration", "volume")
+    }
+    return {**out["duration"], "makespan_s": out["volume"]["makespan_s"]}
+
+
+def seeded_sides(cases: list[Case], seeds: list[int], starts_from: Path, jobs: int = 1) -> dict[str, list[dict]]:
+    """Each case's simulator figures with each of ``seeds`` (seeded_side), its flows
+    started as in the kernel run ``starts_from``; ``jobs`` processes (1: in this one)."""
+    work = []
+    for case in cases:
+        kernel = kernel_side(starts_from, case)
+        starts = None
+        if case.flows > 1 and kernel is not None and "failed" not in kernel:
+            starts = {kind: kernel[kind].get("starts_s") for kind in ("duration", "volume")}
+        work += [(case, seed, starts, READS) for seed in seeds]
+    if jobs > 1:
+        with ProcessPoolExecutor(jobs) as pool:
+            figures = list(pool.map(seeded_side, work))
+    else:
+        figures = [seeded_side(job) for job in work]
+    out: dict[str, list[dict]] = {}
+    for (case, *_), got in zip(work, figures, strict=True):
+        out.setdefault(case.key, []).append(got)
+    return out
+
+
+def median_verdict(sims: list[dict], net: dict) -> dict:
+    """The tolerances checked for the median of several simulator runs of a case (seeds)
+    against ``net``; the simulator's own check (retransmissions against drops) must hold
+    in every run."""
+    ok = verdict(median_run(sims) | {"retransmissions": 0, "drops": 0}, net)
+    return ok | {"retx": all(verdict(s, net)["retx"] for s in sims)}
+
+
+def spread(xs: list) -> float | None:
+    """How far apart runs of a case came out: (max − min) / median, None for fewer than two."""
+    xs = [x for x in xs if x is not None]
+    return (max(xs) - min(xs)) / float(np.median(xs)) if len(xs) >= 2 and np.median(xs) else None
+
+
+#: A run-to-run spread this large counts as a case that does not reproduce itself.
+SPREAD_BIG = 0.10
+
+
+def spreads(kernel: dict[str, list[dict]], sims: dict[str, list[dict]], at_least: int = 3) -> str:
+    """The run-to-run spread of each compared metric on both sides, over the cases with
+    ``at_least`` kernel runs (and as many seeds)."""
+    keys = [k for k, runs in kernel.items() if len(runs) >= at_least and len(sims.get(k, [])) >= at_least]
+    names = {"goodput_mbps": "goodput", "jain": "Jain", "ss_ssthresh": "slow-start exit", "makespan_s": "completion"}
+    parts = []
+    for field, name in names.items():
+        k = [x for key in keys if (x := spread([r.get(field) for r in kernel[key]])) is not None]
+        s = [x for key in keys if (x := spread([r.get(field) for r in sims[key]])) is not None]
+        if k and s:
+            big = lambda v: sum(x > SPREAD_BIG for x in v)  # noqa: E731
+            parts.append(
+                f"{name}: over {SPREAD_BIG * 100:.0f} % in {big(k)} of {len(k)} cases on the kernel and {big(s)} of "
+                f"{len(s)} on the simulator (mean spread {np.mean(k):.3f} and {np.mean(s):.3f})"
+            )
+    return "; ".join(parts)
+
+
+def against_runs(runs_: list[Path], cases: list[Case], seeds: list[int] | None = None, jobs: int = 1) -> str:
     """The simulator (this matrix's stored side, run if missing) against the median of the
     kernel runs in ``runs_`` (archives or results directories), and, for reference, each
     kernel run against the median of the others: how often one run of the kernel holds the
-    tolerances against its own median."""
-    sim_oks, self_oks, n_runs = [], [], []
-    for case in cases:
-        runs = [r for d in runs_ if (r := kernel_run(d, case)) is not None]
-        if len(runs) < 2:
-            continue
-        n_runs.append(len(runs))
+    tolerances against its own median. With ``seeds``, also the median of the simulator's
+    runs with those seeds (flows started as in the last kernel run) against the same
+    medians, and each side's run-to-run spread (spreads)."""
+    kernel = {c.key: [r for d in runs_ if (r := kernel_run(d, c)) is not None] for c in cases}
+    judged = [c for c in cases if len(kernel[c.key]) >= 2]
+    sim_oks, self_oks = [], []
+    for case in judged:
+        runs = kernel[case.key]
         sim_oks.append(verdict(sim_side(case, runs_[-1]), median_run(runs)))
         for k, run in enumerate(runs):
             others = median_run(runs[:k] + runs[k + 1 :])
             self_oks.append(verdict(run | {"drops": 0, "retransmissions": 0}, others) | {"retx": None})
+    n_runs = [len(kernel[c.key]) for c in judged]
     lo, hi = min(n_runs, default=0), max(n_runs, default=0)
-    return (
-        f"The simulator against the median of {lo if lo == hi else f'{lo}–{hi}'} kernel runs per case: {tally(sim_oks)}.\n\n"
-        f"Each kernel run against the median of the case's other runs: "
-        + tally(self_oks).replace("cases hold", "kernel runs hold")
-        + "."
-    )
+    text = f"The simulator against the median of {lo if lo == hi else f'{lo}–{hi}'} kernel runs per case: {tally(sim_oks)}.\n\n"
+    if seeds:
+        sims = seeded_sides(judged, seeds, runs_[-1], jobs)
+        seeded = tally([median_verdict(sims[c.key], median_run(kernel[c.key])) for c in judged])
+        named = ", ".join(map(str, seeds))
+        text += f"The median of the simulator's runs with seeds {named} against the same medians: {seeded}.\n\n"
+    itself = tally(self_oks).replace("cases hold", "kernel runs hold")
+    text += f"Each kernel run against the median of the case's other runs: {itself}."
+    if seeds and len(seeds) >= 3:
+        text += (
+            "\n\nRun to run ((max − min) / median over a case's kernel runs, and over its seeds), in the cases with "
+            f"at least three kernel runs: {spreads(kernel, sims)}."
+        )
+    return text
 
 
 # --------------------------------------------------------------------------- dispersion
@@ -1037,6 +1121,14 @@ def main() -> int:
         metavar="RUN",
         help="the simulator against the median of these matrices' kernel runs (archives or results directories)",
     )
+    ap.add_argument(
+        "--seeds",
+        type=int,
+        nargs="+",
+        metavar="N",
+        help="with --kernel-runs: also the median of the simulator's runs with these seeds",
+    )
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="processes for --seeds' simulator runs")
     ap.add_argument("--from-table", metavar="REV", help="with --archive: the kernel run VALIDATION.md's table showed at git REV")
     ap.add_argument("--archive", metavar="NAME", help=f"keep the stored kernel run in {ARCHIVE.relative_to(ROOT)}/NAME.json.gz")
     args = ap.parse_args()
@@ -1055,7 +1147,7 @@ def main() -> int:
         print(f"kept in {archive(args.archive).relative_to(ROOT)}")
         return 0
     if args.kernel_runs:
-        text = against_runs(args.kernel_runs, select(matrix(), args.only))
+        text = against_runs(args.kernel_runs, select(matrix(), args.only), args.seeds, args.jobs)
         print(text)
         if not args.no_write and not args.only:
             write("fidelity_runs", text)

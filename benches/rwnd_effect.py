@@ -73,11 +73,6 @@ def sim_run(args: tuple[str, bool, int, Path, str]) -> tuple[str, bool, int, dic
     return key, on, seed, {**out["duration"], "makespan_s": out["volume"]["makespan_s"]}
 
 
-def spread(xs: list) -> float | None:
-    xs = [x for x in xs if x is not None]
-    return (max(xs) - min(xs)) / float(np.median(xs)) if len(xs) >= 2 and np.median(xs) else None
-
-
 def report(cases: list, dirs: list[Path], seeds: list[int], res: dict) -> None:
     kernel = {c.key: [r for d in dirs if (r := F.kernel_run(d, c)) is not None] for c in cases}
     # With several runs, a case needs two valid ones; a single run is judged as it stands.
@@ -90,12 +85,12 @@ def report(cases: list, dirs: list[Path], seeds: list[int], res: dict) -> None:
             print(f"seed {seed}, model {mode}: against the median {med}; against the range {rng}")
     three = [c for c in cases if len(kernel[c.key]) >= 3]
     for field in SPREAD_FIELDS:
-        rows = {"kernel": [spread([r.get(field) for r in kernel[c.key]]) for c in three]}
+        rows = {"kernel": [F.spread([r.get(field) for r in kernel[c.key]]) for c in three]}
         for mode in ("off", "on"):
-            rows[mode] = [spread([res[(c.key, mode, s)].get(field) for s in seeds]) for c in three]
+            rows[mode] = [F.spread([res[(c.key, mode, s)].get(field) for s in seeds]) for c in three]
         for name, v in rows.items():
             v = [x for x in v if x is not None]
-            over = sum(x > 0.1 for x in v)
+            over = sum(x > F.SPREAD_BIG for x in v)
             print(f"{field} spread, {name}: {len(v)} cases, mean {np.mean(v):.3f}, over 10 % in {over}")
 
 

@@ -280,6 +280,9 @@ def test_an_archived_kernel_run_judges_as_its_results_directory(tmp_path):
 
     path = fidelity.archive("test-run", into=tmp_path / "runs")
     assert path.name == "test-run.json.gz" and path.stat().st_size < 2000  # no trajectories
+    # The machine it ran on is kept with it: a kernel run measures its host as well as TCP.
+    host = fidelity.json.loads(fidelity.gzip.decompress(path.read_bytes()))["host"]
+    assert host["kernel"] == fidelity.os.uname().release and host["cpus"] == fidelity.os.cpu_count()
     for run in (fidelity.RESULTS, path):
         got = fidelity.kernel_run(run, ok)
         assert (got["goodput_mbps"], got["ss_ssthresh"], got["ss_time_s"], got["makespan_s"]) == (251.5, 64.0, 0.05, 10.25)
@@ -300,17 +303,27 @@ def test_archiving_nothing_is_an_error_and_a_bad_archive_is_named(tmp_path):
         fidelity.kernel_run(bad, fidelity.Case("reno", 10, "0.2bdp", 1))
 
 
-def test_the_simulator_is_judged_against_archived_runs_with_the_last_run_s_starts(tmp_path, monkeypatch):
-    case = fidelity.Case("cubic", 50, "1.0bdp", 4)
+def _archived_runs(tmp_path, case, sides: list[tuple[dict, dict]]) -> list:
+    """Kernel runs of ``case`` (its duration and volume figures per run), each stored and
+    archived as a matrix run would be; RESULTS is left at an empty table's directory."""
     runs = []
-    for k, (goodput, jain) in enumerate(((240.0, 0.9), (260.0, 0.7), (250.0, 0.8))):
+    for k, (duration, volume) in enumerate(sides):
         fidelity.RESULTS = tmp_path / f"run{k}"  # restored by the fixture's monkeypatch
         fidelity.RESULTS.mkdir()
-        starts = [0.0, 0.01 * (k + 1), 0.02, 0.03]
-        duration = {"goodput_mbps": goodput, "jain": jain, "retransmissions": 5, "drops": 5, "starts_s": starts}
-        _store_kernel(case, duration, {"makespan_s": 10.0 + k, "starts_s": starts[::-1]})
+        _store_kernel(case, duration, volume)
         runs.append(fidelity.archive(f"run{k}", into=tmp_path / "runs"))
     fidelity.RESULTS = tmp_path / "table"
+    return runs
+
+
+def test_the_simulator_is_judged_against_archived_runs_with_the_last_run_s_starts(tmp_path, monkeypatch):
+    case = fidelity.Case("cubic", 50, "1.0bdp", 4)
+    sides = []
+    for k, (goodput, jain) in enumerate(((240.0, 0.9), (260.0, 0.7), (250.0, 0.8))):
+        starts = [0.0, 0.01 * (k + 1), 0.02, 0.03]
+        duration = {"goodput_mbps": goodput, "jain": jain, "retransmissions": 5, "drops": 5, "starts_s": starts}
+        sides.append((duration, {"makespan_s": 10.0 + k, "starts_s": starts[::-1]}))
+    runs = _archived_runs(tmp_path, case, sides)
     seen = []
 
     def sim(case, kind, starts_s=None):
@@ -327,15 +340,45 @@ def test_the_simulator_is_judged_against_archived_runs_with_the_last_run_s_start
     assert len(seen) == 2
 
 
+def test_the_simulator_s_median_over_seeds_is_judged_against_the_kernel_s_median(tmp_path, monkeypatch):
+    case = fidelity.Case("cubic", 200, "0.2bdp", 1)
+    duration = {"jain": 1.0, "retransmissions": 5, "drops": 5, "ss_ssthresh": 3000.0}
+    kernel = ((250.0, 12.0), (200.0, 16.0), (210.0, 13.0))
+    runs = _archived_runs(tmp_path, case, [(duration | {"goodput_mbps": g}, {"makespan_s": done}) for g, done in kernel])
+    # Seed 1 (the table's) backs off twice: 160 Mbit/s; seeds 2-5 do not (205-245).
+    by_seed = {1: 160.0, 2: 245.0, 3: 205.0, 4: 212.0, 5: 240.0}
+    made = []
+
+    def sim(case, kind, seed=None, starts_s=None, reads=None):
+        made.append((kind, seed or 1, reads))
+        g = by_seed[seed or 1]
+        retx = 9 if seed == 5 else 5  # one seed resends more than it lost
+        figures = {"goodput_mbps": g, "jain": 1.0, "retransmissions": retx, "drops": 5, "ss_ssthresh": 3100.0}
+        return figures | {"makespan_s": 3000 / g}
+
+    monkeypatch.setattr(fidelity, "run_sim", sim)
+    monkeypatch.setitem(fidelity.RUNNERS, "sim", sim)
+    text = fidelity.against_runs(runs, [case], seeds=[1, 2, 3, 4, 5])
+    lines = text.split("\n\n")
+    # The kernel's median: 210 Mbit/s, 13 s. Seed 1 misses both by 24 %; the seeds' median
+    # (212 Mbit/s, 14.15 s) holds the goodput but not the completion (+8.8 %), and seed 5's
+    # 9 retransmissions for 5 drops fail the simulator's own check.
+    assert "**0 of 1 cases" in lines[0] and "goodput ±5 %: 0/1" in lines[0]
+    assert lines[1].startswith("The median of the simulator's runs with seeds 1, 2, 3, 4, 5")
+    assert "goodput ±5 %: 1/1" in lines[1] and "completion ±5 %: 0/1" in lines[1]
+    assert "sim retransmissions ≤ 1.1 × drops: 0/1" in lines[1]
+    assert sorted(s for k, s, _ in made if k == "volume") == [1, 1, 2, 3, 4, 5]  # seed 1 once stored, once seeded
+    assert {r for *_, r in made} == {fidelity.READS, None}
+    # Spread: the kernel's goodput (250 - 200) / 210 = 0.238, the seeds' (245 - 160) / 212 = 0.401.
+    assert "goodput: over 10 % in 1 of 1 cases on the kernel and 1 of 1 on the simulator" in lines[3]
+    assert "(mean spread 0.238 and 0.401)" in lines[3]
+    assert "slow-start exit: over 10 % in 0 of 1 cases" in lines[3]
+
+
 def test_a_simulator_side_stored_with_other_reads_is_made_again(tmp_path, monkeypatch):
     case = fidelity.Case("reno", 10, "1.0bdp", 1)
-    runs = []
-    for k in range(2):
-        fidelity.RESULTS = tmp_path / f"run{k}"  # restored by the fixture's monkeypatch
-        fidelity.RESULTS.mkdir()
-        _store_kernel(case, {"goodput_mbps": 250.0, "jain": 1.0, "retransmissions": 5, "drops": 5}, {"makespan_s": 10.0})
-        runs.append(fidelity.archive(f"run{k}", into=tmp_path / "runs"))
-    fidelity.RESULTS = tmp_path / "table"
+    side = ({"goodput_mbps": 250.0, "jain": 1.0, "retransmissions": 5, "drops": 5}, {"makespan_s": 10.0})
+    runs = _archived_runs(tmp_path, case, [side, side])
     made = []
 
     def sim(case, kind):

@@ -16,6 +16,8 @@ def test_run_folder_contents(cli, small_scenario, tmp_path):
         assert key in run, key
     assert run["backend"] == "sim" and run["seed"] == 7 and run["provenance"]["stats"]["events"] > 0
     assert run["scenario"]["topology"]["rtt"] == "10ms"
+    # The machine it ran on, which a run on real TCP measures too.
+    assert run["host"]["cpu"] == engine.cpu_model() and run["host"]["cpus"] >= 1
     m = json.loads((out / "metrics.json").read_text())
     for key in (
         "aggregate_goodput_mbps",

@@ -37,6 +37,20 @@ def versions(extra: dict | None = None) -> dict:
     return v
 
 
+def cpu_model() -> str | None:
+    """This machine's processor as its kernel names it (``model name`` in /proc/cpuinfo),
+    or None where it does not say: a run on real hosts or an emulation measures its
+    machine as well as TCP."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name":
+                return value.strip()
+    except OSError:
+        pass
+    return None
+
+
 def default_out(scenario: Scenario, root: Path = Path("results")) -> Path:
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     out = root / scenario.name / stamp
@@ -75,7 +89,7 @@ def stamp(trace: Trace, *, scenario: dict, seed: int | None, wall_seconds: float
         versions=versions(trace.run.get("versions")),
         wall_seconds=wall_seconds,
         created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        host={"node": platform.node(), "machine": platform.machine(), "cpus": os.cpu_count()},
+        host={"node": platform.node(), "machine": platform.machine(), "cpu": cpu_model(), "cpus": os.cpu_count()},
     )
     return trace
 

@@ -57,6 +57,7 @@ sys.path.insert(0, str(ROOT / "python"))
 sys.path.insert(0, str(ROOT / "benches"))
 
 from xferlab import backends, engine, metrics, scenario  # noqa: E402
+from xferlab.backends import netns as netns_backend  # noqa: E402
 from xferlab.backends import sim as sim_backend  # noqa: E402
 from xferlab.backends.base import BackendError  # noqa: E402
 from xferlab.netns import bpfcc, topology  # noqa: E402
@@ -69,7 +70,7 @@ ARCHIVE = ROOT / "benches" / "fidelity-runs"
 ARCHIVED = (
     "goodput_mbps", "jain", "cov", "retransmissions", "drops", "makespan_s", "timeouts",
     "ss_ssthresh", "ss_time_s", "first_loss_s", "broken", "starts_s", "load", "late_mean_ms",
-    "reord_seen", "acks_per_seg", "rx_batch", "backlog_merged",
+    "reord_seen", "acks_per_seg", "rx_batch", "backlog_merged", "unclean",
 )  # fmt: skip
 VARIANTS = ("reno", "bic", "cubic", "highspeed", "htcp", "scalable", "bbr")
 RTTS_MS = (10, 50, 200)
@@ -309,7 +310,23 @@ def start_sampler(csv: Path, *options: str) -> subprocess.Popen:
     return proc
 
 
+#: Attempts at a kernel run whose emulation was clean (unclean): a run the netns backend
+#: says cannot be trusted is made again, and the last attempt kept, flagged, if none was.
+CLEAN_ATTEMPTS = 3
+
+
 def run_netns(case: Case, kind: str, duration_s: float = DURATION_S, samples_dir: Path | None = None) -> dict:
+    """A netns run (run_netns_once) made again while its emulation was not clean, up to
+    CLEAN_ATTEMPTS times."""
+    for attempt in range(1, CLEAN_ATTEMPTS + 1):
+        out = run_netns_once(case, kind, duration_s, samples_dir)
+        if not out["unclean"]:
+            break
+        print(f"{case.key} {kind}: emulation not clean (attempt {attempt} of {CLEAN_ATTEMPTS})", file=sys.stderr, flush=True)
+    return out | {"attempts": attempt}
+
+
+def run_netns_once(case: Case, kind: str, duration_s: float = DURATION_S, samples_dir: Path | None = None) -> dict:
     """One netns run with the TCP_INFO sampler beside it (its rows kept in ``samples_dir``:
     RESULTS, read when called, or elsewhere for a diagnostic run that must not replace them)."""
     samples_dir = samples_dir or RESULTS
@@ -334,6 +351,7 @@ def run_netns(case: Case, kind: str, duration_s: float = DURATION_S, samples_dir
     out["load"] = [load, os.getloadavg()[0]]
     late = (stats.get("delay_line") or {}).get("queues", {})
     out["late_mean_ms"] = max((q.get("late_mean_ms") or 0.0 for q in late.values()), default=None)
+    out["unclean"] = bool(stats.get("delay_line_late"))
     return out
 
 
@@ -674,6 +692,9 @@ def row(res: dict) -> tuple[str, dict]:
     misses = [k for k, good in ok.items() if good is False]
     if (bad := nd.get("broken")) is not None:
         misses = [f"kernel run void: ssthresh {bad['ssthresh']:#x} at {bad['t']:.2f} s"]
+    elif unclean(nd) or unclean(nv):
+        late = max(nd.get("late_mean_ms") or 0.0, nv.get("late_mean_ms") or 0.0)
+        misses = [f"kernel run unclean: delay line late {late:.2f} ms on average"]
     cells = [
         v,
         f"{rtt} ms",
@@ -734,13 +755,21 @@ def table(results: list[dict]) -> str:
     for res in ran:
         lines.append(row(res)[0])
     void = [r for r in ran if r["netns_duration"].get("broken") is not None]
-    valid = [r for r in ran if r not in void]
+    dirty = [r for r in ran if r not in void and (unclean(r["netns_duration"]) or unclean(r["netns_volume"]))]
+    valid = [r for r in ran if r not in void and r not in dirty]
     lines += ["", tally([verdicts(r) for r in valid]) + "."]
     if void:
         lines += [
             "",
             f"{len(void)} cases are left out: their kernel run set an ssthresh no congestion control can "
             "give (" + ", ".join(r["case"] for r in void) + ").",
+        ]
+    if dirty:
+        lines += [
+            "",
+            f"{len(dirty)} cases are left out: their kernel run's emulation was not clean, by the netns backend's "
+            f"own tolerance (the delay line late by more than {netns_backend.LATE_MEAN_MS} ms on average, or "
+            "packets lost outside the bottleneck: " + ", ".join(r["case"] for r in dirty) + ").",
         ]
     if failed:
         lines += [
@@ -890,11 +919,23 @@ def kernel_side(run: Path, case: Case) -> dict | None:
     return archived(run).get(case.key) if run.is_file() else stored(run, case)
 
 
+def unclean(side: dict) -> bool:
+    """Whether a kernel run's emulation was not the scenario: the netns backend's verdict
+    (its delay line late beyond tolerance, or packets lost outside the bottleneck: "the host
+    was too loaded for this run to be trusted"), or, for runs stored before it was kept
+    (2026-11-29), their delay line's mean lateness beyond the backend's tolerance."""
+    if "unclean" in side:
+        return bool(side["unclean"])
+    return (side.get("late_mean_ms") or 0.0) > netns_backend.LATE_MEAN_MS
+
+
 def kernel_run(run: Path, case: Case) -> dict | None:
     """A case's kernel figures in ``run`` (an archive or a results directory), or None if it
-    is missing, failed, or void."""
+    is missing, failed, void, or unclean."""
     got = kernel_side(run, case)
     if got is None or "failed" in got or got["duration"].get("broken") is not None:
+        return None
+    if unclean(got["duration"]) or unclean(got["volume"]):
         return None
     return {**got["duration"], "makespan_s": got["volume"]["makespan_s"]}
 

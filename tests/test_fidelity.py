@@ -60,7 +60,7 @@ def _kernel_run(case, sim_goodput: float) -> tuple[dict, bool]:
         # so a second wait under the same load only lengthens the suite (it was 2 × 30 s of
         # each case's 120 s in a loaded pass).
         fidelity.MAX_WAIT_S = QUIET_WAIT_S if attempt == 0 else 0
-        net = fidelity.run_netns(case, "duration", duration_s=8)
+        net = fidelity.run_netns_once(case, "duration", duration_s=8)  # this test's own retries
         busy = os.getloadavg()[0] > 1.5 * (os.cpu_count() or 1)
         faithful = (net.get("late_mean_ms") or 0.0) <= LATE_MEAN_MS and not busy
         if best is None or net["goodput_mbps"] > best["goodput_mbps"]:
@@ -230,6 +230,47 @@ def test_a_case_whose_kernel_attempts_were_all_void_is_listed_not_fatal(monkeypa
     again = fidelity.run_case(case, backends_=())
     assert again["failed"] == res["failed"]
     assert "No kernel run in 1 of the cases" in fidelity.table([again])
+
+
+def test_a_kernel_run_whose_emulation_was_not_clean_is_made_again_then_left_out(monkeypatch, capsys):
+    case = fidelity.Case("cubic", 50, "0.2bdp", 1)
+    made = []
+
+    def once(case, kind, duration_s=fidelity.DURATION_S, samples_dir=None):
+        made.append(kind)
+        late = 0.71 if len(made) < 3 else 0.03  # the backend's tolerance: a mean of 0.2 ms
+        return {"goodput_mbps": 106.4 if late > 0.2 else 250.1, "late_mean_ms": late, "unclean": late > 0.2}
+
+    monkeypatch.setattr(fidelity, "run_netns_once", once)
+    got = fidelity.run_netns(case, "duration")
+    assert (got["goodput_mbps"], got["attempts"], got["unclean"]) == (250.1, 3, False)
+    assert "emulation not clean (attempt 2 of 3)" in capsys.readouterr().err
+    # Never clean: the last attempt is kept, flagged.
+    made.clear()
+    monkeypatch.setattr(fidelity, "CLEAN_ATTEMPTS", 2)
+    assert fidelity.run_netns(case, "volume") | {"goodput_mbps": 0} == {
+        "goodput_mbps": 0,
+        "late_mean_ms": 0.71,
+        "unclean": True,
+        "attempts": 2,
+    }
+
+    # Judging: a flagged run, or one stored before the flag whose delay line was late on
+    # average beyond the backend's tolerance, is not the scenario and is left out.
+    side = {"goodput_mbps": 106.4, "jain": 1.0, "retransmissions": 5, "drops": 5}
+    for flagged in ({"unclean": True, "late_mean_ms": 0.1}, {"late_mean_ms": 0.712}):
+        _store_kernel(case, side | flagged, {"makespan_s": 20.3})
+        assert fidelity.unclean(side | flagged)
+        assert fidelity.kernel_run(fidelity.RESULTS, case) is None
+    _store_kernel(case, side | {"late_mean_ms": 0.03}, {"makespan_s": 20.3, "unclean": False})
+    assert fidelity.kernel_run(fidelity.RESULTS, case)["goodput_mbps"] == 106.4
+    # In the table: its row says why, and the tally leaves it out.
+    sim = {"goodput_mbps": 257.6, "jain": 1.0, "cov": 0.1, "retransmissions": 5, "drops": 5}
+    res = {"case": case.key, "sim_duration": sim, "sim_volume": {"makespan_s": 10.6}}
+    res |= {"netns_duration": side | {"cov": 0.1, "late_mean_ms": 0.712}, "netns_volume": {"makespan_s": 20.3}}
+    text = fidelity.table([res])
+    assert "kernel run unclean: delay line late 0.71 ms on average" in text
+    assert "**0 of 0 cases hold" in text and "1 cases are left out: their kernel run's emulation was not clean" in text
 
 
 def test_the_simulator_is_judged_against_the_kernel_s_range_when_it_has_two_runs():

@@ -73,6 +73,9 @@ SWITCH_MARGIN = 0.08
 #: window grows by < 0.5 segment in the ~1 ms between the sample and the loss (more if the
 #: sampler is late), and the law's floor is taken on a float product.
 SSTHRESH_SLACK = 1
+#: The fastest a window can grow in slow start on the path: one segment per segment ACKed,
+#: at the bottleneck's rate before its changes (payload segments: an over-estimate).
+PATH_SEGMENTS_PER_S = RATE_MBIT * 1e6 / 8 / 1448
 
 #: The test build of xl_htcp: the same source compiled with -DXL_RTT_LOG, which logs every RTT
 #: sample pkts_acked receives (ack_sample.rtt_us) to the mmapable array ``xl_rtt_log``.
@@ -166,6 +169,7 @@ class Backoff:
     decision: str  # "reset" (β = 0.5), "adaptive" (RTT_min/RTT_max) or "unsure" (change near 20 %)
     beta: tuple[float, float]  # the law's β range (from the two RTT_max)
     cwnd_before: int  # window sampled before the event (slow start exit: the last slow-start sample)
+    gap_s: float  # from that sample's row to the event's
 
     @property
     def change(self) -> float:
@@ -177,9 +181,13 @@ class Backoff:
     def follows_law(self) -> bool:
         lo, hi = self.law_range()
         if self.ev.cwnd_before < 0:
-            # Slow-start exit: cwnd grows by up to one segment per ACK, ~4 per ms here, so the
-            # sample can be a few segments stale; 0.5 and 0.68 are still far apart.
-            return abs(self.ev.ssthresh / self.cwnd_before - self.beta[0]) <= 0.03
+            # Slow-start exit: the sample is stale by what cwnd grew until the event, one
+            # segment per segment acknowledged, so at most the path's rate over the gap
+            # between the rows (~4 per ms; a loaded sampler's last row came ~4 ms early:
+            # cwnd 214 → ssthresh 115). For gaps of a few ms, 0.5 and 0.68 stay far apart.
+            grown = self.cwnd_before + PATH_SEGMENTS_PER_S * (self.gap_s + 0.001)
+            ratio = self.ev.ssthresh / self.cwnd_before
+            return self.beta[0] - 0.03 <= ratio <= self.beta[1] * grown / self.cwnd_before + 0.03
         return lo - SSTHRESH_SLACK <= self.ev.ssthresh <= hi + SSTHRESH_SLACK
 
     def growth_beta(self) -> float:
@@ -264,7 +272,8 @@ def htcp_backoffs(tr: Trace, t_rtt: np.ndarray, rtt: np.ndarray) -> list[Backoff
         else:
             decision, beta = "unsure", (0.5, clamp_beta(rtt_min / rtt_max[0]))
         cwnd_before = ev.cwnd_before if ev.cwnd_before > 0 else int(tr.cwnd[ev.i - 1])
-        out.append(Backoff(ev, rtt_min, rtt_max, b_prev, b[k], decision, beta, cwnd_before))
+        gap_s = float(tr.t[ev.i] - tr.t[ev.i - 1])
+        out.append(Backoff(ev, rtt_min, rtt_max, b_prev, b[k], decision, beta, cwnd_before, gap_s))
     return out
 
 

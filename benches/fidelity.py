@@ -647,12 +647,24 @@ def made_with_reads(res: dict) -> bool:
 RUNNERS = {"netns": run_netns, "sim": run_sim, "simplain": run_sim_plain}
 
 
-def sim_starts(res: dict, n_flows: int) -> dict | None:
-    """The kernel's flow starts per kind, for the simulators (None: one flow, or the kernel's
-    run is not stored)."""
-    if n_flows == 1 or "netns_duration" not in res:
+def flow_starts(kernel: dict | None, n_flows: int) -> dict | None:
+    """The flow starts per kind of a kernel side (kind → its figures), for the simulators'
+    runs of the case (None: one flow, or no kernel run of it, or a failed one)."""
+    if n_flows == 1 or kernel is None or "failed" in kernel:
         return None
-    return {kind: res[f"netns_{kind}"].get("starts_s") for kind in ("duration", "volume")}
+    return {kind: kernel[kind].get("starts_s") for kind in ("duration", "volume")}
+
+
+def sim_starts(res: dict, n_flows: int) -> dict | None:
+    """The kernel's flow starts per kind in a case's results (run_case), for the simulators."""
+    kernel = {kind: res[f"netns_{kind}"] for kind in ("duration", "volume")} if "netns_duration" in res else None
+    return flow_starts(kernel, n_flows)
+
+
+def starts_from_kernel(run: Path, case: Case) -> dict | None:
+    """The kernel's flow starts per kind of ``case`` in ``run`` (an archive or a results
+    directory), for the simulators' runs of the case."""
+    return flow_starts(kernel_side(run, case), case.flows)
 
 
 def run_case(case: Case, force: frozenset = frozenset(), backends_: tuple = tuple(RUNNERS)) -> dict | None:
@@ -1002,11 +1014,7 @@ def sim_side(case: Case, starts_from: Path) -> dict:
     path = RESULTS / f"{case.key.replace(':', '_')}-sim.json"
     got = json.loads(path.read_text()) if path.exists() else None
     if got is None or not made_with_reads(got):
-        kernel = kernel_side(starts_from, case)
-        starts = None
-        if case.flows > 1 and kernel is not None and "failed" not in kernel:
-            starts = {kind: kernel[kind].get("starts_s") for kind in ("duration", "volume")}
-        got = _stored(case, "sim", RUNNERS["sim"], False, starts)
+        got = _stored(case, "sim", RUNNERS["sim"], False, starts_from_kernel(starts_from, case))
     return {**got["duration"], "makespan_s": got["volume"]["makespan_s"]}
 
 
@@ -1026,10 +1034,7 @@ def seeded_sides(cases: list[Case], seeds: list[int], starts_from: Path, jobs: i
     started as in the kernel run ``starts_from``; ``jobs`` processes (1: in this one)."""
     work = []
     for case in cases:
-        kernel = kernel_side(starts_from, case)
-        starts = None
-        if case.flows > 1 and kernel is not None and "failed" not in kernel:
-            starts = {kind: kernel[kind].get("starts_s") for kind in ("duration", "volume")}
+        starts = starts_from_kernel(starts_from, case)
         work += [(case, seed, starts, READS) for seed in seeds]
     if jobs > 1:
         with ProcessPoolExecutor(jobs) as pool:

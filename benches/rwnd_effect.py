@@ -66,9 +66,7 @@ def sim_run(args: tuple[str, bool, int, Path, str]) -> tuple[str, bool, int, dic
     # The ACK options are judged on the simulator's default hosts; "reads" compares those
     # (off) with the emulation's measured reads under Linux's ACK rules (on).
     reads = "measured" if option == "reads" and on else "uniform"
-    kernel = F.kernel_side(starts_from, case) or {"failed": True}
-    starts = None if "failed" in kernel else F.sim_starts({f"netns_{k}": kernel[k] for k in ("duration", "volume")}, case.flows)
-    starts = starts or {}
+    starts = F.starts_from_kernel(starts_from, case) or {}
     out = {kind: F.run_sim(case, kind, seed=seed, starts_s=starts.get(kind), reads=reads) for kind in ("duration", "volume")}
     return key, on, seed, {**out["duration"], "makespan_s": out["volume"]["makespan_s"]}
 

@@ -333,6 +333,12 @@ def test_an_archived_kernel_run_judges_as_its_results_directory(tmp_path):
     # The flows' starts a simulator's run takes are kept.
     assert fidelity.kernel_side(path, void)["volume"]["starts_s"] == [0.0, 0.01, 0.02, 0.03]
     assert fidelity.kernel_side(path, failed) == {"failed": "3 runs in a row were void"}
+    for run in (fidelity.RESULTS, path):
+        starts = fidelity.starts_from_kernel(run, void)
+        assert starts == {"duration": [0.0, 0.012], "volume": [0.0, 0.01, 0.02, 0.03]}
+        # One flow starts at the scenario's time; a failed or missing case has no starts.
+        assert fidelity.starts_from_kernel(run, ok) is None and fidelity.starts_from_kernel(run, failed) is None
+        assert fidelity.starts_from_kernel(run, fidelity.Case("cubic", 200, "1.0bdp", 4)) is None
 
 
 def test_archiving_nothing_is_an_error_and_a_bad_archive_is_named(tmp_path):

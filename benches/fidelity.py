@@ -326,14 +326,19 @@ def run_netns(case: Case, kind: str, duration_s: float = DURATION_S, samples_dir
     return out | {"attempts": attempt}
 
 
-def run_netns_once(case: Case, kind: str, duration_s: float = DURATION_S, samples_dir: Path | None = None) -> dict:
+def run_netns_once(
+    case: Case, kind: str, duration_s: float = DURATION_S, samples_dir: Path | None = None, dense: bool = False
+) -> dict:
     """One netns run with the TCP_INFO sampler beside it (its rows kept in ``samples_dir``:
-    RESULTS, read when called, or elsewhere for a diagnostic run that must not replace them)."""
+    RESULTS, read when called, or elsewhere for a diagnostic run that must not replace them).
+    ``dense``: a duration run sampled every SAMPLE_S throughout, not only until each flow's
+    first loss (a diagnostic of every congestion event; by lookup, as cheap as the matrix's)."""
     samples_dir = samples_dir or RESULTS
     samples_dir.mkdir(parents=True, exist_ok=True)
     csv = samples_dir / f".samples-{os.getpid()}.csv"
     # a volume run wants only the starts, a duration run its slow start at SAMPLE_S
-    after = ["--until-started"] if kind == "volume" else ["--discover", "inf", "--sparse", str(SAMPLE_SPARSE_S)]
+    sparse = [] if dense else ["--sparse", str(SAMPLE_SPARSE_S)]
+    after = ["--until-started"] if kind == "volume" else ["--discover", "inf", *sparse]
     sampler = start_sampler(csv, "--flows", str(case.flows), *after)
     load = wait_for_quiet()
     try:

@@ -3,13 +3,20 @@
     .venv/bin/python benches/fidelity_events.py [KEY-PATTERN ...]
 
 For each case of benches/fidelity.py whose kernel samples are stored
-(``results/fidelity/<case>-netns-samples.parquet``, TCP_INFO every 2 ms), runs the
+(``results/fidelity/<case>-netns-samples.parquet``: TCP_INFO every 2 ms until each flow's
+first loss, every 0.1 s after, since 2026-11-28; every 2 ms throughout before), runs the
 simulator's side of the duration run again with the same sampling and prints, simulator /
 kernel: how many congestion events the flows entered (Recovery or Loss), the median cwnd
 just before one (all of them, then without each flow's first, its exit from slow start),
 and the median backoff (the ssthresh set over that cwnd). The simulator's flows start as the
 kernel's did where the matrix measured it (fidelity.kernel_starts). Nothing runs on the
 kernel; nothing is written.
+
+    sudo .venv/bin/python benches/fidelity_events.py --kernel-runs N KEY-PATTERN ...
+
+makes N new kernel duration runs of each case instead, sampled every 2 ms throughout (the
+matrix samples every 0.1 s after a flow's first loss: too coarse for each event at 10 ms),
+and prints each run's events beside the simulator's seeds 1 to N (fresh_runs).
 
 Both sides number the congestion states as Linux does (the Trace contract: 3 Recovery, 4 Loss).
 """
@@ -40,15 +47,21 @@ FIRST_START_NS = 100_000
 RECOVERY = 3
 
 
+def entries(g: pd.DataFrame) -> np.ndarray:
+    """The rows of one flow's samples (sorted by time) where it entered Recovery or Loss, but
+    for the last row (the ssthresh set is read from the next)."""
+    state = g.ca_state.to_numpy()
+    i = np.nonzero((state[1:] >= RECOVERY) & (state[:-1] < RECOVERY))[0] + 1
+    return i[i < len(g) - 1]
+
+
 def events(samples: pd.DataFrame) -> tuple[int, float, float, float]:
     """(events, median cwnd before one, the same without each flow's first event — its exit
     from slow start —, median ssthresh / that cwnd) over every flow."""
     count, windows, later, betas = 0, [], [], []
     for _, g in samples.groupby("flow"):
-        state, cwnd = g.ca_state.to_numpy(), g.cwnd.to_numpy(float)
-        ssthresh = g.ssthresh.to_numpy(float)
-        i = np.nonzero((state[1:] >= RECOVERY) & (state[:-1] < RECOVERY))[0] + 1
-        i = i[i < len(g) - 1]
+        cwnd, ssthresh = g.cwnd.to_numpy(float), g.ssthresh.to_numpy(float)
+        i = entries(g)
         count += len(i)
         windows.extend(cwnd[i - 1])
         later.extend(cwnd[i[1:] - 1])
@@ -58,11 +71,19 @@ def events(samples: pd.DataFrame) -> tuple[int, float, float, float]:
     return count, med(windows), med(later), med(betas)
 
 
-def sim_run(case: fidelity.Case, starts_s: list[float] | None = None, first_ns: int = 0) -> Trace:
+def event_gap(samples: pd.DataFrame) -> float:
+    """The median time between a flow's consecutive congestion events after its slow start's
+    (s; nan with fewer than three events)."""
+    gaps = [np.diff(g.t.to_numpy()[entries(g)][1:]) for _, g in samples.groupby("flow")]
+    gaps = np.concatenate(gaps) if gaps else np.array([])
+    return float(np.median(gaps)) if len(gaps) else float("nan")
+
+
+def sim_run(case: fidelity.Case, starts_s: list[float] | None = None, first_ns: int = 0, seed: int | None = None) -> Trace:
     """The simulator's duration run of ``case`` as fidelity.run_sim makes it (``starts_s``:
-    the flows' starts instead, shifted by ``first_ns``)."""
-    starts = None if starts_s is None else [round(s * 1e9) + first_ns for s in starts_s]
-    return fidelity.sim_trace(case, "duration", starts_ns=starts)
+    the flows' starts instead, shifted by ``first_ns``; one flow keeps the scenario's)."""
+    starts = None if starts_s is None or len(starts_s) < 2 else [round(s * 1e9) + first_ns for s in starts_s]
+    return fidelity.sim_trace(case, "duration", starts_ns=starts, seed=seed)
 
 
 def measured_starts(res: dict, kind: str) -> list[float] | None:
@@ -148,13 +169,68 @@ def starts_effect(cases: list[fidelity.Case]) -> None:
     print("the kernel's starts:  ", fidelity.tally(kernel_starts))
 
 
+#: Decimals of run_row's numbers as printed.
+ROW_DECIMALS = (1, 0, 0, 2, 0, 2)
+
+
+def run_row(label: str, figures: dict, s: pd.DataFrame) -> tuple[str, list[float]]:
+    """A printed row of fresh_runs and its numbers (goodput, retransmissions, events, gap,
+    cwnd at an event after slow start, backoff)."""
+    n, _, later, beta = events(s)
+    values = [figures["goodput_mbps"], figures["retransmissions"], n, event_gap(s), later, beta]
+    late = figures.get("late_mean_ms")
+    cells = [f"{x:.{d}f}" for x, d in zip(values, ROW_DECIMALS, strict=True)]
+    cells.append("" if late is None else f"{late:.2f}" + (" (unclean)" if figures.get("unclean") else ""))
+    return f"| {label} | " + " | ".join(cells) + " |", values
+
+
+def fresh_runs(cases: list[fidelity.Case], n: int, out: Path) -> None:
+    """``n`` new kernel duration runs of each case, sampled every 2 ms throughout (every
+    congestion event seen; the samples kept in ``out``), beside the simulator's seeds 1 to
+    ``n`` (seed k's flows started as kernel run k's), and both sides' medians (unclean kernel
+    runs left out). Root, a quiet machine: about 40 s per kernel run."""
+    header = (
+        "| run | goodput (Mbit/s) | retransmissions | events | between events (s) | cwnd at an event | backoff "
+        "| delay line late (ms) |"
+    )
+    for case in cases:
+        print(f"\n{case.key}\n\n{header}\n" + "|---" * 8 + "|", flush=True)
+        sides = {"kernel": [], "simulator": []}
+        for k in range(1, n + 1):
+            got = fidelity.run_netns_once(case, "duration", samples_dir=out, dense=True)
+            path = out / f"{case.key.replace(':', '_')}-netns-samples.parquet"
+            kept = path.rename(path.with_name(f"{path.stem}-{k}.parquet"))
+            text, values = run_row(f"kernel {k}", got, pd.read_parquet(kept))
+            print(text, flush=True)
+            if not got["unclean"]:
+                sides["kernel"].append(values)
+            trace = sim_run(case, got["starts_s"], FIRST_START_NS, seed=k)
+            m = metrics.compute(trace)
+            figures = {"goodput_mbps": m["aggregate_goodput_mbps"], "retransmissions": m["retransmissions"]}
+            text, values = run_row(f"simulator, seed {k}", figures, samples(trace))
+            print(text, flush=True)
+            sides["simulator"].append(values)
+        for side, rows in sides.items():
+            if rows:
+                med = np.median(np.asarray(rows, float), axis=0)
+                cells = [f"{x:.{d}f}" for x, d in zip(med, ROW_DECIMALS, strict=True)]
+                print(f"| median, {side} ({len(rows)} runs) | " + " | ".join(cells) + " | |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("patterns", nargs="*", help="case keys or prefixes (default: every stored case)")
     ap.add_argument("--starts", action="store_true", help="the slow-start exits with the kernel's inferred starts")
     ap.add_argument("--seeds", type=int, metavar="N", help="the tally with the simulator's seeds 1 to N")
     ap.add_argument("--starts-effect", action="store_true", help="multi-flow tally with the scenario's and the kernel's starts")
+    ap.add_argument(
+        "--kernel-runs", type=int, metavar="N", help="N new kernel runs per case, sampled throughout, beside seeds 1 to N"
+    )
+    ap.add_argument("--out", type=Path, default=ROOT / "results/fidelity-events", help="where --kernel-runs keeps its samples")
     args = ap.parse_args()
+    if args.kernel_runs:
+        fresh_runs(fidelity.select(fidelity.matrix(), args.patterns), args.kernel_runs, args.out)
+        return
     if args.starts_effect:
         starts_effect(fidelity.select(fidelity.matrix(), args.patterns))
         return

@@ -9,6 +9,7 @@ import os
 import sys
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 from test_netns import needs_host
@@ -17,6 +18,7 @@ from xferlab.netns import bpfcc
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benches"))
 import fidelity  # noqa: E402
+import fidelity_events  # noqa: E402
 
 pytestmark = [pytest.mark.slow]
 
@@ -474,3 +476,30 @@ def test_the_reorderings_the_kernel_s_senders_saw_are_counted_per_run():
     assert fidelity.sample_fields(s)["reord_seen"] == 10
     # The simulator's samples have no such field: its paths never reorder.
     assert fidelity.sample_fields(_samples(rows))["reord_seen"] is None
+
+
+def _flow_events(flow: int, times: tuple[float, ...]) -> list[tuple]:
+    """A flow's dense samples: slow start left at 0.10 s (cwnd 320 → 160), then an event at
+    each of ``times`` from cwnd 300 to ssthresh 150 (Reno's halving), two samples of Recovery each."""
+    inf = bpfcc.SSTHRESH_INFINITE
+    rows = [(0.0, flow, 10, inf, 0), (0.098, flow, 320, inf, 0), (0.100, flow, 320, 160, 3)]
+    rows += [(0.102, flow, 160, 160, 3), (0.104, flow, 160, 160, 0)]
+    for t in times:
+        rows += [(t - 0.002, flow, 300, 150, 0), (t, flow, 300, 150, 3), (t + 0.002, flow, 150, 150, 3)]
+        rows += [(t + 0.004, flow, 151, 150, 0)]
+    return rows
+
+
+def test_congestion_events_their_spacing_and_backoff_are_read_from_dense_samples():
+    frame = lambda rows: pd.DataFrame(rows, columns=["t", "flow", "cwnd", "ssthresh", "ca_state"])  # noqa: E731
+    s = frame(_flow_events(0, (1.4, 2.7, 4.0)))
+    assert fidelity_events.events(s) == (4, 300.0, 300.0, 0.5)  # cwnd 320, 300, 300, 300 before the four
+    assert fidelity_events.event_gap(s) == pytest.approx(1.3)  # the slow start's event is not a gap's start
+    # Flows' gaps are pooled: two of 1.3 s and two of 2.0 s; a flow with one later event has none.
+    both = frame(_flow_events(0, (1.4, 2.7, 4.0)) + _flow_events(1, (2.0, 4.0, 6.0)) + _flow_events(2, (3.0,)))
+    assert fidelity_events.event_gap(both) == pytest.approx(1.65)
+    assert np.isnan(fidelity_events.event_gap(frame(_flow_events(0, (1.4,)))))
+    figures = {"goodput_mbps": 221.28, "retransmissions": 204, "late_mean_ms": 0.3, "unclean": True}
+    text, values = fidelity_events.run_row("kernel 1", figures, s)
+    assert text == "| kernel 1 | 221.3 | 204 | 4 | 1.30 | 300 | 0.50 | 0.30 (unclean) |"
+    assert values[:3] == [221.28, 204, 4]

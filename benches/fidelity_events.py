@@ -173,13 +173,18 @@ def starts_effect(cases: list[fidelity.Case]) -> None:
 ROW_DECIMALS = (1, 0, 0, 2, 0, 2)
 
 
+def row_cells(values) -> list[str]:
+    """run_row's numbers as printed (ROW_DECIMALS)."""
+    return [f"{x:.{d}f}" for x, d in zip(values, ROW_DECIMALS, strict=True)]
+
+
 def run_row(label: str, figures: dict, s: pd.DataFrame) -> tuple[str, list[float]]:
     """A printed row of fresh_runs and its numbers (goodput, retransmissions, events, gap,
     cwnd at an event after slow start, backoff)."""
     n, _, later, beta = events(s)
     values = [figures["goodput_mbps"], figures["retransmissions"], n, event_gap(s), later, beta]
     late = figures.get("late_mean_ms")
-    cells = [f"{x:.{d}f}" for x, d in zip(values, ROW_DECIMALS, strict=True)]
+    cells = row_cells(values)
     cells.append("" if late is None else f"{late:.2f}" + (" (unclean)" if figures.get("unclean") else ""))
     return f"| {label} | " + " | ".join(cells) + " |", values
 
@@ -199,6 +204,9 @@ def fresh_runs(cases: list[fidelity.Case], n: int, out: Path) -> None:
         for k in range(1, n + 1):
             got = fidelity.run_netns_once(case, "duration", samples_dir=out, dense=True)
             path = out / f"{case.key.replace(':', '_')}-netns-samples.parquet"
+            if not path.exists():  # the sampler saw no transfer (a failed run)
+                print(f"| kernel {k} | no samples: {got.get('failed', 'the sampler saw no flow')} |", flush=True)
+                continue
             kept = path.rename(path.with_name(f"{path.stem}-{k}.parquet"))
             text, values = run_row(f"kernel {k}", got, pd.read_parquet(kept))
             print(text, flush=True)
@@ -213,8 +221,7 @@ def fresh_runs(cases: list[fidelity.Case], n: int, out: Path) -> None:
         for side, rows in sides.items():
             if rows:
                 med = np.median(np.asarray(rows, float), axis=0)
-                cells = [f"{x:.{d}f}" for x, d in zip(med, ROW_DECIMALS, strict=True)]
-                print(f"| median, {side} ({len(rows)} runs) | " + " | ".join(cells) + " | |")
+                print(f"| median, {side} ({len(rows)} runs) | " + " | ".join(row_cells(med)) + " | |")
 
 
 def main() -> None:

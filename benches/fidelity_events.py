@@ -46,6 +46,15 @@ FIRST_START_NS = 100_000
 #: The first congestion state that is an event: Linux's TCP_CA_Recovery (Loss is 4).
 RECOVERY = 3
 
+#: How far before a congestion event event_drops looks for a stall of the ACK stream (s):
+#: three round trips at 10 ms.
+STALL_LOOKBACK_S = 0.03
+#: An ACK stall that lets a sender's window pile up past a 0.2 BDP buffer (s): at 300 Mbit/s
+#: 2 ms is 50 segments, the buffer of the 10 ms cases.
+STALL_S = 0.002
+#: A gap of the sampler counted as the host holding a user process up (s).
+SAMPLER_GAP_S = 0.005
+
 
 def entries(g: pd.DataFrame) -> np.ndarray:
     """The rows of one flow's samples (sorted by time) where it entered Recovery or Loss, but
@@ -77,6 +86,47 @@ def event_gap(samples: pd.DataFrame) -> float:
     gaps = [np.diff(g.t.to_numpy()[entries(g)][1:]) for _, g in samples.groupby("flow")]
     gaps = np.concatenate(gaps) if gaps else np.array([])
     return float(np.median(gaps)) if len(gaps) else float("nan")
+
+
+def event_drops(samples: pd.DataFrame) -> pd.DataFrame:
+    """One row per congestion event after each flow's first (its slow start's exit): its
+    time ``t``, the ``cwnd`` before it, the segments retransmitted until the flow left
+    Recovery or Loss (``retx``), and ``stall_ms``: the longest stretch without an ACK in the
+    STALL_LOOKBACK_S before it, where the sender's ACK count is sampled (the kernel's
+    tcpi_segs_in; nan otherwise, or where the sampler itself left a gap there)."""
+    rows = []
+    for _, g in samples.sort_values("t").groupby("flow"):
+        t, state, retx = g.t.to_numpy(), g.ca_state.to_numpy(), g.retransmissions.to_numpy()
+        cwnd = g.cwnd.to_numpy()
+        acks = g.segs_in.to_numpy() if "segs_in" in g else None
+        for i in entries(g)[1:]:
+            end = i + int(np.argmax(state[i:] < RECOVERY)) if (state[i:] < RECOVERY).any() else len(g) - 1
+            stall = float("nan") if acks is None else ack_stall(t, acks, i)
+            rows.append({"t": t[i], "cwnd": cwnd[i - 1], "retx": retx[end] - retx[i - 1], "stall_ms": stall})
+    return pd.DataFrame(rows, columns=["t", "cwnd", "retx", "stall_ms"])
+
+
+def ack_stall(t: np.ndarray, acks: np.ndarray, i: int) -> float:
+    """The longest run of sample intervals in which no ACK arrived, within STALL_LOOKBACK_S
+    before sample ``i`` (ms; nan if fewer than three samples fall there)."""
+    w = np.nonzero((t >= t[i] - STALL_LOOKBACK_S) & (t < t[i]))[0]
+    if len(w) < 3:
+        return float("nan")
+    longest = run = 0.0
+    for quiet, dt in zip(np.diff(acks[w]) == 0, np.diff(t[w]), strict=True):
+        run = run + dt if quiet else 0.0
+        longest = max(longest, run)
+    return longest * 1e3
+
+
+def sampler_gaps(samples: pd.DataFrame) -> tuple[float, float]:
+    """How often the sampler, a process woken every SAMPLE_S, was held up for SAMPLER_GAP_S
+    or more (per second of run), and its longest gap (ms): the emulation host's scheduling
+    of its user processes, the receiving applications among them."""
+    t = np.sort(samples.t.unique())
+    gaps = np.diff(t)
+    span = t[-1] - t[0] if len(t) > 1 else float("nan")
+    return float((gaps >= SAMPLER_GAP_S).sum() / span), float(gaps.max() * 1e3) if len(gaps) else float("nan")
 
 
 def sim_run(case: fidelity.Case, starts_s: list[float] | None = None, first_ns: int = 0, seed: int | None = None) -> Trace:
@@ -224,6 +274,59 @@ def fresh_runs(cases: list[fidelity.Case], n: int, out: Path) -> None:
                 print(f"| median, {side} ({len(rows)} runs) | " + " | ".join(row_cells(med)) + " | |")
 
 
+def drops_cells(d: pd.DataFrame, gaps: tuple[float, float] | None) -> list[str]:
+    """kept_runs' cells for the events ``d`` (event_drops) of one run or of a side pooled,
+    and the sampler's gaps of that run (None: not a kernel run)."""
+    if d.empty:
+        return ["0"] + [""] * 7
+    cells = [f"{len(d)}", f"{d.retx.median():.0f}", f"{d.retx.mean():.1f}", f"{d.retx.max():.0f}"]
+    known = d[d.stall_ms.notna()]
+    if known.empty:
+        cells += ["", ""]
+    else:
+        stalled = known[known.stall_ms >= STALL_S * 1e3]
+        share = stalled.retx.sum() / max(known.retx.sum(), 1)
+        cells += [f"{len(stalled)} of {len(known)}", f"{share:.0%}"]
+    cells += ["", ""] if gaps is None else [f"{gaps[0]:.1f}", f"{gaps[1]:.0f}"]
+    return cells
+
+
+def kept_starts(samples: pd.DataFrame) -> list[float] | None:
+    """The flows' starts (s) a kept kernel run's samples record (None with one flow)."""
+    if "start_s" not in samples or samples.flow.nunique() < 2:
+        return None
+    return [float(g.start_s.iloc[0]) for _, g in samples.groupby("flow")]
+
+
+def kept_runs(cases: list[fidelity.Case], out: Path) -> None:
+    """Congestion events after slow start in the kernel runs --kernel-runs kept in ``out``,
+    beside the simulator's seeds 1 to N: the segments each retransmitted, how many came
+    after a stall of the ACK stream of STALL_S or more and their share of the
+    retransmissions, and how often the kernel's sampler was itself held up (SAMPLER_GAP_S
+    or more, per second; its longest gap). No root; nothing runs on the kernel."""
+    header = (
+        "| run | events | retx per event: median | mean | largest | after an ACK stall | their share of retx "
+        "| sampler gaps per s | longest gap (ms) |"
+    )
+    for case in cases:
+        stem = case.key.replace(":", "_")
+        kept = sorted(out.glob(f"{stem}-netns-samples-*.parquet"), key=lambda p: int(p.stem.rsplit("-", 1)[1]))
+        if not kept:
+            continue
+        print(f"\n{case.key}\n\n{header}\n" + "|---" * 9 + "|", flush=True)
+        pooled = {"kernel": [], "simulator": []}
+        for k, path in enumerate(kept, start=1):
+            s = pd.read_parquet(path)
+            d = event_drops(s)
+            pooled["kernel"].append(d)
+            print(f"| kernel {k} | " + " | ".join(drops_cells(d, sampler_gaps(s))) + " |", flush=True)
+            d = event_drops(samples(sim_run(case, kept_starts(s), FIRST_START_NS, seed=k)))
+            pooled["simulator"].append(d)
+            print(f"| simulator, seed {k} | " + " | ".join(drops_cells(d, None)) + " |", flush=True)
+        for side, ds in pooled.items():
+            print(f"| {side}, pooled | " + " | ".join(drops_cells(pd.concat(ds), None)) + " |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("patterns", nargs="*", help="case keys or prefixes (default: every stored case)")
@@ -233,8 +336,14 @@ def main() -> None:
     ap.add_argument(
         "--kernel-runs", type=int, metavar="N", help="N new kernel runs per case, sampled throughout, beside seeds 1 to N"
     )
+    ap.add_argument(
+        "--kept", action="store_true", help="retransmissions per event and ACK stalls in the kernel runs kept in --out"
+    )
     ap.add_argument("--out", type=Path, default=ROOT / "results/fidelity-events", help="where --kernel-runs keeps its samples")
     args = ap.parse_args()
+    if args.kept:
+        kept_runs(fidelity.select(fidelity.matrix(), args.patterns), args.out)
+        return
     if args.kernel_runs:
         fresh_runs(fidelity.select(fidelity.matrix(), args.patterns), args.kernel_runs, args.out)
         return

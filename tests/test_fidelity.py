@@ -503,3 +503,25 @@ def test_congestion_events_their_spacing_and_backoff_are_read_from_dense_samples
     text, values = fidelity_events.run_row("kernel 1", figures, s)
     assert text == "| kernel 1 | 221.3 | 204 | 4 | 1.30 | 300 | 0.50 | 0.30 (unclean) |"
     assert values[:3] == [221.28, 204, 4]
+
+
+def test_each_congestion_event_s_retransmissions_and_the_ack_stall_before_it_are_read():
+    # One flow sampled every 2 ms for 2 s: slow start left at 0.1 s (30 resent), an event at
+    # 1.0 s with ACKs flowing before it (3 resent), one at 1.5 s after 6 ms without an ACK
+    # (40 resent); the sampler itself skipped 12 ms at 1.8 s.
+    t = np.round(np.arange(0, 2.0005, 0.002), 3)
+    t = t[(t <= 1.8) | (t >= 1.812)]
+    state = np.where(((t >= 0.1) & (t < 0.104)) | ((t >= 1.0) & (t < 1.012)) | ((t >= 1.5) & (t < 1.512)), 3, 0)
+    retx = 30 * (t >= 0.102) + 3 * (t >= 1.002) + 40 * (t >= 1.502)
+    acks = np.cumsum(np.where((t > 1.490) & (t <= 1.496), 0, 5))
+    s = pd.DataFrame({"t": t, "flow": 0, "cwnd": 300, "ca_state": state, "retransmissions": retx, "segs_in": acks})
+    d = fidelity_events.event_drops(s)
+    assert d.t.tolist() == [1.0, 1.5] and d.retx.tolist() == [3, 40] and d.cwnd.tolist() == [300, 300]
+    assert d.stall_ms.tolist() == pytest.approx([0.0, 6.0])
+    per_s, longest = fidelity_events.sampler_gaps(s)
+    assert (per_s, longest) == (pytest.approx(0.5), pytest.approx(12.0))
+    cells = fidelity_events.drops_cells(d, (per_s, longest))
+    assert cells == ["2", "22", "21.5", "40", "1 of 2", "93%", "0.5", "12"]
+    # The simulator's samples have no ACK count: no stall is read, the cells stay empty.
+    plain = fidelity_events.event_drops(s.drop(columns="segs_in"))
+    assert plain.stall_ms.isna().all() and fidelity_events.drops_cells(plain, None)[4:] == ["", "", "", ""]

@@ -37,6 +37,7 @@ import argparse
 import datetime
 import functools
 import gzip
+import hashlib
 import json
 import math
 import os
@@ -100,13 +101,19 @@ EMULATION_RX_NS = 25_000
 NETNS_APPS = {"duration": "iperf3", "volume": "xfer"}
 #: How the emulated simulator's receivers read and ACK: "uniform" (the simulator's default
 #: hosts: reads 20 µs after the data on average, an ACK per two segments; the table's),
-#: "measured" (the reads of EMULATION_READS above, with Linux's ACK rules) or "linux" (the
-#: default hosts' reads, with Linux's ACK rules); `--reads`. The measured reads were
+#: "measured" (the reads of EMULATION_READS above, with Linux's ACK rules), "linux" (the
+#: default hosts' reads, with Linux's ACK rules) or "stalls" (the default hosts' reads, with
+#: Linux's ACK rules, held by the waits for a CPU of EMULATION_STALLS); `--reads`. The measured reads were
 #: captured with tcpdump beside the run, which slows the emulated hosts it watches: against
 #: the first kernel run sampled without disturbing it (2026-11-28c) the default hosts hold
 #: every tolerance in 44-46 of 84 cases, the measured reads in 34-43 (VALIDATION.md §6b).
 #: Against the median of 2026-11-28b, c and d: uniform 47, linux 41, measured 39.
-READS_MODELS = ("uniform", "measured", "linux")
+READS_MODELS = ("uniform", "measured", "linux", "stalls")
+#: The emulated hosts' receiving applications' waits for a CPU (woken or preempted, until
+#: they run), traced with ftrace beside unobserved runs (`benches/receiver_waits.py`):
+#: per application, waits per second and the quantiles of their lengths. With --reads
+#: stalls every read due during one waits for its end (noise.app_stall_*).
+EMULATION_STALLS = ROOT / "benches" / "emulation-stalls.json"
 READS = READS_MODELS[0]
 #: What "agrees" means, per metric (issue 11).
 TOLERANCE = {"goodput": 0.05, "jain": 0.05, "ss_exit": 0.20, "completion": 0.05, "retx_over_loss": 1.10}
@@ -172,7 +179,7 @@ def _run(data: dict, backend: str, tcp_interval: float | None = None) -> tuple[d
     return metrics.compute(trace), trace, {"wall_s": wall, "end_s": trace.end_s, **trace.provenance.stats}
 
 
-def emulated(cfg: dict, kind: str = "duration", reads: str | None = None) -> dict:
+def emulated(cfg: dict, kind: str = "duration", reads: str | None = None, case_key: str | None = None) -> dict:
     """The simulator's configuration changed into the emulation netns builds (its
     topology.py), so that the two backends differ in TCP only: each host's access link is
     a veth (~10 Gbit/s) under an HTB at the access rate with a burst of 1 ms or 10 frames,
@@ -180,8 +187,10 @@ def emulated(cfg: dict, kind: str = "duration", reads: str | None = None) -> dic
     bytes), the hosts batch their transmissions as this machine's saturated CPUs do
     (softirq runs every ~0.4 ms, measured: see EMULATION_TX_BATCH_NS); with ``reads``
     (default READS) "linux" or "measured" their receivers also acknowledge by Linux's rules
-    (`linux_acks`), and with "measured" their applications read when this machine woke them
-    (EMULATION_READS: those of the application that receives a run of ``kind`` there)."""
+    (`linux_acks`), with "measured" their applications read when this machine woke them
+    (EMULATION_READS: those of the application that receives a run of ``kind`` there), and
+    with "stalls" every read waits out the application's waits for a CPU traced there
+    (EMULATION_STALLS: those of case ``case_key`` where measured, else of its number of flows)."""
     frame = cfg["mss"] + cfg["header_bytes"] + 14
     wire = frame / (frame + topology.WIRE_OVERHEAD)
     bucket = lambda rate, burst: {"kind": "token_bucket", "rate_bps": rate * wire, "burst_bytes": burst, "tick_ns": 1000}  # noqa: E731
@@ -198,9 +207,27 @@ def emulated(cfg: dict, kind: str = "duration", reads: str | None = None) -> dic
     cfg["noise"]["rx_coalesce_ns"] = EMULATION_RX_NS
     if (reads or READS) == "measured":
         cfg["noise"]["app_wakeup_quantiles_ns"] = emulation_wakeups_ns(NETNS_APPS[kind])
-    if (reads or READS) in ("measured", "linux"):
+    if (reads or READS) == "stalls":
+        rate, lengths = emulation_stalls_ns(NETNS_APPS[kind], case_key, len(cfg["flows"]))
+        cfg["noise"]["app_stall_rate_hz"] = rate
+        cfg["noise"]["app_stall_quantiles_ns"] = lengths
+    if (reads or READS) in ("measured", "linux", "stalls"):
         cfg["tcp"]["linux_acks"] = True
     return cfg
+
+
+@functools.cache
+def emulation_stalls_ns(app: str, case_key: str | None, flows: int) -> tuple[float, list[int]]:
+    """``app``'s waits for a CPU on the emulated hosts: per second and receiver, and the
+    quantiles of their lengths (ns), from EMULATION_STALLS — those traced in case
+    ``case_key``'s runs if it was, else those of the cases with the nearest number of flows
+    (the waits depend on the case: VALIDATION.md §6b)."""
+    measured = json.loads(EMULATION_STALLS.read_text())["apps"][app]
+    if case_key not in measured:
+        pooled = [k for k in measured if k.startswith("flows ")]
+        case_key = min(pooled, key=lambda k: abs(int(k.split()[1]) - flows))
+    m = measured[case_key]
+    return m["rate_hz"], [round(q * 1e3) for q in m["quantiles_us"]]
 
 
 @functools.cache
@@ -242,7 +269,7 @@ def sim_setup(
     cfg = sim_backend.sim_config(r)
     cfg["noise"]["enabled"] = noise
     if not plain:
-        cfg = emulated(cfg, kind, reads)
+        cfg = emulated(cfg, kind, reads, case.key)
     cfg["noise"].update(noise_fields or {})
     if starts_ns is not None:
         for flow, start in zip(cfg["flows"], starts_ns, strict=True):
@@ -636,16 +663,25 @@ def _stored(case: Case, backend: str, run, force: bool, starts: dict | None = No
         res = {"failed": str(e)}
         (RESULTS / f"{case.key.replace(':', '_')}-{backend}-samples.parquet").unlink(missing_ok=True)
     if backend == "sim":
-        res["reads"] = READS
+        res["reads"] = reads_tag()
     RESULTS.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(res))
     return res
 
 
 def made_with_reads(res: dict) -> bool:
-    """Whether a simulator's stored side was made with READS (one that does not say: the
-    first of READS_MODELS, the default when they began to be recorded)."""
-    return res.get("reads", READS_MODELS[0]) == READS
+    """Whether a simulator's stored side was made with READS and the measurement it reads
+    now (one that does not say: the first of READS_MODELS, the default when they began to
+    be recorded)."""
+    return res.get("reads", READS_MODELS[0]) == reads_tag()
+
+
+def reads_tag() -> str:
+    """READS as a stored side records it: with the digest of the measurement a model reads
+    ("measured": EMULATION_READS, "stalls": EMULATION_STALLS), so that a new measurement
+    makes the simulator's stored sides again."""
+    source = {"measured": EMULATION_READS, "stalls": EMULATION_STALLS}.get(READS)
+    return READS if source is None else f"{READS}:{hashlib.sha256(source.read_bytes()).hexdigest()[:12]}"
 
 
 #: The kernel's side first: the simulators' runs take its flows' starts.

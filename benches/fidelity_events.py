@@ -340,7 +340,11 @@ def main() -> None:
         "--kept", action="store_true", help="retransmissions per event and ACK stalls in the kernel runs kept in --out"
     )
     ap.add_argument("--out", type=Path, default=ROOT / "results/fidelity-events", help="where --kernel-runs keeps its samples")
+    ap.add_argument(
+        "--reads", choices=fidelity.READS_MODELS, default=fidelity.READS, help="the emulated simulator's receiving applications"
+    )
     args = ap.parse_args()
+    fidelity.READS = args.reads
     if args.kept:
         kept_runs(fidelity.select(fidelity.matrix(), args.patterns), args.out)
         return

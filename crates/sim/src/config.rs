@@ -362,6 +362,18 @@ pub struct NoiseConfig {
     /// mean cannot give (`benches/path_trains.py` measures one; docs/fidelity.md).
     #[serde(default)]
     pub app_wakeup_quantiles_ns: Vec<Time>,
+    /// Stalls of each receiving application (0: none): times when its host holds it up,
+    /// the CPUs taken by other work, that start this many times per second of unstalled
+    /// time (a Poisson process; one stall at a time, each flow's application on a process
+    /// of its own). A read due during a stall happens at its end, so every read that falls
+    /// in one waits for the same end: a delay correlated in time, where the wakeups above
+    /// are drawn per read (`benches/receiver_waits.py` measures them on the emulation).
+    #[serde(default)]
+    pub app_stall_rate_hz: f64,
+    /// The stalls' lengths, as quantiles at equal steps of probability (at least two,
+    /// non-decreasing; needed when `app_stall_rate_hz` is not 0).
+    #[serde(default)]
+    pub app_stall_quantiles_ns: Vec<Time>,
 }
 
 impl Default for NoiseConfig {
@@ -375,6 +387,8 @@ impl Default for NoiseConfig {
             tx_batch_ns: 0,
             app_wakeup_ns: default_app_wakeup(),
             app_wakeup_quantiles_ns: Vec::new(),
+            app_stall_rate_hz: 0.0,
+            app_stall_quantiles_ns: Vec::new(),
         }
     }
 }
@@ -554,6 +568,18 @@ impl SimConfig {
         if q.len() == 1 || q.windows(2).any(|w| w[0] > w[1]) {
             return fail(
                 "noise.app_wakeup_quantiles_ns must be empty or at least two non-decreasing times"
+                    .into(),
+            );
+        }
+        let q = &self.noise.app_stall_quantiles_ns;
+        let stalls = self.noise.app_stall_rate_hz;
+        if !(0.0..=1e5).contains(&stalls)
+            || (stalls > 0.0 && q.len() < 2)
+            || q.windows(2).any(|w| w[0] > w[1])
+        {
+            return fail(
+                "noise.app_stall_rate_hz must be in [0, 1e5], with at least two non-decreasing \
+                 app_stall_quantiles_ns when not 0"
                     .into(),
             );
         }

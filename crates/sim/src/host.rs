@@ -44,6 +44,70 @@ pub struct Noise {
     /// A measured distribution of the wakeups instead (quantiles at equal steps).
     app_wakeup_quantiles: Vec<Time>,
     app_rng: Pcg64Mcg,
+    /// The receiving applications' stalls (`NoiseConfig::app_stall_rate_hz`; 0: none), one
+    /// process per flow's application, drawn when it first reads.
+    stall_rate_hz: f64,
+    stall_lengths: Vec<Time>,
+    stall_seed: u64,
+    stalls: Vec<Option<Stalls>>,
+}
+
+/// A draw from a distribution given by its quantiles at equal steps of probability (at
+/// least two), linear between neighbours.
+fn from_quantiles(rng: &mut Pcg64Mcg, q: &[Time]) -> Time {
+    let x = uniform(rng) * (q.len() - 1) as f64;
+    let k = (x as usize).min(q.len() - 2);
+    let (a, b) = (q[k] as f64, q[k + 1] as f64);
+    (a + (b - a) * (x - k as f64)).round() as Time
+}
+
+/// One receiving application's stalls (`NoiseConfig::app_stall_rate_hz`): intervals
+/// `[start, end)` one after another, each starting an exponential time (mean 1 / rate)
+/// after the last one ended, lasting a length drawn from the measured quantiles. Drawn
+/// lazily from a stream of their own, as far ahead as asked.
+struct Stalls {
+    mean_gap_ns: f64,
+    lengths: Vec<Time>,
+    rng: Pcg64Mcg,
+    /// Stalls drawn and not yet over, oldest first.
+    ahead: std::collections::VecDeque<(Time, Time)>,
+    /// Where the last stall drawn ended.
+    last_end: Time,
+}
+
+impl Stalls {
+    fn new(rate_hz: f64, lengths: &[Time], seed: u64) -> Self {
+        Self {
+            mean_gap_ns: 1e9 / rate_hz,
+            lengths: lengths.to_vec(),
+            rng: Pcg64Mcg::seed_from_u64(seed ^ 0x057a_11ed_u64),
+            ahead: std::collections::VecDeque::new(),
+            last_end: 0,
+        }
+    }
+
+    /// When an application due to run at `t` runs, asked at `now` ≤ `t` (calls come with
+    /// `now` non-decreasing): at the end of the stall `t` falls in, else at `t`.
+    fn release(&mut self, now: Time, t: Time) -> Time {
+        while self.ahead.front().is_some_and(|&(_, end)| end <= now) {
+            self.ahead.pop_front();
+        }
+        while self.last_end <= t {
+            let gap = -self.mean_gap_ns * (1.0 - uniform(&mut self.rng)).ln();
+            let start = self.last_end + gap.round() as Time;
+            let end = start + from_quantiles(&mut self.rng, &self.lengths).max(1);
+            self.ahead.push_back((start, end));
+            self.last_end = end;
+        }
+        match self
+            .ahead
+            .iter()
+            .find(|&&(start, end)| start <= t && t < end)
+        {
+            Some(&(_, end)) => end,
+            None => t,
+        }
+    }
 }
 
 impl Noise {
@@ -59,6 +123,14 @@ impl Noise {
             app_wakeup_span: 2 * cfg.app_wakeup_ns,
             app_wakeup_quantiles: cfg.app_wakeup_quantiles_ns.clone(),
             app_rng: Pcg64Mcg::seed_from_u64(seed ^ 0x0a99_4ead_u64),
+            stall_rate_hz: if cfg.enabled {
+                cfg.app_stall_rate_hz
+            } else {
+                0.0
+            },
+            stall_lengths: cfg.app_stall_quantiles_ns.clone(),
+            stall_seed: seed,
+            stalls: Vec::new(),
         }
     }
 
@@ -77,10 +149,24 @@ impl Noise {
         if q.is_empty() {
             return self.app_rng.next_u64() % self.app_wakeup_span;
         }
-        let x = uniform(&mut self.app_rng) * (q.len() - 1) as f64;
-        let k = (x as usize).min(q.len() - 2);
-        let (a, b) = (q[k] as f64, q[k + 1] as f64);
-        (a + (b - a) * (x - k as f64)).round() as Time
+        from_quantiles(&mut self.app_rng, q)
+    }
+
+    /// When flow `flow`'s receiving application, woken by data that arrived at `now`,
+    /// reads it: `app_wakeup` later, or at the end of its stall that time falls in.
+    pub fn app_read_time(&mut self, now: Time, flow: usize) -> Time {
+        let t = now + self.app_wakeup();
+        if self.stall_rate_hz <= 0.0 || !self.deferred_reads() {
+            return t;
+        }
+        if self.stalls.len() <= flow {
+            self.stalls.resize_with(flow + 1, || None);
+        }
+        let (rate, lengths) = (self.stall_rate_hz, &self.stall_lengths);
+        let seed = self.stall_seed ^ (flow as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        self.stalls[flow]
+            .get_or_insert_with(|| Stalls::new(rate, lengths, seed))
+            .release(now, t)
     }
 
     /// One packet's processing time in a host's stack.
@@ -262,6 +348,53 @@ mod tests {
         assert!((frac(100_000) - 0.75).abs() < 0.01);
         // Linear within the top quarter: half of it below 1.05 ms.
         assert!((frac(1_050_000) - 0.875).abs() < 0.01);
+    }
+
+    #[test]
+    fn a_stalled_application_holds_every_read_in_a_stall_to_its_end() {
+        // Stalls of 1–5 ms (uniform), 4 a second: a share 4 × 3 ms / (1 + 4 × 3 ms) ≈ 1.2 %
+        // of the time is stalled. Reads due every 10 µs for 100 s, woken at once (no wakeup
+        // delay of their own): those in a stall read when it ends, all of them together.
+        let cfg = NoiseConfig {
+            app_wakeup_quantiles_ns: vec![0, 0],
+            app_stall_rate_hz: 4.0,
+            app_stall_quantiles_ns: vec![1_000_000, 5_000_000],
+            ..NoiseConfig::default()
+        };
+        let mut n = Noise::new(&cfg, 3);
+        let (mut held, mut ends, mut longest) = (0u64, std::collections::BTreeSet::new(), 0);
+        let mut both = 0u64;
+        for k in 0..10_000_000u64 {
+            let now = k * 10_000;
+            let t = n.app_read_time(now, 0);
+            if t > now {
+                held += 1;
+                ends.insert(t);
+                longest = longest.max(t - now);
+            }
+            // A second flow's application stalls on its own: rarely at the same time.
+            if n.app_read_time(now, 1) > now && t > now {
+                both += 1;
+            }
+        }
+        assert!(both < held / 10, "{both} of {held} held together");
+        let share = held as f64 / 1e7;
+        assert!(
+            (share - 0.012 / 1.012).abs() < 0.0015,
+            "stalled share {share:.4}"
+        );
+        // About 400 stalls in 100 s, each ending once for all the reads it held.
+        assert!((340..460).contains(&ends.len()), "{} stalls", ends.len());
+        assert!(longest <= 5_000_000 && longest > 4_500_000, "{longest}");
+        // Without a rate, nothing is held.
+        let mut calm = Noise::new(
+            &NoiseConfig {
+                app_stall_rate_hz: 0.0,
+                ..cfg
+            },
+            3,
+        );
+        assert!((0..100_000u64).all(|k| calm.app_read_time(k * 10_000, 0) == k * 10_000));
     }
 
     #[test]

@@ -858,7 +858,7 @@ impl Simulation {
         }
         self.arm_delack(i);
         if self.flows[i].receiver.wants_read() {
-            let t = at + self.noise.app_wakeup();
+            let t = self.noise.app_read_time(at, i);
             self.flows[i].receiver.arm_read(t);
         }
         self.read_event(i);

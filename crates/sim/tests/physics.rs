@@ -689,6 +689,35 @@ fn with_linux_acks_slow_start_is_still_held_back_by_unread_data() {
 }
 
 #[test]
+fn stalled_readers_hold_their_acks() {
+    // Reno at 10 ms through 300 Mbit/s with a BDP of buffer, Linux's ACK rules: the
+    // receiving application stalled for 4 ms fifty times a second (a sixth of the time) holds every read that
+    // falls in a stall to its end, and with it the ACK, which then covers all that arrived
+    // meanwhile (~100 segments) where prompt readers send one per two: about a sixth fewer
+    // ACKs per segment. A stall rate without lengths is refused.
+    let config = |rate: f64, lengths: Vec<u64>| {
+        let mut cfg = dumbbell(1, 1e9, 300e6, 10, 250, 4);
+        cfg.tcp.rcvbuf_autotuning = true;
+        cfg.tcp.linux_acks = true;
+        cfg.noise.app_stall_rate_hz = rate;
+        cfg.noise.app_stall_quantiles_ns = lengths;
+        cfg
+    };
+    let acks_per_segment = |rate: f64| {
+        let tr = Simulation::new(config(rate, vec![4_000_000, 4_000_000]))
+            .unwrap()
+            .run();
+        tr.stats.acks as f64 / tr.stats.packets as f64
+    };
+    let (prompt, stalled) = (acks_per_segment(0.0), acks_per_segment(50.0));
+    assert!(
+        stalled < 0.9 * prompt && stalled > 0.7 * prompt,
+        "{stalled:.3} against {prompt:.3} ACKs per segment"
+    );
+    assert!(Simulation::new(config(8.0, vec![])).is_err());
+}
+
+#[test]
 fn readers_woken_late_now_and_then_stretch_linux_acks() {
     // With Linux's ACK rules a receiver whose unread data holds its window back leaves the
     // ACK to its application's read. Readers woken within ~20 µs read every segment or two:

@@ -1,0 +1,108 @@
+"""benches/receiver_waits.py: the receiving applications' waits read from an ftrace text,
+and the stall model they give the emulated simulator (benches/fidelity.py --reads stalls)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benches"))
+
+import fidelity  # noqa: E402
+import receiver_waits  # noqa: E402
+from xferlab import metrics  # noqa: E402
+from xferlab.backends import sim as sim_backend  # noqa: E402
+
+
+def _switch(t: float, prev: int, state: str, nxt: int, cpu: int = 1) -> str:
+    return (
+        f"          task-{prev}   [00{cpu}] d..2. {t:.6f}: sched_switch: prev_comm=task prev_pid={prev} "
+        f"prev_prio=120 prev_state={state} ==> next_comm=other next_pid={nxt} next_prio=120"
+    )
+
+
+def _wakeup(t: float, waker: int, pid: int) -> str:
+    return f"          waker-{waker}   [000] dNs6. {t:.6f}: sched_wakeup: comm=x pid={pid} prio=120 target_cpu=001"
+
+
+def test_a_receiver_s_waits_run_from_its_wakeup_or_preemption_to_its_running():
+    ours, other = 100, 200
+    trace = "\n".join(
+        [
+            "# tracer: nop",
+            _wakeup(1.000000, 7, ours),
+            _switch(1.000070, 0, "R", ours),  # woken, runs 70 µs later
+            _switch(1.001000, ours, "R+", 8),  # preempted
+            _switch(1.003000, 8, "R", ours),  # back 2 ms later
+            _wakeup(1.004000, ours, other),  # it wakes another task: recorded, not ours
+            _switch(1.004500, ours, "S", other),  # sleeps; the other runs (not a wait of ours)
+            _wakeup(1.010000, 9, ours),
+            _wakeup(1.010050, 9, ours),  # a second wakeup before it ran: the first counts
+            _switch(1.010100, 9, "S", ours),
+            "garbage line",
+        ]
+    )
+    w, span = receiver_waits.waits(trace, {ours})
+    assert w * 1e6 == pytest.approx([70, 2000, 100], abs=0.5)
+    assert span == pytest.approx(0.0101)
+    assert receiver_waits.summary(w, span).startswith("297 waits/s, median 100 µs")
+    assert receiver_waits.summary(np.array([]), 0.0) == "no waits traced"
+
+
+def test_receivers_are_recognised_by_the_command_lines_the_netns_backend_gives_them():
+    assert receiver_waits.is_receiver("iperf3", [b"iperf3", b"-s", b"-1", b"-J", b""])
+    assert not receiver_waits.is_receiver("iperf3", [b"iperf3", b"-c", b"10.2.0.1", b""])
+    assert receiver_waits.is_receiver("xfer", [b"/repo/target/release/xfer", b"serve", b"--listen", b""])
+    assert not receiver_waits.is_receiver("xfer", [b"/repo/target/release/xfer", b"send", b""])
+    assert not receiver_waits.is_receiver("xfer", [b""])
+
+
+def test_the_stall_model_pools_every_wait_and_the_simulator_takes_it(tmp_path, monkeypatch):
+    # Two runs of a lone flow, 10 s each: 3 000 waits of 0.1-2.9 ms in all, 150 per second;
+    # one run of four flows, 10 s: 4 000 waits of its four receivers, 100 per second each.
+    waits = [np.linspace(1e-4, 2.9e-3, 1000), np.linspace(1e-4, 2.9e-3, 2000)]
+    runs = [{"case": "reno:10:0.2bdp:1"}] * 2
+    four = {"waits": [np.full(4000, 5e-3)], "span_s": 10.0, "runs": [{"case": "cubic:50:1.0bdp:4"}]}
+    one = {"flows": 1, "waits": waits, "span_s": 20.0, "runs": runs}
+    four = {"flows": 4, **four}
+    apps = {"iperf3": {"flows 1": one, "reno:10:0.2bdp:1": one, "flows 4": four}}
+    model = receiver_waits.model(apps, dense=False)
+    a = model["apps"]["iperf3"]["flows 1"]
+    assert a["rate_hz"] == 150.0 and a["waits"] == 3000 and a["traced_s"] == 20.0
+    assert model["apps"]["iperf3"]["reno:10:0.2bdp:1"] == a
+    assert model["apps"]["iperf3"]["flows 4"]["rate_hz"] == 100.0
+    assert len(a["quantiles_us"]) == receiver_waits.QUANTILES
+    assert a["quantiles_us"][0] == 100.0 and a["quantiles_us"][-1] == 2900.0
+    assert a["quantiles_us"][500] == pytest.approx(1500.0, abs=2)
+    stalls = tmp_path / "stalls.json"
+    stalls.write_text(json.dumps(model))
+    monkeypatch.setattr(fidelity, "EMULATION_STALLS", stalls)
+    fidelity.emulation_stalls_ns.cache_clear()
+    try:
+        case = fidelity.Case("reno", 10, "0.2bdp", 1)
+        cfg, r = fidelity.sim_setup(case, "duration", duration_s=2, reads="stalls")
+        assert cfg["noise"]["app_stall_rate_hz"] == 150.0
+        assert cfg["noise"]["app_stall_quantiles_ns"][0] == 100_000
+        assert cfg["noise"]["app_stall_quantiles_ns"][-1] == 2_900_000
+        assert cfg["tcp"]["linux_acks"] is True
+        # A case measured takes its own; others, their number of flows' (or the nearest).
+        four_cfg, _ = fidelity.sim_setup(fidelity.Case("reno", 10, "0.2bdp", 4), "duration", reads="stalls")
+        assert four_cfg["noise"]["app_stall_rate_hz"] == 100.0
+        assert fidelity.emulation_stalls_ns("iperf3", "bic:50:1.0bdp:2", 2)[0] == 150.0
+        model["apps"]["iperf3"]["reno:10:0.2bdp:1"] = {**a, "rate_hz": 75.0}
+        stalls.write_text(json.dumps(model))
+        fidelity.emulation_stalls_ns.cache_clear()
+        assert fidelity.emulation_stalls_ns("iperf3", "reno:10:0.2bdp:1", 1)[0] == 75.0
+        # The simulator runs with it: held a fifth of the time (150 waits of 1.5 ms a second),
+        # a lone flow through a fifth of a BDP carries much less than with prompt readers.
+        goodput = lambda c: metrics.compute(sim_backend.run_config(c, r))["aggregate_goodput_mbps"]  # noqa: E731
+        prompt, _ = fidelity.sim_setup(case, "duration", duration_s=2, reads="linux")
+        assert goodput(cfg) < 0.8 * goodput(prompt)
+        plain, _ = fidelity.sim_setup(case, "duration", duration_s=2)
+        assert "app_stall_rate_hz" not in plain["noise"]
+    finally:
+        fidelity.emulation_stalls_ns.cache_clear()

@@ -691,10 +691,10 @@ fn with_linux_acks_slow_start_is_still_held_back_by_unread_data() {
 #[test]
 fn stalled_readers_hold_their_acks() {
     // Reno at 10 ms through 300 Mbit/s with a BDP of buffer, Linux's ACK rules: the
-    // receiving application stalled for 4 ms fifty times a second (a sixth of the time) holds every read that
-    // falls in a stall to its end, and with it the ACK, which then covers all that arrived
-    // meanwhile (~100 segments) where prompt readers send one per two: about a sixth fewer
-    // ACKs per segment. A stall rate without lengths is refused.
+    // receiving application, stalled for 4 ms fifty times a second (a sixth of the time),
+    // holds every read that falls in a stall to its end, and with it the ACK, which then
+    // covers all that arrived meanwhile (~100 segments) where prompt readers send one per
+    // two: about a sixth fewer ACKs per segment. A stall rate without lengths is refused.
     let config = |rate: f64, lengths: Vec<u64>| {
         let mut cfg = dumbbell(1, 1e9, 300e6, 10, 250, 4);
         cfg.tcp.rcvbuf_autotuning = true;

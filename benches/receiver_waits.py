@@ -255,6 +255,13 @@ def model(apps: dict, dense: bool) -> dict:
     return out
 
 
+def dumps(out: dict) -> str:
+    """``out`` as indented JSON with each list of numbers on one line (a quantile list holds
+    1 001 of them)."""
+    inline = lambda m: "[" + ", ".join(x.strip() for x in m.group(1).split(",")) + "]"  # noqa: E731
+    return re.sub(r"\[\s*([-0-9.e,\s]+?)\s*\]", inline, json.dumps(out, indent=1)) + "\n"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("patterns", nargs="*", help=f"case keys or prefixes (default: {' '.join(STALL_CASES)})")
@@ -282,7 +289,7 @@ def main() -> None:
                 f"median {np.median(w):.0f} µs, p99 {w[990]:.0f}, longest {w[-1]:.0f}"
             )
     if not args.no_write:
-        args.out.write_text(json.dumps(out, indent=1) + "\n")
+        args.out.write_text(dumps(out))
         print(f"written: {args.out}")
 
 

@@ -79,7 +79,9 @@ def test_the_stall_model_pools_every_wait_and_the_simulator_takes_it(tmp_path, m
     assert a["quantiles_us"][0] == 100.0 and a["quantiles_us"][-1] == 2900.0
     assert a["quantiles_us"][500] == pytest.approx(1500.0, abs=2)
     stalls = tmp_path / "stalls.json"
-    stalls.write_text(json.dumps(model))
+    stalls.write_text(receiver_waits.dumps(model))
+    assert json.loads(stalls.read_text()) == model
+    assert len(stalls.read_text().splitlines()) < 60  # a list of numbers takes a line
     monkeypatch.setattr(fidelity, "EMULATION_STALLS", stalls)
     fidelity.emulation_stalls_ns.cache_clear()
     try:

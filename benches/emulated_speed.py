@@ -35,7 +35,7 @@ def config(case: F.Case) -> dict:
     data = case.scenario("duration")
     r = scenario.resolve(scenario.from_dict(data, data["name"]))
     cfg = F.emulated(sim_backend.sim_config(r), reads=READS)
-    stored = F.RESULTS / f"{case.key.replace(':', '_')}-netns.json"
+    stored = F.RESULTS / f"{case.stem}-netns.json"
     starts = json.loads(stored.read_text())["duration"].get("starts_s") if stored.exists() else None
     if case.flows > 1 and starts:
         for flow, start in zip(cfg["flows"], starts, strict=True):

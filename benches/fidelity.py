@@ -130,6 +130,11 @@ class Case:
     def key(self) -> str:
         return f"{self.variant}:{self.rtt_ms}:{self.buffer}:{self.flows}"
 
+    @property
+    def stem(self) -> str:
+        """The case's name in results directories' file names (``reno_10_0.2bdp_1``)."""
+        return self.key.replace(":", "_")
+
     def scenario(self, kind: str, duration_s: float = DURATION_S) -> dict:
         """The scenario both backends run: `duration` or `volume`."""
         work = {"streams": 1, "start_jitter": "1ms"}
@@ -377,7 +382,7 @@ def run_netns_once(
     samples = netns_samples(csv, case.flows, t_end)
     csv.unlink(missing_ok=True)
     if samples is not None and kind == "duration":
-        samples.to_parquet(samples_dir / f"{case.key.replace(':', '_')}-netns-samples.parquet")
+        samples.to_parquet(samples_dir / f"{case.stem}-netns-samples.parquet")
     out = summarize(m, stats, samples if kind == "duration" else None)
     out["starts_s"] = kernel_starts(samples, case.flows)
     out["load"] = [load, os.getloadavg()[0]]
@@ -650,7 +655,7 @@ def _stored(case: Case, backend: str, run, force: bool, starts: dict | None = No
     per kind, which a simulator's run takes; a stored run made with other starts (or before
     the kernel's were known) is made again, and so is a simulator's run made with another
     model of the receivers' reads than READS (one stored without saying: READS_MODELS[0])."""
-    path = RESULTS / f"{case.key.replace(':', '_')}-{backend}.json"
+    path = RESULTS / f"{case.stem}-{backend}.json"
     want = {kind: (starts or {}).get(kind) for kind in ("duration", "volume")}
     if path.exists() and not force:
         res = json.loads(path.read_text())
@@ -661,7 +666,7 @@ def _stored(case: Case, backend: str, run, force: bool, starts: dict | None = No
         res = {kind: run(case, kind) if starts is None else run(case, kind, starts_s=want[kind]) for kind in want}
     except BackendError as e:  # the netns backend refuses a case whose every attempt was void
         res = {"failed": str(e)}
-        (RESULTS / f"{case.key.replace(':', '_')}-{backend}-samples.parquet").unlink(missing_ok=True)
+        (RESULTS / f"{case.stem}-{backend}-samples.parquet").unlink(missing_ok=True)
     if backend == "sim":
         res["reads"] = reads_tag()
     RESULTS.mkdir(parents=True, exist_ok=True)
@@ -713,7 +718,7 @@ def run_case(case: Case, force: frozenset = frozenset(), backends_: tuple = tupl
     (the plain simulator's are optional)."""
     res, missing = {"case": case.key}, False
     for name, run in RUNNERS.items():
-        path = RESULTS / f"{case.key.replace(':', '_')}-{name}.json"
+        path = RESULTS / f"{case.stem}-{name}.json"
         if name not in backends_ and not path.exists():
             missing |= name != "simplain"
             continue
@@ -854,11 +859,11 @@ def stored(results: Path, case: Case, backend: str = "netns") -> dict | None:
     ``{"duration": …, "volume": …}`` or ``{"failed": …}``; None if not run. Duration fields
     are read from its samples where they are kept (the table's reading of the samples may
     be newer than the run)."""
-    path = results / f"{case.key.replace(':', '_')}-{backend}.json"
+    path = results / f"{case.stem}-{backend}.json"
     if not path.exists():
         return None
     got = json.loads(path.read_text())
-    samples = results / f"{case.key.replace(':', '_')}-{backend}-samples.parquet"
+    samples = results / f"{case.stem}-{backend}-samples.parquet"
     if "failed" not in got and samples.exists():
         got["duration"] |= sample_fields(pd.read_parquet(samples))
     return got
@@ -1052,7 +1057,7 @@ def sim_side(case: Case, starts_from: Path) -> dict:
     """The simulator's figures for a case: as stored for the table, or, if none are (or
     they were made with another model of the reads), from runs made now (and stored) with
     the flows' starts of the kernel run in ``starts_from``."""
-    path = RESULTS / f"{case.key.replace(':', '_')}-sim.json"
+    path = RESULTS / f"{case.stem}-sim.json"
     got = json.loads(path.read_text()) if path.exists() else None
     if got is None or not made_with_reads(got):
         got = _stored(case, "sim", RUNNERS["sim"], False, starts_from_kernel(starts_from, case))

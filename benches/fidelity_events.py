@@ -164,7 +164,7 @@ def starts_table(cases: list[fidelity.Case]) -> None:
     )
     print("|---|---|---:|---:|---:|---:|---:|---:|")
     for case in cases:
-        stored = fidelity.RESULTS / f"{case.key.replace(':', '_')}-netns-samples.parquet"
+        stored = fidelity.RESULTS / f"{case.stem}-netns-samples.parquet"
         if not stored.exists():
             continue
         kernel = first_exits(pd.read_parquet(stored))
@@ -173,7 +173,7 @@ def starts_table(cases: list[fidelity.Case]) -> None:
         mean = lambda exits: np.mean([s for s, _ in exits])  # noqa: E731
         plain, moved = sim_run(case), sim_run(case, starts, FIRST_START_NS)
         exits = [mean(e) for e in (kernel, first_exits(samples(plain)), first_exits(samples(moved)))]
-        stored_jain = json.loads((fidelity.RESULTS / f"{case.key.replace(':', '_')}-netns.json").read_text())["duration"]["jain"]
+        stored_jain = json.loads((fidelity.RESULTS / f"{case.stem}-netns.json").read_text())["duration"]["jain"]
         jain = [stored_jain] + [metrics.compute(t)["jain_index"] for t in (plain, moved)]
         cells = [", ".join(f"{1000 * s:.0f}" for s in starts)] + [f"{e:.1f}" for e in exits] + [f"{j:.3f}" for j in jain]
         print(f"| {case.key} | " + " | ".join(cells) + " |", flush=True)
@@ -253,7 +253,7 @@ def fresh_runs(cases: list[fidelity.Case], n: int, out: Path) -> None:
         sides = {"kernel": [], "simulator": []}
         for k in range(1, n + 1):
             got = fidelity.run_netns_once(case, "duration", samples_dir=out, dense=True)
-            path = out / f"{case.key.replace(':', '_')}-netns-samples.parquet"
+            path = out / f"{case.stem}-netns-samples.parquet"
             if not path.exists():  # the sampler saw no transfer (a failed run)
                 print(f"| kernel {k} | no samples: {got.get('failed', 'the sampler saw no flow')} |", flush=True)
                 continue
@@ -309,8 +309,7 @@ def kept_runs(cases: list[fidelity.Case], out: Path) -> None:
         "| sampler gaps per s | longest gap (ms) |"
     )
     for case in cases:
-        stem = case.key.replace(":", "_")
-        kept = sorted(out.glob(f"{stem}-netns-samples-*.parquet"), key=lambda p: int(p.stem.rsplit("-", 1)[1]))
+        kept = sorted(out.glob(f"{case.stem}-netns-samples-*.parquet"), key=lambda p: int(p.stem.rsplit("-", 1)[1]))
         if not kept:
             continue
         print(f"\n{case.key}\n\n{header}\n" + "|---" * 9 + "|", flush=True)
@@ -363,7 +362,7 @@ def main() -> None:
     print("| case | events, sim / kernel | cwnd at an event | the same, after slow start | backoff |")
     print("|---|---:|---:|---:|---:|")
     for case in fidelity.select(fidelity.matrix(), args.patterns):
-        stored = fidelity.RESULTS / f"{case.key.replace(':', '_')}-netns-samples.parquet"
+        stored = fidelity.RESULTS / f"{case.stem}-netns-samples.parquet"
         if not stored.exists():
             continue
         kernel = pd.read_parquet(stored)

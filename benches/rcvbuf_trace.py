@@ -176,7 +176,7 @@ def main() -> int:
         rows = the_runs(parse((inst / "trace").read_text()), case.rtt_ms / 1e3)
     finally:
         inst.rmdir()
-    samples_path = tmp / f"{case.key.replace(':', '_')}-netns-samples.parquet"
+    samples_path = tmp / f"{case.stem}-netns-samples.parquet"
     samples = pd.read_parquet(samples_path) if samples_path.exists() else None
     both = both_sides(pair_csv) if args.recovery else None
     shutil.rmtree(tmp, ignore_errors=True)

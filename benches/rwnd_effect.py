@@ -126,7 +126,7 @@ def main() -> int:
     a = ap.parse_args()
     if a.held:
         for c in F.select(F.matrix(), a.held):
-            k = [kernel_held(d / f"{c.key.replace(':', '_')}-netns-samples.parquet") for d in a.kernel_runs]
+            k = [kernel_held(d / f"{c.stem}-netns-samples.parquet") for d in a.kernel_runs]
             shown = ", ".join("–" if x is None else f"{x:.2f}" for x in k)
             print(
                 f"{c.key}: held by the window in the first {HELD_S:g} s: kernel {shown} s; "

@@ -34,6 +34,7 @@ not its samples) in benches/fidelity-runs/, in the repository. A RUN given to --
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import functools
 import gzip
@@ -57,6 +58,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "python"))
 sys.path.insert(0, str(ROOT / "benches"))
 
+import sched_waits  # noqa: E402
 from xferlab import backends, engine, metrics, scenario  # noqa: E402
 from xferlab.backends import netns as netns_backend  # noqa: E402
 from xferlab.backends import sim as sim_backend  # noqa: E402
@@ -71,7 +73,7 @@ ARCHIVE = ROOT / "benches" / "fidelity-runs"
 ARCHIVED = (
     "goodput_mbps", "jain", "cov", "retransmissions", "drops", "makespan_s", "timeouts",
     "ss_ssthresh", "ss_time_s", "first_loss_s", "broken", "starts_s", "load", "late_mean_ms",
-    "reord_seen", "acks_per_seg", "rx_batch", "backlog_merged", "unclean",
+    "reord_seen", "acks_per_seg", "rx_batch", "backlog_merged", "unclean", "waits",
 )  # fmt: skip
 VARIANTS = ("reno", "bic", "cubic", "highspeed", "htcp", "scalable", "bbr")
 RTTS_MS = (10, 50, 200)
@@ -112,8 +114,15 @@ READS_MODELS = ("uniform", "measured", "linux", "stalls")
 #: The emulated hosts' receiving applications' waits for a CPU (woken or preempted, until
 #: they run), traced with ftrace beside unobserved runs (`benches/receiver_waits.py`):
 #: per application, waits per second and the quantiles of their lengths. With --reads
-#: stalls every read due during one waits for its end (noise.app_stall_*).
+#: stalls every read due during one waits for its end (noise.app_stall_*): the waits traced
+#: in the case's own kernel runs (STALL_RUNS) where they were, else these.
 EMULATION_STALLS = ROOT / "benches" / "emulation-stalls.json"
+#: Whether a kernel run traces its receivers' waits (sched_waits; `--no-trace-waits`): about
+#: a microsecond per scheduler event of theirs, a few thousand a second.
+TRACE_WAITS = True
+#: The kernel runs (archives or results directories) whose traced waits --reads stalls
+#: gives the simulator: the --kernel-runs judged against, else RESULTS (None).
+STALL_RUNS: tuple[Path, ...] | None = None
 READS = READS_MODELS[0]
 #: What "agrees" means, per metric (issue 11).
 TOLERANCE = {"goodput": 0.05, "jain": 0.05, "ss_exit": 0.20, "completion": 0.05, "retx_over_loss": 1.10}
@@ -184,7 +193,7 @@ def _run(data: dict, backend: str, tcp_interval: float | None = None) -> tuple[d
     return metrics.compute(trace), trace, {"wall_s": wall, "end_s": trace.end_s, **trace.provenance.stats}
 
 
-def emulated(cfg: dict, kind: str = "duration", reads: str | None = None, case_key: str | None = None) -> dict:
+def emulated(cfg: dict, kind: str = "duration", reads: str | None = None, stalls: tuple[float, list[int]] | None = None) -> dict:
     """The simulator's configuration changed into the emulation netns builds (its
     topology.py), so that the two backends differ in TCP only: each host's access link is
     a veth (~10 Gbit/s) under an HTB at the access rate with a burst of 1 ms or 10 frames,
@@ -195,7 +204,7 @@ def emulated(cfg: dict, kind: str = "duration", reads: str | None = None, case_k
     (`linux_acks`), with "measured" their applications read when this machine woke them
     (EMULATION_READS: those of the application that receives a run of ``kind`` there), and
     with "stalls" every read waits out the application's waits for a CPU traced there
-    (EMULATION_STALLS: those of case ``case_key`` where measured, else of its number of flows)."""
+    (``stalls``: case_stalls_ns's; None: EMULATION_STALLS's for the number of flows)."""
     frame = cfg["mss"] + cfg["header_bytes"] + 14
     wire = frame / (frame + topology.WIRE_OVERHEAD)
     bucket = lambda rate, burst: {"kind": "token_bucket", "rate_bps": rate * wire, "burst_bytes": burst, "tick_ns": 1000}  # noqa: E731
@@ -213,12 +222,30 @@ def emulated(cfg: dict, kind: str = "duration", reads: str | None = None, case_k
     if (reads or READS) == "measured":
         cfg["noise"]["app_wakeup_quantiles_ns"] = emulation_wakeups_ns(NETNS_APPS[kind])
     if (reads or READS) == "stalls":
-        rate, lengths = emulation_stalls_ns(NETNS_APPS[kind], case_key, len(cfg["flows"]))
+        rate, lengths = stalls or emulation_stalls_ns(NETNS_APPS[kind], None, len(cfg["flows"]))
         cfg["noise"]["app_stall_rate_hz"] = rate
         cfg["noise"]["app_stall_quantiles_ns"] = lengths
     if (reads or READS) in ("measured", "linux", "stalls"):
         cfg["tcp"]["linux_acks"] = True
     return cfg
+
+
+def case_stalls_ns(case: Case, kind: str) -> tuple[float, list[int]]:
+    """The stall model of ``case``'s receivers in a run of ``kind``: the waits traced in the
+    case's kernel runs of STALL_RUNS (those clean and not void, pooled), else those of
+    EMULATION_STALLS (emulation_stalls_ns)."""
+    runs = STALL_RUNS if STALL_RUNS is not None else (RESULTS,)
+    records = []
+    for run in runs:
+        # the figures as the run keeps them (kernel_side would read a results directory's samples too)
+        path = run / f"{case.stem}-netns.json"
+        got = archived(run).get(case.key) if run.is_file() else json.loads(path.read_text()) if path.exists() else None
+        side = None if got is None or "failed" in got else got[kind]
+        if side and side.get("waits") and not unclean(side) and side.get("broken") is None:
+            records.append(side["waits"])
+    if records:
+        return sched_waits.stall_model(records)
+    return emulation_stalls_ns(NETNS_APPS[kind], case.key, case.flows)
 
 
 @functools.cache
@@ -274,7 +301,8 @@ def sim_setup(
     cfg = sim_backend.sim_config(r)
     cfg["noise"]["enabled"] = noise
     if not plain:
-        cfg = emulated(cfg, kind, reads, case.key)
+        stalls = case_stalls_ns(case, kind) if (reads or READS) == "stalls" else None
+        cfg = emulated(cfg, kind, reads, stalls)
     cfg["noise"].update(noise_fields or {})
     if starts_ns is not None:
         for flow, start in zip(cfg["flows"], starts_ns, strict=True):
@@ -359,12 +387,19 @@ def run_netns(case: Case, kind: str, duration_s: float = DURATION_S, samples_dir
 
 
 def run_netns_once(
-    case: Case, kind: str, duration_s: float = DURATION_S, samples_dir: Path | None = None, dense: bool = False
+    case: Case,
+    kind: str,
+    duration_s: float = DURATION_S,
+    samples_dir: Path | None = None,
+    dense: bool = False,
+    trace_waits: bool | None = None,
 ) -> dict:
     """One netns run with the TCP_INFO sampler beside it (its rows kept in ``samples_dir``:
     RESULTS, read when called, or elsewhere for a diagnostic run that must not replace them).
     ``dense``: a duration run sampled every SAMPLE_S throughout, not only until each flow's
-    first loss (a diagnostic of every congestion event; by lookup, as cheap as the matrix's)."""
+    first loss (a diagnostic of every congestion event; by lookup, as cheap as the matrix's).
+    ``trace_waits`` (default TRACE_WAITS): its receiving applications' waits for a CPU
+    traced, kept as ``waits`` (sched_waits.record; None if the tracing failed)."""
     samples_dir = samples_dir or RESULTS
     samples_dir.mkdir(parents=True, exist_ok=True)
     csv = samples_dir / f".samples-{os.getpid()}.csv"
@@ -373,8 +408,11 @@ def run_netns_once(
     after = ["--until-started"] if kind == "volume" else ["--discover", "inf", *sparse]
     sampler = start_sampler(csv, "--flows", str(case.flows), *after)
     load = wait_for_quiet()
+    tracing = TRACE_WAITS if trace_waits is None else trace_waits
+    tracer = sched_waits.traced(NETNS_APPS[kind]) if tracing else contextlib.nullcontext({})
     try:
-        m, _, stats = _run(case.scenario(kind, duration_s), "netns")
+        with tracer as got:
+            m, _, stats = _run(case.scenario(kind, duration_s), "netns")
     finally:
         t_end = time.monotonic_ns()
         sampler.send_signal(signal.SIGTERM)
@@ -389,7 +427,19 @@ def run_netns_once(
     late = (stats.get("delay_line") or {}).get("queues", {})
     out["late_mean_ms"] = max((q.get("late_mean_ms") or 0.0 for q in late.values()), default=None)
     out["unclean"] = bool(stats.get("delay_line_late"))
+    if tracing:
+        out["waits"] = traced_waits(got, case, kind)
     return out
+
+
+def traced_waits(got: dict, case: Case, kind: str) -> dict | None:
+    """A run's receivers' waits as sched_waits.traced left them, as the run keeps them
+    (sched_waits.record), or None, said, if the tracing failed."""
+    if "error" in got:
+        print(f"{case.key} {kind}: the receivers' waits were not traced: {got['error']}", file=sys.stderr, flush=True)
+        return None
+    w, span = sched_waits.waits(got.get("trace", ""), got["pids"])
+    return sched_waits.record(w, span, case.flows)
 
 
 # --------------------------------------------------------------------------- samples
@@ -660,7 +710,7 @@ def _stored(case: Case, backend: str, run, force: bool, starts: dict | None = No
     if path.exists() and not force:
         res = json.loads(path.read_text())
         same_starts = starts is None or all(res[kind].get("starts_s") == want[kind] for kind in want)
-        if same_starts and (backend != "sim" or made_with_reads(res)):
+        if same_starts and (backend != "sim" or made_with_reads(res, case)):
             return res
     try:
         res = {kind: run(case, kind) if starts is None else run(case, kind, starts_s=want[kind]) for kind in want}
@@ -668,25 +718,29 @@ def _stored(case: Case, backend: str, run, force: bool, starts: dict | None = No
         res = {"failed": str(e)}
         (RESULTS / f"{case.stem}-{backend}-samples.parquet").unlink(missing_ok=True)
     if backend == "sim":
-        res["reads"] = reads_tag()
+        res["reads"] = reads_tag(case)
     RESULTS.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(res))
     return res
 
 
-def made_with_reads(res: dict) -> bool:
-    """Whether a simulator's stored side was made with READS and the measurement it reads
-    now (one that does not say: the first of READS_MODELS, the default when they began to
-    be recorded)."""
-    return res.get("reads", READS_MODELS[0]) == reads_tag()
+def made_with_reads(res: dict, case: Case) -> bool:
+    """Whether a simulator's stored side of ``case`` was made with READS and the measurement
+    it reads now (one that does not say: the first of READS_MODELS, the default when they
+    began to be recorded)."""
+    return res.get("reads", READS_MODELS[0]) == reads_tag(case)
 
 
-def reads_tag() -> str:
-    """READS as a stored side records it: with the digest of the measurement a model reads
-    ("measured": EMULATION_READS, "stalls": EMULATION_STALLS), so that a new measurement
-    makes the simulator's stored sides again."""
-    source = {"measured": EMULATION_READS, "stalls": EMULATION_STALLS}.get(READS)
-    return READS if source is None else f"{READS}:{hashlib.sha256(source.read_bytes()).hexdigest()[:12]}"
+def reads_tag(case: Case) -> str:
+    """READS as a stored side of ``case`` records it: with the digest of what a model reads
+    ("measured": EMULATION_READS; "stalls": the case's stall models, case_stalls_ns), so
+    that a new measurement makes the simulator's stored sides again."""
+    if READS == "measured":
+        return f"{READS}:{hashlib.sha256(EMULATION_READS.read_bytes()).hexdigest()[:12]}"
+    if READS == "stalls":
+        models = json.dumps([case_stalls_ns(case, kind) for kind in ("duration", "volume")])
+        return f"{READS}:{hashlib.sha256(models.encode()).hexdigest()[:12]}"
+    return READS
 
 
 #: The kernel's side first: the simulators' runs take its flows' starts.
@@ -1059,7 +1113,7 @@ def sim_side(case: Case, starts_from: Path) -> dict:
     the flows' starts of the kernel run in ``starts_from``."""
     path = RESULTS / f"{case.stem}-sim.json"
     got = json.loads(path.read_text()) if path.exists() else None
-    if got is None or not made_with_reads(got):
+    if got is None or not made_with_reads(got, case):
         got = _stored(case, "sim", RUNNERS["sim"], False, starts_from_kernel(starts_from, case))
     return {**got["duration"], "makespan_s": got["volume"]["makespan_s"]}
 
@@ -1201,6 +1255,9 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--max-load", type=float, default=3.0, help="wait for a load average below this")
     ap.add_argument(
+        "--no-trace-waits", action="store_true", help="kernel runs without their receivers' waits traced (TRACE_WAITS)"
+    )
+    ap.add_argument(
         "--reads", choices=READS_MODELS, default=READS, help="the emulated simulator's receiving applications (READS)"
     )
     ap.add_argument(
@@ -1226,6 +1283,8 @@ def main() -> int:
     args = ap.parse_args()
     globals()["MAX_LOAD"] = args.max_load
     globals()["READS"] = args.reads
+    globals()["TRACE_WAITS"] = not args.no_trace_waits
+    globals()["STALL_RUNS"] = tuple(args.kernel_runs) if args.kernel_runs else None
     if args.archive and args.from_table:
         shown = subprocess.run(
             ["git", "-C", str(ROOT), "show", f"{args.from_table}:VALIDATION.md"], capture_output=True, text=True

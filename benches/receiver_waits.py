@@ -30,17 +30,12 @@ VALIDATION.md §6b, "The receiving applications' waits, traced".
 from __future__ import annotations
 
 import argparse
-import contextlib
 import datetime
 import json
 import os
 import platform
 import re
-import subprocess
 import sys
-import threading
-import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -50,157 +45,13 @@ sys.path.insert(0, str(ROOT / "python"))
 sys.path.insert(0, str(ROOT / "benches"))
 
 import fidelity  # noqa: E402
+import sched_waits  # noqa: E402
 from xferlab import engine  # noqa: E402
 
-TRACEFS = Path("/sys/kernel/tracing")
-#: The ftrace instance the tracer owns while a run lasts (removed after).
-INSTANCE = TRACEFS / "instances" / "xferlab-receivers"
-#: Per-CPU ring buffer (kB): a 30 s run's events of one receiver take ~16 MB.
-BUFFER_KB = 65536
-EVENTS = ("sched/sched_wakeup", "sched/sched_switch")
 #: The cases measured by default: a lone flow at 10 ms with a small buffer (the busiest
 #: receiver), four flows at 50 ms with a BDP, a lone flow at 200 ms.
 STALL_CASES = ("reno:10:0.2bdp:1", "cubic:50:1.0bdp:4", "bbr:200:0.2bdp:1")
-#: How many quantiles the written distribution has (per mille, as emulation-reads.json).
-QUANTILES = 1001
 DEFAULT_OUT = ROOT / "benches" / "emulation-stalls.json"
-
-_LINE = re.compile(r"^\s*.+?-(\d+)\s+\[\d+\]\s+\S+\s+(\d+\.\d+): (sched_wakeup|sched_switch): (.*)$")
-_FIELD = re.compile(r"(\w+)=(\S+)")
-
-
-def receiver_pids(app: str) -> list[int]:
-    """The processes of ``app`` (iperf3 servers, xfer receivers) running in a network
-    namespace other than ours: the emulation's receiving applications."""
-    ours = os.readlink("/proc/self/ns/net")
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            argv = (Path("/proc") / entry / "cmdline").read_bytes().split(b"\0")
-            if is_receiver(app, argv) and os.readlink(f"/proc/{entry}/ns/net") != ours:
-                found.append(int(entry))
-        except OSError:  # it exited meanwhile
-            continue
-    return found
-
-
-def is_receiver(app: str, argv: list[bytes]) -> bool:
-    """Whether a command line is ``app``'s receiving side as the netns backend starts it."""
-    name = Path(argv[0].decode(errors="replace")).name if argv and argv[0] else ""
-    if app == "iperf3":
-        return name == "iperf3" and argv[1:3] == [b"-s", b"-1"]
-    return name == "xfer" and argv[1:2] == [b"serve"]
-
-
-@contextlib.contextmanager
-def traced(app: str, wait_s: float = 60.0) -> Iterator[dict]:
-    """Traces the scheduling of ``app``'s receivers in the run made inside the block: a
-    thread waits for them to appear, then enables the events for their PIDs and threads.
-    Yields a dict that holds, once the block ends, ``trace`` (the instance's text) and
-    ``pids`` (the receivers' threads)."""
-    if not (TRACEFS / "events").exists():
-        subprocess.run(["mount", "-t", "tracefs", "nodev", str(TRACEFS)], check=True)
-    if INSTANCE.exists():
-        INSTANCE.rmdir()  # left by a killed run
-    INSTANCE.mkdir()
-    got: dict = {"pids": set()}
-    done = threading.Event()
-
-    def arm() -> None:
-        """Adds every receiver to the traced PIDs as it appears (the first enables the
-        events), and collects their threads as long as they run."""
-        until, known = time.monotonic() + wait_s, set()
-        while not done.is_set() and (known or time.monotonic() < until):
-            for pid in set(receiver_pids(app)) - known:
-                # Without O_TRUNC a write adds to the list (tracefs cannot seek: no "a" mode).
-                fd = os.open(INSTANCE / "set_event_pid", os.O_WRONLY)
-                try:
-                    os.write(fd, f"{pid}\n".encode())
-                finally:
-                    os.close(fd)
-                if not known:
-                    for e in EVENTS:
-                        write(f"events/{e}/enable", "1")
-                known.add(pid)
-            for pid in known:
-                with contextlib.suppress(OSError):
-                    got["pids"].update(int(t) for t in os.listdir(f"/proc/{pid}/task"))
-            time.sleep(0.005 if not known else 0.05)
-
-    def guarded() -> None:
-        try:
-            arm()
-        except OSError as e:  # raised in the caller once the run is over
-            got["error"] = e
-
-    try:
-        write("buffer_size_kb", str(BUFFER_KB))
-        write("trace_clock", "mono")
-        write("options/event-fork", "1")
-        thread = threading.Thread(target=guarded, daemon=True)
-        thread.start()
-        yield got
-        done.set()
-        thread.join()
-        for e in EVENTS:
-            write(f"events/{e}/enable", "0")
-        got["trace"] = (INSTANCE / "trace").read_text()
-        if "error" in got:
-            raise RuntimeError(f"tracing {app}'s receivers failed: {got['error']}") from got["error"]
-    finally:
-        done.set()
-        with contextlib.suppress(OSError):
-            for e in EVENTS:
-                write(f"events/{e}/enable", "0")
-        INSTANCE.rmdir()
-
-
-def write(name: str, value: str) -> None:
-    (INSTANCE / name).write_text(value)
-
-
-def waits(trace: str, pids: set[int]) -> tuple[np.ndarray, float]:
-    """Every wait of the tasks ``pids`` (s) — from a wakeup, or from being switched out
-    while runnable (preempted), to being switched in — and the span of the trace (s). The
-    trace also holds the wakeups of other tasks by ours (ftrace records what a traced task
-    does), which are left out."""
-    ours = set(pids)
-    since: dict[int, float] = {}
-    out: list[float] = []
-    first = last = None
-    for line in trace.splitlines():
-        m = _LINE.match(line)
-        if not m:
-            continue
-        t, event, f = float(m.group(2)), m.group(3), dict(_FIELD.findall(m.group(4)))
-        first = t if first is None else first
-        last = t
-        if event == "sched_wakeup":
-            if int(f["pid"]) in ours:
-                since.setdefault(int(f["pid"]), t)
-            continue
-        prev, nxt = int(f["prev_pid"]), int(f["next_pid"])
-        if prev in ours:
-            since.pop(prev, None)
-            if f["prev_state"].startswith("R"):  # preempted: runnable, not running
-                since[prev] = t
-        if nxt in since:
-            out.append(t - since.pop(nxt))
-    return np.asarray(out), (last - first) if first is not None else 0.0
-
-
-def summary(w: np.ndarray, span_s: float) -> str:
-    """A run's waits in a line: per second, median, 99th and 99.9th percentile, longest (µs)."""
-    if not len(w) or span_s <= 0:
-        return "no waits traced"
-    q = np.quantile(w * 1e6, [0.5, 0.99, 0.999, 1.0])
-    long_ = (w >= 1e-3).sum() / span_s
-    return (
-        f"{len(w) / span_s:.0f} waits/s, median {q[0]:.0f} µs, p99 {q[1]:.0f}, p99.9 {q[2]:.0f}, "
-        f"longest {q[3]:.0f}; ≥ 1 ms {long_:.1f}/s"
-    )
 
 
 def measure(cases: list[fidelity.Case], kinds: list[str], runs: int, dense: bool) -> dict:
@@ -212,9 +63,13 @@ def measure(cases: list[fidelity.Case], kinds: list[str], runs: int, dense: bool
         for kind in kinds:
             app = fidelity.NETNS_APPS[kind]
             for k in range(1, runs + 1):
-                with traced(app) as got:
-                    res = fidelity.run_netns_once(case, kind, samples_dir=Path("/tmp/xferlab-receiver-waits"), dense=dense)
-                w, span = waits(got.get("trace", ""), got["pids"])
+                with sched_waits.traced(app) as got:
+                    res = fidelity.run_netns_once(
+                        case, kind, samples_dir=Path("/tmp/xferlab-receiver-waits"), dense=dense, trace_waits=False
+                    )
+                if "error" in got:
+                    raise RuntimeError(f"tracing {app}'s receivers failed: {got['error']}") from got["error"]
+                w, span = sched_waits.waits(got.get("trace", ""), got["pids"])
                 run = {"case": case.key, "kind": kind, "goodput_mbps": res["goodput_mbps"], "unclean": res["unclean"]}
                 for key in (f"flows {case.flows}", case.key):
                     a = apps.setdefault(app, {}).setdefault(key, {"flows": case.flows, "waits": [], "span_s": 0.0, "runs": []})
@@ -222,7 +77,8 @@ def measure(cases: list[fidelity.Case], kinds: list[str], runs: int, dense: bool
                     a["span_s"] += span
                     a["runs"].append(run)
                 flag = " (unclean)" if res["unclean"] else ""
-                print(f"{case.key} {kind} {k}: {res['goodput_mbps']:.1f} Mbit/s{flag}; {app}: {summary(w, span)}", flush=True)
+                line = f"{case.key} {kind} {k}: {res['goodput_mbps']:.1f} Mbit/s{flag}"
+                print(f"{line}; {app}: {sched_waits.summary(w, span)}", flush=True)
     return apps
 
 
@@ -244,7 +100,7 @@ def model(apps: dict, dense: bool) -> dict:
             w = np.concatenate(a["waits"]) if a["waits"] else np.array([])
             if not len(w) or a["span_s"] <= 0:
                 continue
-            q = np.quantile(w * 1e6, np.linspace(0, 1, QUANTILES))
+            q = np.quantile(w * 1e6, np.linspace(0, 1, sched_waits.QUANTILES))
             out["apps"].setdefault(app, {})[key] = {
                 "rate_hz": round(len(w) / a["span_s"] / a["flows"], 2),
                 "quantiles_us": [round(float(x), 1) for x in q],

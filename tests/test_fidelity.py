@@ -19,6 +19,7 @@ from xferlab.netns import bpfcc
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benches"))
 import fidelity  # noqa: E402
 import fidelity_events  # noqa: E402
+import sched_waits  # noqa: E402
 
 pytestmark = [pytest.mark.slow]
 
@@ -85,6 +86,9 @@ def test_sim_beside_the_kernel(case):
     # goodput is the machine's, not the path's: only a gross disagreement is caught then.
     tolerance = GOODPUT_TOLERANCE if faithful else 0.5
     assert sim["goodput_mbps"] == pytest.approx(net["goodput_mbps"], rel=tolerance), net
+    if (sched_waits.TRACEFS / "instances").exists():
+        # The run traced its receiver's waits for a CPU: hundreds a second over the run.
+        assert net["waits"]["traced_s"] >= 5 and net["waits"]["waits"] / net["waits"]["traced_s"] > 100, net["waits"]
     if case.variant == "reno" and faithful:
         # Reno leaves slow start at its first loss, where and when the kernel does.
         assert sim["ss_ssthresh"] == pytest.approx(net["ss_ssthresh"], rel=0.25)

@@ -1,5 +1,6 @@
-"""benches/receiver_waits.py: the receiving applications' waits read from an ftrace text,
-and the stall model they give the emulated simulator (benches/fidelity.py --reads stalls)."""
+"""benches/sched_waits.py and receiver_waits.py: the receiving applications' waits read from
+an ftrace text, kept per kernel run, and the stall model they give the emulated simulator
+(benches/fidelity.py --reads stalls)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benches"))
 
 import fidelity  # noqa: E402
 import receiver_waits  # noqa: E402
+import sched_waits  # noqa: E402
 from xferlab import metrics  # noqa: E402
 from xferlab.backends import sim as sim_backend  # noqa: E402
 
@@ -46,19 +48,19 @@ def test_a_receiver_s_waits_run_from_its_wakeup_or_preemption_to_its_running():
             "garbage line",
         ]
     )
-    w, span = receiver_waits.waits(trace, {ours})
+    w, span = sched_waits.waits(trace, {ours})
     assert w * 1e6 == pytest.approx([70, 2000, 100], abs=0.5)
     assert span == pytest.approx(0.0101)
-    assert receiver_waits.summary(w, span).startswith("297 waits/s, median 100 µs")
-    assert receiver_waits.summary(np.array([]), 0.0) == "no waits traced"
+    assert sched_waits.summary(w, span).startswith("297 waits/s, median 100 µs")
+    assert sched_waits.summary(np.array([]), 0.0) == "no waits traced"
 
 
 def test_receivers_are_recognised_by_the_command_lines_the_netns_backend_gives_them():
-    assert receiver_waits.is_receiver("iperf3", [b"iperf3", b"-s", b"-1", b"-J", b""])
-    assert not receiver_waits.is_receiver("iperf3", [b"iperf3", b"-c", b"10.2.0.1", b""])
-    assert receiver_waits.is_receiver("xfer", [b"/repo/target/release/xfer", b"serve", b"--listen", b""])
-    assert not receiver_waits.is_receiver("xfer", [b"/repo/target/release/xfer", b"send", b""])
-    assert not receiver_waits.is_receiver("xfer", [b""])
+    assert sched_waits.is_receiver("iperf3", [b"iperf3", b"-s", b"-1", b"-J", b""])
+    assert not sched_waits.is_receiver("iperf3", [b"iperf3", b"-c", b"10.2.0.1", b""])
+    assert sched_waits.is_receiver("xfer", [b"/repo/target/release/xfer", b"serve", b"--listen", b""])
+    assert not sched_waits.is_receiver("xfer", [b"/repo/target/release/xfer", b"send", b""])
+    assert not sched_waits.is_receiver("xfer", [b""])
 
 
 def test_the_stall_model_pools_every_wait_and_the_simulator_takes_it(tmp_path, monkeypatch):
@@ -75,7 +77,7 @@ def test_the_stall_model_pools_every_wait_and_the_simulator_takes_it(tmp_path, m
     assert a["rate_hz"] == 150.0 and a["waits"] == 3000 and a["traced_s"] == 20.0
     assert model["apps"]["iperf3"]["reno:10:0.2bdp:1"] == a
     assert model["apps"]["iperf3"]["flows 4"]["rate_hz"] == 100.0
-    assert len(a["quantiles_us"]) == receiver_waits.QUANTILES
+    assert len(a["quantiles_us"]) == sched_waits.QUANTILES
     assert a["quantiles_us"][0] == 100.0 and a["quantiles_us"][-1] == 2900.0
     assert a["quantiles_us"][500] == pytest.approx(1500.0, abs=2)
     stalls = tmp_path / "stalls.json"
@@ -83,6 +85,7 @@ def test_the_stall_model_pools_every_wait_and_the_simulator_takes_it(tmp_path, m
     assert json.loads(stalls.read_text()) == model
     assert len(stalls.read_text().splitlines()) < 60  # a list of numbers takes a line
     monkeypatch.setattr(fidelity, "EMULATION_STALLS", stalls)
+    monkeypatch.setattr(fidelity, "STALL_RUNS", ())  # no kernel run's own waits
     fidelity.emulation_stalls_ns.cache_clear()
     try:
         case = fidelity.Case("reno", 10, "0.2bdp", 1)
@@ -108,3 +111,55 @@ def test_the_stall_model_pools_every_wait_and_the_simulator_takes_it(tmp_path, m
         assert "app_stall_rate_hz" not in plain["noise"]
     finally:
         fidelity.emulation_stalls_ns.cache_clear()
+
+
+def test_a_run_keeps_its_waits_as_a_histogram_whose_quantiles_are_within_a_bin_of_the_waits():
+    rng = np.random.default_rng(7)
+    w = rng.lognormal(np.log(70e-6), 1.2, 50_000)
+    rec = sched_waits.record(w, 25.0, receivers=2)
+    assert rec["waits"] == 50_000 and sum(rec["hist"]) == 50_000 and rec["receivers"] == 2
+    assert len(json.dumps(rec)) < 1000  # what an archive holds per run and kind
+    rate, lengths = sched_waits.stall_model([rec, rec])  # two runs pooled: the same rates
+    assert rate == 1000.0  # 50 000 waits over 25 s of two receivers
+    q = np.asarray(lengths) / 1e9
+    assert len(q) == sched_waits.QUANTILES and np.all(np.diff(q) >= 0)
+    width = 10 ** (1 / sched_waits.HIST_PER_DECADE)  # a bin's ratio of its edges
+    for k in (10, 100, 500, 900, 990, 999):
+        true = np.quantile(w, k / 1000)
+        assert true / width <= q[k] <= true * width, k
+    assert q[-1] >= w.max() and q[-1] <= w.max() * width
+    assert sched_waits.record(np.array([]), 0.0, 1) is None
+
+
+def _kernel_side(waits: dict | None, unclean: bool = False) -> dict:
+    side = {"goodput_mbps": 250.0, "unclean": unclean, "broken": None, "waits": waits}
+    return {"duration": side, "volume": {**side, "makespan_s": 10.0}}
+
+
+def test_the_simulator_takes_the_waits_traced_in_the_case_s_own_kernel_runs(tmp_path, monkeypatch):
+    case = fidelity.Case("reno", 10, "0.2bdp", 1)
+    short = sched_waits.record(np.full(3000, 100e-6), 30.0, 1)  # 100 a second of 0.1 ms
+    long_ = sched_waits.record(np.full(1000, 2e-3), 10.0, 1)  # 100 a second of 2 ms
+    runs = [tmp_path / n for n in ("a", "b", "c")]
+    for run, side in zip(runs, (_kernel_side(short), _kernel_side(long_), _kernel_side(long_, unclean=True)), strict=True):
+        run.mkdir()
+        (run / f"{case.stem}-netns.json").write_text(json.dumps(side))
+    monkeypatch.setattr(fidelity, "READS", "stalls")
+    monkeypatch.setattr(fidelity, "STALL_RUNS", tuple(runs[:1]))
+    rate, lengths = fidelity.case_stalls_ns(case, "duration")
+    assert rate == 100.0
+    assert lengths[0] == pytest.approx(100_000, rel=0.13) and lengths[-1] == pytest.approx(100_000, rel=0.13)
+    tag = fidelity.reads_tag(case)
+    # Two clean runs pooled (the unclean one left out): a quarter of the waits are 2 ms.
+    monkeypatch.setattr(fidelity, "STALL_RUNS", tuple(runs))
+    rate, lengths = fidelity.case_stalls_ns(case, "duration")
+    assert rate == 100.0
+    assert lengths[700] == pytest.approx(100_000, rel=0.13) and lengths[800] == pytest.approx(2_000_000, rel=0.13)
+    cfg, _ = fidelity.sim_setup(case, "duration", duration_s=2, reads="stalls")
+    assert cfg["noise"]["app_stall_quantiles_ns"] == lengths
+    # A stored simulator side made with other waits is made again.
+    assert fidelity.reads_tag(case) != tag
+    assert not fidelity.made_with_reads({"reads": tag}, case)
+    # A case whose runs traced nothing takes the measured file's.
+    other = fidelity.Case("cubic", 50, "1.0bdp", 4)
+    assert fidelity.case_stalls_ns(other, "volume") == fidelity.emulation_stalls_ns("xfer", other.key, 4)

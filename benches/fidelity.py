@@ -232,20 +232,25 @@ def emulated(cfg: dict, kind: str = "duration", reads: str | None = None, stalls
 
 def case_stalls_ns(case: Case, kind: str) -> tuple[float, list[int]]:
     """The stall model of ``case``'s receivers in a run of ``kind``: the waits traced in the
-    case's kernel runs of STALL_RUNS (those clean and not void, pooled), else those of
-    EMULATION_STALLS (emulation_stalls_ns)."""
-    runs = STALL_RUNS if STALL_RUNS is not None else (RESULTS,)
+    case's kernel runs (traced_records, pooled), else those of EMULATION_STALLS
+    (emulation_stalls_ns)."""
+    if records := traced_records(case, kind):
+        return sched_waits.stall_model(records)
+    return emulation_stalls_ns(NETNS_APPS[kind], case.key, case.flows)
+
+
+def traced_records(case: Case, kind: str) -> list[dict]:
+    """The receivers' waits (sched_waits.record) traced in ``case``'s runs of ``kind`` in
+    STALL_RUNS (None: RESULTS), those clean and not void."""
     records = []
-    for run in runs:
+    for run in STALL_RUNS if STALL_RUNS is not None else (RESULTS,):
         # the figures as the run keeps them (kernel_side would read a results directory's samples too)
         path = run / f"{case.stem}-netns.json"
         got = archived(run).get(case.key) if run.is_file() else json.loads(path.read_text()) if path.exists() else None
         side = None if got is None or "failed" in got else got[kind]
         if side and side.get("waits") and not unclean(side) and side.get("broken") is None:
             records.append(side["waits"])
-    if records:
-        return sched_waits.stall_model(records)
-    return emulation_stalls_ns(NETNS_APPS[kind], case.key, case.flows)
+    return records
 
 
 @functools.cache
@@ -409,7 +414,7 @@ def run_netns_once(
     sampler = start_sampler(csv, "--flows", str(case.flows), *after)
     load = wait_for_quiet()
     tracing = TRACE_WAITS if trace_waits is None else trace_waits
-    tracer = sched_waits.traced(NETNS_APPS[kind]) if tracing else contextlib.nullcontext({})
+    tracer = sched_waits.traced(NETNS_APPS[kind], case.flows) if tracing else contextlib.nullcontext({})
     try:
         with tracer as got:
             m, _, stats = _run(case.scenario(kind, duration_s), "netns")
@@ -1202,6 +1207,12 @@ def against_runs(runs_: list[Path], cases: list[Case], seeds: list[int] | None =
     n_runs = [len(kernel[c.key]) for c in judged]
     lo, hi = min(n_runs, default=0), max(n_runs, default=0)
     text = f"The simulator against the median of {lo if lo == hi else f'{lo}–{hi}'} kernel runs per case: {tally(sim_oks)}.\n\n"
+    if READS == "stalls":
+        own = sum(all(traced_records(c, kind) for kind in ("duration", "volume")) for c in judged)
+        text = (
+            f"(Receivers' waits: the case's own kernel runs' in {own} of {len(judged)} cases, else {EMULATION_STALLS.name}'s.) "
+            + text
+        )
     if seeds:
         sims = seeded_sides(judged, seeds, runs_[-1], jobs)
         seeded = tally([median_verdict(sims[c.key], median_run(kernel[c.key])) for c in judged])

@@ -63,7 +63,7 @@ def measure(cases: list[fidelity.Case], kinds: list[str], runs: int, dense: bool
         for kind in kinds:
             app = fidelity.NETNS_APPS[kind]
             for k in range(1, runs + 1):
-                with sched_waits.traced(app) as got:
+                with sched_waits.traced(app, case.flows) as got:
                     res = fidelity.run_netns_once(
                         case, kind, samples_dir=Path("/tmp/xferlab-receiver-waits"), dense=dense, trace_waits=False
                     )

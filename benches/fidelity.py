@@ -242,15 +242,20 @@ def case_stalls_ns(case: Case, kind: str) -> tuple[float, list[int]]:
 def traced_records(case: Case, kind: str) -> list[dict]:
     """The receivers' waits (sched_waits.record) traced in ``case``'s runs of ``kind`` in
     STALL_RUNS (None: RESULTS), those clean and not void."""
-    records = []
-    for run in STALL_RUNS if STALL_RUNS is not None else (RESULTS,):
-        # the figures as the run keeps them (kernel_side would read a results directory's samples too)
-        path = run / f"{case.stem}-netns.json"
-        got = archived(run).get(case.key) if run.is_file() else json.loads(path.read_text()) if path.exists() else None
-        side = None if got is None or "failed" in got else got[kind]
-        if side and side.get("waits") and not unclean(side) and side.get("broken") is None:
-            records.append(side["waits"])
-    return records
+    runs = STALL_RUNS if STALL_RUNS is not None else (RESULTS,)
+    return [w for run in runs if (w := kept_waits(run, case, kind)) is not None]
+
+
+def kept_waits(run: Path, case: Case, kind: str) -> dict | None:
+    """The receivers' waits ``run`` (an archive or a results directory) traced in ``case``'s
+    run of ``kind``, if it did and that run was clean and not void."""
+    # the figures as the run keeps them (kernel_side would read a results directory's samples too)
+    path = run / f"{case.stem}-netns.json"
+    got = archived(run).get(case.key) if run.is_file() else json.loads(path.read_text()) if path.exists() else None
+    side = None if got is None or "failed" in got else got[kind]
+    if side and side.get("waits") and not unclean(side) and side.get("broken") is None:
+        return side["waits"]
+    return None
 
 
 @functools.cache

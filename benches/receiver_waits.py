@@ -2,6 +2,7 @@
 
     sudo .venv/bin/python benches/receiver_waits.py [KEY-PATTERN ... | --all] [--runs N]
         [--kinds duration volume] [--dense] [--out benches/emulation-stalls.json | --no-write]
+    .venv/bin/python benches/receiver_waits.py --from RUN [KEY-PATTERN ...]   # what a matrix run kept
 
 Runs the cases of benches/fidelity.py (default: STALL_CASES; ``--all``: the whole matrix)
 on the netns backend as the matrix does (its TCP_INFO sampler beside them; ``--dense``:
@@ -21,7 +22,9 @@ simulator's stall model (``--out``, replaced whole): ``rate_hz`` (waits per seco
 receiver) and ``quantiles_us`` (1 001 quantiles of their lengths), which
 ``benches/fidelity.py --reads stalls`` gives its emulated hosts (``noise.app_stall_rate_hz``,
 ``noise.app_stall_quantiles_ns``: every read due during a wait is held to its end; a case
-not measured takes the pool of its number of flows).
+not measured takes the pool of its number of flows) where the case's own kernel runs did
+not trace theirs (the matrix's runs trace them since 2026-11-29b: sched_waits.py). The
+tracing (sched_waits.py) is shared with those runs.
 
 Needs root and tracefs (mounted at /sys/kernel/tracing if it is not). What it measured:
 VALIDATION.md §6b, "The receiving applications' waits, traced".
@@ -118,6 +121,28 @@ def dumps(out: dict) -> str:
     return re.sub(r"\[\s*([-0-9.e,\s]+?)\s*\]", inline, json.dumps(out, indent=1)) + "\n"
 
 
+def kept_table(run: Path, cases: list[fidelity.Case]) -> str:
+    """The waits a kernel run of the matrix traced (``--from RUN``), per case and kind: per
+    second per receiver, their median, 99th percentile and longest (µs, read off the
+    histogram: within 12 %), and how many of 1 ms or more a second."""
+    rows = [
+        "| case | run | waits a second | median (µs) | 99th | longest | 1 ms or more a second |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
+    for case in cases:
+        for kind in ("duration", "volume"):
+            rec = fidelity.kept_waits(run, case, kind)
+            if rec is None:
+                continue
+            rate, q = sched_waits.stall_model([rec])
+            long_ = sched_waits.per_second_at_least([rec], 1e-3)
+            rows.append(
+                f"| {case.key} | {kind} ({fidelity.NETNS_APPS[kind]}) | {rate:.0f} | {q[500] / 1e3:.0f} | "
+                f"{q[990] / 1e3:.0f} | {q[-1] / 1e3:.0f} | {long_:.1f} |"
+            )
+    return "\n".join(rows) if len(rows) > 2 else f"{run}: no traced waits kept for these cases"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("patterns", nargs="*", help=f"case keys or prefixes (default: {' '.join(STALL_CASES)})")
@@ -127,7 +152,15 @@ def main() -> None:
     ap.add_argument("--dense", action="store_true", help="the TCP_INFO sampler every 2 ms throughout")
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT, help="where the stall model goes")
     ap.add_argument("--no-write", action="store_true", help="print only")
+    ap.add_argument(
+        "--from", dest="from_", type=Path, metavar="RUN", help="print the waits a kernel run of the matrix kept (no root)"
+    )
     args = ap.parse_args()
+    if args.from_:
+        if not args.from_.exists():
+            sys.exit(f"error: {args.from_}: no such archive or results directory")
+        print(kept_table(args.from_, fidelity.select(fidelity.matrix(), args.patterns)))
+        return
     if os.geteuid() != 0:
         sys.exit("receiver_waits.py needs root (network namespaces, tracefs)")
     cases = fidelity.select(fidelity.matrix(), args.patterns or ([] if args.all else list(STALL_CASES)))

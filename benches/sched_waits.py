@@ -258,3 +258,11 @@ def stall_model(records: list[dict]) -> tuple[float, list[int]]:
     q = np.exp(np.interp(np.linspace(0, 1, QUANTILES), cdf[keep], logs[keep]))
     q[q < HIST_LOW_S] = 0.0  # below the first edge: "shorter than a microsecond"
     return round(float(counts.sum() / seconds), 2), [round(x * 1e9) for x in q]
+
+
+def per_second_at_least(records: list[dict], seconds: float) -> float:
+    """How many waits of at least ``seconds`` (a bin edge, within its 12 %) the records'
+    receivers had per second each."""
+    counts = np.sum([r["hist"] for r in records], axis=0)
+    first = int(np.searchsorted(hist_edges(), seconds * (1 - 1e-9))) + 1  # the bin from that edge up
+    return float(counts[first:].sum() / sum(r["traced_s"] * r["receivers"] for r in records))

@@ -128,6 +128,8 @@ def test_a_run_keeps_its_waits_as_a_histogram_whose_quantiles_are_within_a_bin_o
         true = np.quantile(w, k / 1000)
         assert true / width <= q[k] <= true * width, k
     assert q[-1] >= w.max() and q[-1] <= w.max() * width
+    long_ = (w >= 1e-3).sum() / 50.0  # per second per receiver
+    assert sched_waits.per_second_at_least([rec], 1e-3) == pytest.approx(long_, rel=0.02)
     assert sched_waits.record(np.array([]), 0.0, 1) is None
 
 
@@ -160,6 +162,10 @@ def test_the_simulator_takes_the_waits_traced_in_the_case_s_own_kernel_runs(tmp_
     # A stored simulator side made with other waits is made again.
     assert fidelity.reads_tag(case) != tag
     assert not fidelity.made_with_reads({"reads": tag}, case)
+    # What a run kept, as `receiver_waits.py --from RUN` prints it (the unclean run: nothing).
+    table = receiver_waits.kept_table(runs[1], [case]).splitlines()
+    assert table[2].startswith("| reno:10:0.2bdp:1 | duration (iperf3) | 100 | 2113 | 2236 | 2239 | 100.0 |")
+    assert "no traced waits" in receiver_waits.kept_table(runs[2], [case])
     # A case whose runs traced nothing takes the measured file's.
     other = fidelity.Case("cubic", 50, "1.0bdp", 4)
     assert fidelity.case_stalls_ns(other, "volume") == fidelity.emulation_stalls_ns("xfer", other.key, 4)

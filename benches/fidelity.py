@@ -249,9 +249,7 @@ def traced_records(case: Case, kind: str) -> list[dict]:
 def kept_waits(run: Path, case: Case, kind: str) -> dict | None:
     """The receivers' waits ``run`` (an archive or a results directory) traced in ``case``'s
     run of ``kind``, if it did and that run was clean and not void."""
-    # the figures as the run keeps them (kernel_side would read a results directory's samples too)
-    path = run / f"{case.stem}-netns.json"
-    got = archived(run).get(case.key) if run.is_file() else json.loads(path.read_text()) if path.exists() else None
+    got = kernel_side(run, case, samples=False)  # the waits are not in the samples
     side = None if got is None or "failed" in got else got[kind]
     if side and side.get("waits") and not unclean(side) and side.get("broken") is None:
         return side["waits"]
@@ -918,18 +916,18 @@ def write(name: str, text: str) -> None:
 # --------------------------------------------------------------------------- the kernel against itself
 
 
-def stored(results: Path, case: Case, backend: str = "netns") -> dict | None:
+def stored(results: Path, case: Case, backend: str = "netns", samples: bool = True) -> dict | None:
     """A case's side on ``backend`` as stored in a results directory:
     ``{"duration": …, "volume": …}`` or ``{"failed": …}``; None if not run. Duration fields
     are read from its samples where they are kept (the table's reading of the samples may
-    be newer than the run)."""
+    be newer than the run), unless ``samples`` is False (the figures as the run kept them)."""
     path = results / f"{case.stem}-{backend}.json"
     if not path.exists():
         return None
     got = json.loads(path.read_text())
-    samples = results / f"{case.stem}-{backend}-samples.parquet"
-    if "failed" not in got and samples.exists():
-        got["duration"] |= sample_fields(pd.read_parquet(samples))
+    kept = results / f"{case.stem}-{backend}-samples.parquet"
+    if samples and "failed" not in got and kept.exists():
+        got["duration"] |= sample_fields(pd.read_parquet(kept))
     return got
 
 
@@ -1036,9 +1034,10 @@ def unseen_starts_dropped(d: dict) -> dict:
     return d
 
 
-def kernel_side(run: Path, case: Case) -> dict | None:
-    """A case's kernel side in ``run``, an archive or a results directory."""
-    return archived(run).get(case.key) if run.is_file() else stored(run, case)
+def kernel_side(run: Path, case: Case, samples: bool = True) -> dict | None:
+    """A case's kernel side in ``run``, an archive or a results directory (``samples``: see
+    stored)."""
+    return archived(run).get(case.key) if run.is_file() else stored(run, case, samples=samples)
 
 
 def unclean(side: dict) -> bool:

@@ -18,6 +18,13 @@ makes N new kernel duration runs of each case instead, sampled every 2 ms throug
 matrix samples every 0.1 s after a flow's first loss: too coarse for each event at 10 ms),
 and prints each run's events beside the simulator's seeds 1 to N (fresh_runs).
 
+    .venv/bin/python benches/fidelity_events.py --kept [--reads MODEL] KEY-PATTERN ...
+
+reads the runs --kernel-runs kept in --out again (no root) beside the simulator's seeds:
+the segments each congestion event after slow start retransmitted and the ACK stalls before
+it (both sides count their ACKs: the kernel's ``tcpi_segs_in``, the Trace's
+``tcp.acks_in``), then how often each flow went without an ACK for 2, 4, 10 and 20 ms.
+
 Both sides number the congestion states as Linux does (the Trace contract: 3 Recovery, 4 Loss).
 """
 
@@ -54,6 +61,11 @@ STALL_LOOKBACK_S = 0.03
 STALL_S = 0.002
 #: A gap of the sampler counted as the host holding a user process up (s).
 SAMPLER_GAP_S = 0.005
+#: The ACK-free stretches ack_gaps counts (s): one sample interval and more, up to two
+#: fifths of a 50 ms round trip.
+ACK_GAP_LEVELS_S = (0.002, 0.004, 0.01, 0.02)
+#: ack_gaps leaves out each flow's first seconds (slow start and the losses that end it).
+ACK_GAPS_FROM_S = 2.0
 
 
 def entries(g: pd.DataFrame) -> np.ndarray:
@@ -119,6 +131,32 @@ def ack_stall(t: np.ndarray, acks: np.ndarray, i: int) -> float:
     return longest * 1e3
 
 
+def ack_gaps(samples: pd.DataFrame) -> list[float]:
+    """How often a flow went without an ACK for each of ACK_GAP_LEVELS_S or longer, per flow
+    and second after its first ACK_GAPS_FROM_S: runs of sample intervals in which the
+    sender's count of segments received (``segs_in``) did not grow. A run holding a gap of
+    the sampler itself (SAMPLER_GAP_S or more: the kernel's sampler is a process) is not
+    counted. Flows that share a bottleneck in trains, each window passing through it whole,
+    go without ACKs for the others' trains: a round trip's worth of long gaps."""
+    counts, span = np.zeros(len(ACK_GAP_LEVELS_S)), 0.0
+    levels = np.asarray(ACK_GAP_LEVELS_S) * (1 - 1e-3)  # sample times are not exact
+    for _, g in samples.sort_values("t").groupby("flow"):
+        g = g[g.t >= g.t.iloc[0] + ACK_GAPS_FROM_S]
+        if len(g) < 2:
+            continue
+        t, acks = g.t.to_numpy(), g.segs_in.to_numpy()
+        span += t[-1] - t[0]
+        run, held = 0.0, False
+        for quiet, dt in zip(np.diff(acks) == 0, np.diff(t), strict=True):
+            if quiet:
+                run, held = run + dt, held or dt >= SAMPLER_GAP_S
+                continue
+            if run > 0 and not held:
+                counts += run >= levels
+            run, held = 0.0, False
+    return list(counts / span) if span else [float("nan")] * len(ACK_GAP_LEVELS_S)
+
+
 def sampler_gaps(samples: pd.DataFrame) -> tuple[float, float]:
     """How often the sampler, a process woken every SAMPLE_S, was held up for SAMPLER_GAP_S
     or more (per second of run), and its longest gap (ms): the emulation host's scheduling
@@ -145,7 +183,7 @@ def measured_starts(res: dict, kind: str) -> list[float] | None:
 
 def samples(trace: Trace) -> pd.DataFrame:
     """Every flow's TCP samples, named as the kernel's stored ones."""
-    return trace.tcp.to_pandas().rename(columns={"flow_id": "flow"}).fillna({"ca_state": 0, "ssthresh": -1})
+    return trace.tcp.to_pandas().rename(columns={"flow_id": "flow", "acks_in": "segs_in"}).fillna({"ca_state": 0, "ssthresh": -1})
 
 
 def first_exits(samples: pd.DataFrame) -> list[tuple[float, float]]:
@@ -303,7 +341,8 @@ def kept_runs(cases: list[fidelity.Case], out: Path) -> None:
     beside the simulator's seeds 1 to N: the segments each retransmitted, how many came
     after a stall of the ACK stream of STALL_S or more and their share of the
     retransmissions, and how often the kernel's sampler was itself held up (SAMPLER_GAP_S
-    or more, per second; its longest gap). No root; nothing runs on the kernel."""
+    or more, per second; its longest gap). Then each run's ACK-free stretches (ack_gaps).
+    No root; nothing runs on the kernel."""
     header = (
         "| run | events | retx per event: median | mean | largest | after an ACK stall | their share of retx "
         "| sampler gaps per s | longest gap (ms) |"
@@ -313,17 +352,29 @@ def kept_runs(cases: list[fidelity.Case], out: Path) -> None:
         if not kept:
             continue
         print(f"\n{case.key}\n\n{header}\n" + "|---" * 9 + "|", flush=True)
-        pooled = {"kernel": [], "simulator": []}
+        pooled, gaps = {"kernel": [], "simulator": []}, []
         for k, path in enumerate(kept, start=1):
             s = pd.read_parquet(path)
             d = event_drops(s)
             pooled["kernel"].append(d)
             print(f"| kernel {k} | " + " | ".join(drops_cells(d, sampler_gaps(s))) + " |", flush=True)
-            d = event_drops(samples(sim_run(case, kept_starts(s), FIRST_START_NS, seed=k)))
+            x = samples(sim_run(case, kept_starts(s), FIRST_START_NS, seed=k))
+            d = event_drops(x)
             pooled["simulator"].append(d)
             print(f"| simulator, seed {k} | " + " | ".join(drops_cells(d, None)) + " |", flush=True)
+            gaps += [(f"kernel {k}", ack_gaps(s)), (f"simulator, seed {k}", ack_gaps(x))]
         for side, ds in pooled.items():
             print(f"| {side}, pooled | " + " | ".join(drops_cells(pd.concat(ds), None)) + " |")
+        print_ack_gaps(gaps)
+
+
+def print_ack_gaps(rows: list[tuple[str, list[float]]]) -> None:
+    """kept_runs' second table: ack_gaps of each run."""
+    levels = " | ".join(f"≥ {x * 1e3:g} ms" for x in ACK_GAP_LEVELS_S)
+    print(f"\nACK-free stretches per flow and second, after {ACK_GAPS_FROM_S:g} s\n\n| run | {levels} |")
+    print("|---" * (len(ACK_GAP_LEVELS_S) + 1) + "|")
+    for label, values in rows:
+        print(f"| {label} | " + " | ".join(f"{v:.1f}" for v in values) + " |")
 
 
 def main() -> None:
@@ -336,7 +387,9 @@ def main() -> None:
         "--kernel-runs", type=int, metavar="N", help="N new kernel runs per case, sampled throughout, beside seeds 1 to N"
     )
     ap.add_argument(
-        "--kept", action="store_true", help="retransmissions per event and ACK stalls in the kernel runs kept in --out"
+        "--kept",
+        action="store_true",
+        help="retransmissions per event, ACK stalls and ACK-free stretches in the kernel runs kept in --out",
     )
     ap.add_argument("--out", type=Path, default=ROOT / "results/fidelity-events", help="where --kernel-runs keeps its samples")
     ap.add_argument(

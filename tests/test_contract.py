@@ -100,7 +100,7 @@ def _as_version_1(folder: Path) -> None:
     run["imported"] = {"format": prov["source"], "files": prov["files"], "goodput_side": "receiver intervals"}
     run["resolved"]["unknown_metrics"] = ["timeouts", "bottleneck_drops"]
     (folder / "run.json").write_text(json.dumps(run))
-    tcp = pq.read_table(folder / "trace" / "tcp.parquet").drop_columns(["rwnd"])
+    tcp = pq.read_table(folder / "trace" / "tcp.parquet").drop_columns(["rwnd", "acks_in"])
     for col in ("in_flight", "ca_state"):
         i = tcp.column_names.index(col)
         tcp = tcp.set_column(i, col, pa.array([0] * tcp.num_rows, tcp.column(i).type))
@@ -151,13 +151,45 @@ def test_a_version_2_run_folder_reads_with_an_unknown_receive_window(tmp_path):
     run = json.loads((tmp_path / "r" / "run.json").read_text())
     run["trace_version"] = 2
     (tmp_path / "r" / "run.json").write_text(json.dumps(run))
-    tcp = pq.read_table(tmp_path / "r" / "trace" / "tcp.parquet").drop_columns(["rwnd"])
+    tcp = pq.read_table(tmp_path / "r" / "trace" / "tcp.parquet").drop_columns(["rwnd", "acks_in"])
     pq.write_table(tcp, tmp_path / "r" / "trace" / "tcp.parquet")
     (tmp_path / "r" / "trace" / "run.parquet").unlink(missing_ok=True)
     up = runfolder.load_trace(tmp_path / "r")
     assert up.run["trace_version"] == TRACE_VERSION
     assert up.df("tcp")["rwnd"].isna().all() and len(up.df("tcp")) == tr.tcp.num_rows
+    assert up.df("tcp")["acks_in"].isna().all(), "nor did it count the ACKs"
     assert up.df("tcp")["cwnd"].tolist() == tr.df("tcp")["cwnd"].tolist()
+    up.validate()
+
+
+def test_the_sender_counts_the_acks_it_receives():
+    # Every second segment is acknowledged, so the ACK clock runs at about half the data
+    # segments; with Linux's ACK rules (ACKs left to the read) it runs slower. A flow's
+    # count only grows, and its last sample holds nearly all of the run's ACKs.
+    for linux_acks, low, high in ((False, 0.45, 0.5), (True, 0.3, 0.45)):
+        tr = _sim_trace(**{"host.linux_acks": str(linux_acks).lower(), "measure.tcp_interval": "1ms"})
+        tcp = tr.df("tcp").sort_values("t")
+        assert tcp["acks_in"].notna().all()
+        assert (tcp.groupby("flow_id")["acks_in"].diff().dropna() >= 0).all()
+        last = int(tcp.groupby("flow_id")["acks_in"].last().sum())
+        sent = int(tr.df("flows")["segments_sent"].sum())
+        assert low < last / sent < high
+        assert 0.98 < last / tr.provenance.stats["acks"] <= 1.0
+
+
+def test_a_version_3_run_folder_reads_with_an_unknown_ack_count(tmp_path):
+    tr = _sim_trace()
+    engine.save(engine.stamp(tr, scenario={"name": "v3"}, seed=1), tmp_path / "r")
+    run = json.loads((tmp_path / "r" / "run.json").read_text())
+    run["trace_version"] = 3
+    (tmp_path / "r" / "run.json").write_text(json.dumps(run))
+    tcp = pq.read_table(tmp_path / "r" / "trace" / "tcp.parquet").drop_columns(["acks_in"])
+    pq.write_table(tcp, tmp_path / "r" / "trace" / "tcp.parquet")
+    (tmp_path / "r" / "trace" / "run.parquet").unlink(missing_ok=True)
+    up = runfolder.load_trace(tmp_path / "r")
+    assert up.run["trace_version"] == TRACE_VERSION
+    assert up.df("tcp")["acks_in"].isna().all()
+    assert up.df("tcp")["rwnd"].tolist() == tr.df("tcp")["rwnd"].tolist(), "the receive window is kept"
     up.validate()
 
 

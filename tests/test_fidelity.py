@@ -526,6 +526,22 @@ def test_each_congestion_event_s_retransmissions_and_the_ack_stall_before_it_are
     assert (per_s, longest) == (pytest.approx(0.5), pytest.approx(12.0))
     cells = fidelity_events.drops_cells(d, (per_s, longest))
     assert cells == ["2", "22", "21.5", "40", "1 of 2", "93%", "0.5", "12"]
-    # The simulator's samples have no ACK count: no stall is read, the cells stay empty.
+    # Samples with no ACK count (an iperf3 trace's): no stall is read, the cells stay empty.
     plain = fidelity_events.event_drops(s.drop(columns="segs_in"))
     assert plain.stall_ms.isna().all() and fidelity_events.drops_cells(plain, None)[4:] == ["", "", "", ""]
+
+
+def test_ack_free_stretches_are_counted_per_flow_and_second_after_slow_start():
+    # Two flows sampled every 2 ms for 4 s, ACKs in every interval but: flow 0 none for
+    # 24 ms at 2.5 s and 6 ms at 3.0 s, none for 30 ms at 0.5 s (slow start: not counted)
+    # and none for 30 ms at 3.5 s where the sampler itself skipped 8 ms (not counted).
+    t = np.round(np.arange(0, 4.0005, 0.002), 3)
+    t = t[(t <= 3.51) | (t >= 3.518)]
+    quiet = ((t > 2.5) & (t <= 2.524)) | ((t > 3.0) & (t <= 3.006)) | ((t > 0.5) & (t <= 0.53)) | ((t > 3.5) & (t <= 3.53))
+    flows = [
+        pd.DataFrame({"t": t, "flow": 0, "segs_in": np.cumsum(np.where(quiet, 0, 3))}),
+        pd.DataFrame({"t": t, "flow": 1, "segs_in": np.cumsum(np.ones(len(t), int))}),
+    ]
+    per_s = fidelity_events.ack_gaps(pd.concat(flows))
+    assert fidelity_events.ACK_GAP_LEVELS_S == (0.002, 0.004, 0.01, 0.02)
+    assert per_s == pytest.approx([2 / 4, 2 / 4, 1 / 4, 1 / 4])  # two flows, 2 s each

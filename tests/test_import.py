@@ -126,6 +126,9 @@ def test_ss_snapshots_become_flows_tcp_samples_and_goodput():
     assert tcp["srtt_ms"].between(0.01, 1).all() and tcp["ssthresh"].isna().all()
     # snd_wnd (bytes) over the socket's MSS (65 483 on loopback): 328 704 → 5, 1 113 088 → 17.
     assert sorted(tcp["rwnd"].value_counts().items()) == [(5, 2), (17, 14)]
+    # segs_in: each stream's ACK clock, 27 segments at the first snapshot, ~100 a second on.
+    clock = tcp.groupby("flow_id")["acks_in"]
+    assert clock.first().tolist() == [27, 27] and clock.last().tolist() == [185, 179]
 
 
 def test_ss_with_both_ends_counts_what_the_receiver_read():

@@ -32,8 +32,9 @@ import pyarrow.parquet as pq
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 #: Version of the tables and of ``run.json``. 1: before nullability was part of the
-#: contract (no version stored). 2: explicit nullability, RunInfo, provenance.
-TRACE_VERSION = 3
+#: contract (no version stored). 2: explicit nullability, RunInfo, provenance. 3: the
+#: receive window (``tcp.rwnd``). 4: the sender's ACK count (``tcp.acks_in``).
+TRACE_VERSION = 4
 
 
 class TraceError(Exception):
@@ -108,6 +109,7 @@ TABLES: dict[str, tuple[Column, ...]] = {
         _c("retransmissions", u64, True, "count", "segments", "segments retransmitted so far"),
         _c("ca_state", u8, True, "state", "", "Linux's tcp_ca_state: 0 Open, 1 Disorder, 2 CWR, 3 Recovery, 4 Loss"),
         _c("rwnd", u32, True, "window", "segments", "receive window the receiver offers (the sender's snd_wnd)"),
+        _c("acks_in", u64, True, "count", "segments", "segments the sender received so far: its ACK clock (tcpi_segs_in)"),
     ),
 }
 NAMES = tuple(TABLES)
@@ -569,8 +571,18 @@ def upgrade(tables: dict[str, pa.Table], run: dict) -> Trace:
     if version == 1:
         tables, run = _from_v1(tables, run)
     if version <= 2:
-        tables, run = _from_v2(tables), {**run, "trace_version": TRACE_VERSION}
+        tables = _from_v2(tables)
+    if version <= 3:
+        tables, run = _from_v3(tables), {**run, "trace_version": TRACE_VERSION}
     return Trace(run=run, **{name: conform(name, tables[name]) for name in NAMES})
+
+
+def _from_v3(tables: dict) -> dict:
+    """Version 3 had no ACK count (``tcp.acks_in``): unknown."""
+    tcp = tables["tcp"]
+    if "acks_in" in tcp.column_names:
+        return tables
+    return {**tables, "tcp": tcp.append_column("acks_in", pa.nulls(tcp.num_rows, pa.uint64()))}
 
 
 def _from_v2(tables: dict) -> dict:

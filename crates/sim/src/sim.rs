@@ -1116,6 +1116,7 @@ impl Simulation {
             rows.retransmissions.push(s.stats.retransmissions);
             rows.ca_state.push(s.state as u8);
             rows.rwnd.push(s.peer_window());
+            rows.acks_in.push(s.stats.acks_in);
             f.next_tcp_sample += iv;
         }
     }

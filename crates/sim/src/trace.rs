@@ -75,6 +75,8 @@ pub struct TcpTable {
     pub ca_state: Vec<u8>,
     /// The receive window the receiver last offered, segments (null: not modelled).
     pub rwnd: Vec<Option<u32>>,
+    /// Cumulative segments the sender received from its peer: the ACK clock.
+    pub acks_in: Vec<u64>,
 }
 
 /// Counters of the simulation itself.
@@ -151,6 +153,7 @@ mod arrow_impl {
         "retransmissions",
         "ca_state",
         "rwnd",
+        "acks_in",
     ];
     fn u32s(v: &[u32]) -> ArrayRef {
         Arc::new(UInt32Array::from(v.to_vec()))
@@ -234,6 +237,7 @@ mod arrow_impl {
                     ("retransmissions", u64s(&t.retransmissions)),
                     ("ca_state", Arc::new(UInt8Array::from(t.ca_state.clone()))),
                     ("rwnd", Arc::new(UInt32Array::from(t.rwnd.clone()))),
+                    ("acks_in", u64s(&t.acks_in)),
                 ],
                 TCP_NULLABLE,
             )?;

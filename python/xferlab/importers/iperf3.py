@@ -226,7 +226,7 @@ def _index(e: Iperf3Flow) -> int:
 
 def unknown_tcp(tcp: pa.Table) -> dict[str, str]:
     """The tcp columns an iperf3 run leaves null, and why (a Trace's ``provenance.unknown``)."""
-    out = {f"tcp.{c}": "iperf3 does not report it" for c in ("ssthresh", "rto_ms", "in_flight", "ca_state")}
+    out = {f"tcp.{c}": "iperf3 does not report it" for c in ("ssthresh", "rto_ms", "in_flight", "ca_state", "acks_in")}
     if tcp.column("rwnd").null_count == tcp.num_rows:
         out["tcp.rwnd"] = "snd_wnd is not reported (iperf3 before 3.10, xfer)"
     return out

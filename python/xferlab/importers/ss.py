@@ -193,6 +193,7 @@ def _tcp_rows(f: Flow, fid: int, t0: float, mss_seen: list, rtt_seen: list) -> l
                 "retransmissions": int(_retrans_total(i)),
                 "ca_state": None,  # ss does not show it
                 "rwnd": round(snd_wnd / mss) if snd_wnd is not None and mss else None,  # iproute2 5.4 on
+                "acks_in": int(segs_in) if (segs_in := _num(i, "segs_in")) is not None else None,
             }
         )
     return rows
@@ -281,7 +282,7 @@ def import_trace(
         mss=learnt["mss"] or LINUX_MSS,
         end_s=learnt["end_s"],
     )
-    no_rwnd = tables["tcp"].column("rwnd").null_count == tables["tcp"].num_rows
+    none = {c: tables["tcp"].column(c).null_count == tables["tcp"].num_rows for c in ("rwnd", "acks_in")}
     provenance = Provenance(
         producer="import",
         source="ss",
@@ -294,7 +295,8 @@ def import_trace(
         unknown={
             **unknown(retransmissions=learnt["has_sender"], source="ss"),
             "tcp.ca_state": "ss does not show it",
-            **({"tcp.rwnd": "this ss does not show snd_wnd"} if no_rwnd else {}),
+            **({"tcp.rwnd": "this ss does not show snd_wnd"} if none["rwnd"] else {}),
+            **({"tcp.acks_in": "this ss does not show segs_in"} if none["acks_in"] else {}),
         },
         files=[str(Path(path).resolve())],
         stats={"t0_unix_s": learnt["t0_unix_s"], "snapshots": learnt["snapshots"]},

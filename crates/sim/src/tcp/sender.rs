@@ -56,6 +56,9 @@ pub struct SenderStats {
     pub lost: u64,
     /// Duplicate segments the receiver reported (D-SACK): spurious retransmissions.
     pub dsacks: u64,
+    /// Segments received from the peer: its ACKs (Linux `tcpi_segs_in`, less the
+    /// handshake's).
+    pub acks_in: u64,
 }
 
 /// What the sender does next.
@@ -636,6 +639,7 @@ impl Sender {
 
     /// Processes an ACK at `now` (Linux `tcp_ack`).
     pub fn on_ack(&mut self, now: Time, ack: &AckSegment) {
+        self.stats.acks_in += 1;
         if !self.active || ack.cum > self.board.nxt() {
             return;
         }

@@ -43,6 +43,7 @@ import fidelity  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from xferlab import metrics  # noqa: E402
+from xferlab.backends.base import BackendError  # noqa: E402
 from xferlab.netns.bpfcc import SSTHRESH_INFINITE  # noqa: E402
 from xferlab.trace import Trace  # noqa: E402
 
@@ -290,8 +291,13 @@ def fresh_runs(cases: list[fidelity.Case], n: int, out: Path) -> None:
         print(f"\n{case.key}\n\n{header}\n" + "|---" * 8 + "|", flush=True)
         sides = {"kernel": [], "simulator": []}
         for k in range(1, n + 1):
-            got = fidelity.run_netns_once(case, "duration", samples_dir=out, dense=True)
             path = out / f"{case.stem}-netns-samples.parquet"
+            try:
+                got = fidelity.run_netns_once(case, "duration", samples_dir=out, dense=True)
+            except BackendError as e:  # every attempt void (a BPF congestion control's defect)
+                path.unlink(missing_ok=True)
+                print(f"| kernel {k} | no run: {e} |", flush=True)
+                continue
             if not path.exists():  # the sampler saw no transfer (a failed run)
                 print(f"| kernel {k} | no samples: {got.get('failed', 'the sampler saw no flow')} |", flush=True)
                 continue

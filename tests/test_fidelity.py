@@ -238,6 +238,25 @@ def test_a_case_whose_kernel_attempts_were_all_void_is_listed_not_fatal(monkeypa
     assert "No kernel run in 1 of the cases" in fidelity.table([again])
 
 
+def test_dense_kernel_runs_of_a_case_void_on_every_attempt_are_listed_not_fatal(monkeypatch, capsys, tmp_path):
+    # fidelity_events --kernel-runs: a case the netns backend refuses (every attempt void)
+    # is a row saying so, and the next case still runs.
+    tried = []
+
+    def void(case, kind, samples_dir=None, dense=False):
+        tried.append(case.key)
+        (samples_dir / f"{case.stem}-netns-samples.parquet").write_bytes(b"left by the sampler")
+        raise fidelity.BackendError("3 runs in a row were void, the last because flow 1 (htcp) had cwnd 1524355904")
+
+    monkeypatch.setattr(fidelity, "run_netns_once", void)
+    cases = [fidelity.Case("htcp", 10, "0.2bdp", 4), fidelity.Case("htcp", 50, "0.2bdp", 4)]
+    fidelity_events.fresh_runs(cases, 2, tmp_path)
+    out = capsys.readouterr().out
+    assert tried == ["htcp:10:0.2bdp:4"] * 2 + ["htcp:50:0.2bdp:4"] * 2
+    assert out.count("| kernel 1 | no run: 3 runs in a row were void") == 2 and "median" not in out
+    assert list(tmp_path.iterdir()) == [], "no samples of a void run are kept"
+
+
 def test_a_kernel_run_whose_emulation_was_not_clean_is_made_again_then_left_out(monkeypatch, capsys):
     case = fidelity.Case("cubic", 50, "0.2bdp", 1)
     made = []

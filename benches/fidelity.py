@@ -181,7 +181,9 @@ def select(cases: list[Case], patterns: list[str]) -> list[Case]:
 # --------------------------------------------------------------------------- running
 
 
-def _run(data: dict, backend: str, tcp_interval: float | None = None) -> tuple[dict, Trace, dict]:
+def run_scenario(data: dict, backend: str, tcp_interval: float | None = None) -> tuple[dict, Trace, dict]:
+    """A scenario given as a dict (Case.scenario's) run on ``backend``: its metrics, its
+    Trace, and the run's own figures (wall time, end, the producer's stats)."""
     d = json.loads(json.dumps(data))
     if tcp_interval is not None:
         d["measure"]["tcp_interval"] = f"{tcp_interval}s"
@@ -420,7 +422,7 @@ def run_netns_once(
     tracer = sched_waits.traced(NETNS_APPS[kind], case.flows) if tracing else contextlib.nullcontext({})
     try:
         with tracer as got:
-            m, _, stats = _run(case.scenario(kind, duration_s), "netns")
+            m, _, stats = run_scenario(case.scenario(kind, duration_s), "netns")
     finally:
         t_end = time.monotonic_ns()
         sampler.send_signal(signal.SIGTERM)

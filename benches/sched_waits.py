@@ -131,17 +131,17 @@ def traced(app: str, expected: int | None = None, wait_s: float = 60.0) -> Itera
         instance.rmdir()
 
 
-def new_instance() -> Path:
-    """An ftrace instance of this process's own (INSTANCE-<pid>), tracefs mounted if it was
+def new_instance(base: Path = INSTANCE) -> Path:
+    """An ftrace instance of this process's own (``base``-<pid>), tracefs mounted if it was
     not; those of processes that are gone (killed runs) removed."""
     if not (TRACEFS / "events").exists():
         subprocess.run(["mount", "-t", "tracefs", "nodev", str(TRACEFS)], check=True, capture_output=True)
-    for old in INSTANCE.parent.glob(f"{INSTANCE.name}-*"):
+    for old in base.parent.glob(f"{base.name}-*"):
         pid = old.name.rsplit("-", 1)[1]
         if pid.isdigit() and not Path(f"/proc/{pid}").exists():
             with contextlib.suppress(OSError):
                 old.rmdir()
-    instance = INSTANCE.with_name(f"{INSTANCE.name}-{os.getpid()}")
+    instance = base.with_name(f"{base.name}-{os.getpid()}")
     if instance.exists():
         instance.rmdir()  # left by a run of this process that failed
     instance.mkdir()

@@ -102,19 +102,28 @@ def split(probes: list[Probe]) -> tuple[dict, dict]:
     return {f: data[f] for f in flows}, {f: acks[f] for f in flows}
 
 
+def acked(acks: list[tuple[float, int]], t0: float, skip_s: float) -> Iterator[tuple[float, int, int]]:
+    """Each of a sender's ACKs from ``t0 + skip_s`` on as (time, from, to): the bytes it
+    acknowledges, counted from the first ACK's ``snd_una``. An ACK's own number is the next
+    ACK's ``snd_una`` (tcp_probe reads the socket before the ACK); the last has none."""
+    base = acks[0][1]
+    for (t, una), (_, next_una) in itertools.pairwise(acks):
+        lo, hi = (una - base) % SEQ_MOD, (next_una - base) % SEQ_MOD
+        if t - t0 >= skip_s:
+            yield t, lo, hi
+
+
 def ack_delays(probes: list[Probe], skip_s: float) -> dict[tuple[str, str], tuple[np.ndarray, np.ndarray]]:
     """Per flow: each in-order ACK's delay from the data that starts what it acknowledges
-    (s), and the segments it acknowledges, after the first ``skip_s`` of the trace. An ACK's
-    own number is the next ACK's ``snd_una`` (tcp_probe reads the socket before the ACK)."""
+    (s), and the segments it acknowledges, after the first ``skip_s`` of the trace."""
     data, acks = split(probes)
     t0 = min(p[0] for p in probes)
     out = {}
     for flow, a in acks.items():
         times, received = zip(*data[flow], strict=True)
-        base, delays, segs = a[0][1], [], []
-        for (t, una), (_, next_una) in itertools.pairwise(a):
-            lo, hi = (una - base) % SEQ_MOD, (next_una - base) % SEQ_MOD
-            if t - t0 < skip_s or hi <= lo:
+        delays, segs = [], []
+        for t, lo, hi in acked(a, t0, skip_s):
+            if hi <= lo:  # a duplicate ACK
                 continue
             first, last = bisect.bisect_right(received, lo), bisect.bisect_left(received, hi)
             in_order = 0 < first and last < len(received) and received[first - 1] == lo and received[last] == hi
@@ -143,12 +152,7 @@ def kernel_trains(probes: list[Probe], skip_s: float) -> float:
     """train_length of the senders' ACKs, each weighing the segments it acknowledges."""
     _, acks = split(probes)
     t0 = min(p[0] for p in probes)
-    events = []
-    for flow, a in acks.items():
-        for (t, una), (_, next_una) in itertools.pairwise(a):
-            if t - t0 >= skip_s:
-                events.append((t, flow, ((next_una - una) % SEQ_MOD) / constants.LINUX_MSS))
-    events.sort()
+    events = sorted((t, flow, (hi - lo) / constants.LINUX_MSS) for flow, a in acks.items() for t, lo, hi in acked(a, t0, skip_s))
     return train_length([e[1] for e in events], [e[2] for e in events])
 
 

@@ -59,6 +59,7 @@ sys.path.insert(0, str(ROOT / "python"))
 sys.path.insert(0, str(ROOT / "benches"))
 
 import sched_waits  # noqa: E402
+import tcp_probes  # noqa: E402
 from xferlab import backends, engine, metrics, scenario  # noqa: E402
 from xferlab.backends import netns as netns_backend  # noqa: E402
 from xferlab.backends import sim as sim_backend  # noqa: E402
@@ -73,7 +74,7 @@ ARCHIVE = ROOT / "benches" / "fidelity-runs"
 ARCHIVED = (
     "goodput_mbps", "jain", "cov", "retransmissions", "drops", "makespan_s", "timeouts",
     "ss_ssthresh", "ss_time_s", "first_loss_s", "broken", "starts_s", "load", "late_mean_ms",
-    "reord_seen", "acks_per_seg", "rx_batch", "backlog_merged", "unclean", "waits",
+    "reord_seen", "acks_per_seg", "rx_batch", "backlog_merged", "unclean", "waits", "acks",
 )  # fmt: skip
 VARIANTS = ("reno", "bic", "cubic", "highspeed", "htcp", "scalable", "bbr")
 RTTS_MS = (10, 50, 200)
@@ -120,6 +121,10 @@ EMULATION_STALLS = ROOT / "benches" / "emulation-stalls.json"
 #: Whether a kernel run traces its receivers' waits (sched_waits; `--no-trace-waits`): about
 #: a microsecond per scheduler event of theirs, a few thousand a second.
 TRACE_WAITS = True
+#: Whether a kernel run traces its flows' segments with tcp_probe (tcp_probes;
+#: `--no-trace-acks`), kept as their ACK delays and trains (``acks``): an event per segment
+#: received, in the kernel, read after the run.
+TRACE_ACKS = True
 #: The kernel runs (archives or results directories) whose traced waits --reads stalls
 #: gives the simulator: the --kernel-runs judged against, else RESULTS (None).
 STALL_RUNS: tuple[Path, ...] | None = None
@@ -403,13 +408,16 @@ def run_netns_once(
     samples_dir: Path | None = None,
     dense: bool = False,
     trace_waits: bool | None = None,
+    trace_acks: bool | None = None,
 ) -> dict:
     """One netns run with the TCP_INFO sampler beside it (its rows kept in ``samples_dir``:
     RESULTS, read when called, or elsewhere for a diagnostic run that must not replace them).
     ``dense``: a duration run sampled every SAMPLE_S throughout, not only until each flow's
     first loss (a diagnostic of every congestion event; by lookup, as cheap as the matrix's).
     ``trace_waits`` (default TRACE_WAITS): its receiving applications' waits for a CPU
-    traced, kept as ``waits`` (sched_waits.record; None if the tracing failed)."""
+    traced, kept as ``waits`` (sched_waits.record; None if the tracing failed).
+    ``trace_acks`` (default TRACE_ACKS): its flows' segments traced, kept as ``acks``
+    (tcp_probes.record; None if the tracing failed)."""
     samples_dir = samples_dir or RESULTS
     samples_dir.mkdir(parents=True, exist_ok=True)
     csv = samples_dir / f".samples-{os.getpid()}.csv"
@@ -420,8 +428,10 @@ def run_netns_once(
     load = wait_for_quiet()
     tracing = TRACE_WAITS if trace_waits is None else trace_waits
     tracer = sched_waits.traced(NETNS_APPS[kind], case.flows) if tracing else contextlib.nullcontext({})
+    probing = TRACE_ACKS if trace_acks is None else trace_acks
+    prober = tcp_probes.traced() if probing else contextlib.nullcontext({})
     try:
-        with tracer as got:
+        with tracer as got, prober as probed:
             m, _, stats = run_scenario(case.scenario(kind, duration_s), "netns")
     finally:
         t_end = time.monotonic_ns()
@@ -439,6 +449,8 @@ def run_netns_once(
     out["unclean"] = bool(stats.get("delay_line_late"))
     if tracing:
         out["waits"] = traced_waits(got, case, kind)
+    if probing:
+        out["acks"] = traced_acks(probed, case, kind)
     return out
 
 
@@ -450,6 +462,15 @@ def traced_waits(got: dict, case: Case, kind: str) -> dict | None:
         return None
     w, span = sched_waits.waits(got.get("trace", ""), got["pids"])
     return sched_waits.record(w, span, case.flows)
+
+
+def traced_acks(got: dict, case: Case, kind: str) -> dict | None:
+    """A run's ACK clocks as tcp_probes.traced left them, as the run keeps them
+    (tcp_probes.record), or None, said, if the tracing failed."""
+    if "error" in got:
+        print(f"{case.key} {kind}: the flows' segments were not traced: {got['error']}", file=sys.stderr, flush=True)
+        return None
+    return tcp_probes.record(got.get("trace", []), got.get("lost", 0))
 
 
 # --------------------------------------------------------------------------- samples
@@ -1274,6 +1295,7 @@ def main() -> int:
     ap.add_argument(
         "--no-trace-waits", action="store_true", help="kernel runs without their receivers' waits traced (TRACE_WAITS)"
     )
+    ap.add_argument("--no-trace-acks", action="store_true", help="kernel runs without their flows' segments traced (TRACE_ACKS)")
     ap.add_argument(
         "--reads", choices=READS_MODELS, default=READS, help="the emulated simulator's receiving applications (READS)"
     )
@@ -1301,6 +1323,7 @@ def main() -> int:
     globals()["MAX_LOAD"] = args.max_load
     globals()["READS"] = args.reads
     globals()["TRACE_WAITS"] = not args.no_trace_waits
+    globals()["TRACE_ACKS"] = not args.no_trace_acks
     globals()["STALL_RUNS"] = tuple(args.kernel_runs) if args.kernel_runs else None
     if args.archive and args.from_table:
         shown = subprocess.run(

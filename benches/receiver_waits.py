@@ -68,7 +68,12 @@ def measure(cases: list[fidelity.Case], kinds: list[str], runs: int, dense: bool
             for k in range(1, runs + 1):
                 with sched_waits.traced(app, case.flows) as got:
                     res = fidelity.run_netns_once(
-                        case, kind, samples_dir=Path("/tmp/xferlab-receiver-waits"), dense=dense, trace_waits=False
+                        case,
+                        kind,
+                        samples_dir=Path("/tmp/xferlab-receiver-waits"),
+                        dense=dense,
+                        trace_waits=False,
+                        trace_acks=False,
                     )
                 if "error" in got:
                     raise RuntimeError(f"tracing {app}'s receivers failed: {got['error']}") from got["error"]

@@ -18,17 +18,16 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import ftrace
 import numpy as np
 
-TRACEFS = Path("/sys/kernel/tracing")
 #: The ftrace instances the tracer owns while a run lasts (one per process, -<pid>; removed after).
-INSTANCE = TRACEFS / "instances" / "xferlab-receivers"
+INSTANCE = ftrace.TRACEFS / "instances" / "xferlab-receivers"
 #: Per-CPU ring buffer (kB): a 30 s run's events of one receiver take ~16 MB.
 BUFFER_KB = 65536
 EVENTS = ("sched/sched_wakeup", "sched/sched_switch")
@@ -96,56 +95,26 @@ def traced(app: str, expected: int | None = None, wait_s: float = 60.0) -> Itera
     Yields a dict that holds, once the block ends, ``trace`` (the instance's text),
     ``pids`` (the receivers' threads) and, if tracing could not be set up or the thread
     failed, ``error``: the run made in the block is the caller's to keep or not."""
-    got: dict = {"pids": set()}
-    try:
-        instance = new_instance()
-    except (OSError, subprocess.CalledProcessError) as e:
-        got["error"] = e
-        yield got
-        return
-    done = threading.Event()
+    with ftrace.recording(INSTANCE, EVENTS, BUFFER_KB, enable=False, options=("event-fork",)) as got:
+        got["pids"] = set()
+        if "error" in got:
+            yield got
+            return
+        done = threading.Event()
 
-    def guarded() -> None:
-        try:
-            arm(instance, app, got["pids"], done, wait_s, expected)
-        except OSError as e:  # the caller's once the run is over
-            got["error"] = e
+        def guarded() -> None:
+            try:
+                arm(got["instance"], app, got["pids"], done, wait_s, expected)
+            except OSError as e:  # the caller's once the run is over
+                got["error"] = e
 
-    try:
-        write(instance, "buffer_size_kb", str(BUFFER_KB))
-        write(instance, "trace_clock", "mono")
-        write(instance, "options/event-fork", "1")
         thread = threading.Thread(target=guarded, daemon=True)
         thread.start()
-        yield got
-        done.set()
-        thread.join()
-        for e in EVENTS:
-            write(instance, f"events/{e}/enable", "0")
-        got["trace"] = (instance / "trace").read_text()
-    finally:
-        done.set()
-        with contextlib.suppress(OSError):
-            for e in EVENTS:
-                write(instance, f"events/{e}/enable", "0")
-        instance.rmdir()
-
-
-def new_instance(base: Path = INSTANCE) -> Path:
-    """An ftrace instance of this process's own (``base``-<pid>), tracefs mounted if it was
-    not; those of processes that are gone (killed runs) removed."""
-    if not (TRACEFS / "events").exists():
-        subprocess.run(["mount", "-t", "tracefs", "nodev", str(TRACEFS)], check=True, capture_output=True)
-    for old in base.parent.glob(f"{base.name}-*"):
-        pid = old.name.rsplit("-", 1)[1]
-        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
-            with contextlib.suppress(OSError):
-                old.rmdir()
-    instance = base.with_name(f"{base.name}-{os.getpid()}")
-    if instance.exists():
-        instance.rmdir()  # left by a run of this process that failed
-    instance.mkdir()
-    return instance
+        try:
+            yield got
+        finally:
+            done.set()
+            thread.join()
 
 
 def arm(instance: Path, app: str, pids: set[int], done: threading.Event, wait_s: float, expected: int | None) -> None:
@@ -164,17 +133,12 @@ def arm(instance: Path, app: str, pids: set[int], done: threading.Event, wait_s:
             finally:
                 os.close(fd)
             if not known:
-                for e in EVENTS:
-                    write(instance, f"events/{e}/enable", "1")
+                ftrace.switch(instance, EVENTS, True)
             known.add(pid)
         for pid in known:
             with contextlib.suppress(OSError):
                 pids.update(int(t) for t in os.listdir(f"/proc/{pid}/task"))
         done.wait(0.005 if looking else 0.1)
-
-
-def write(instance: Path, name: str, value: str) -> None:
-    (instance / name).write_text(value)
 
 
 def waits(trace: str, pids: set[int]) -> tuple[np.ndarray, float]:
@@ -238,8 +202,26 @@ def record(w: np.ndarray, span_s: float, receivers: int) -> dict | None:
     when nothing was traced."""
     if not len(w) or span_s <= 0:
         return None
-    counts = np.bincount(np.searchsorted(hist_edges(), w, side="right"), minlength=len(hist_edges()) + 1)
-    return {"waits": int(len(w)), "traced_s": round(span_s, 3), "receivers": receivers, "hist": counts.tolist()}
+    return {"waits": int(len(w)), "traced_s": round(span_s, 3), "receivers": receivers, "hist": histogram(w)}
+
+
+def histogram(x: np.ndarray) -> list[int]:
+    """Counts of ``x`` (s) in a record's bins (hist_edges; those below the first edge first)."""
+    return np.bincount(np.searchsorted(hist_edges(), x, side="right"), minlength=len(hist_edges()) + 1).tolist()
+
+
+def hist_quantiles(counts: np.ndarray, probabilities: np.ndarray) -> np.ndarray:
+    """Quantiles (s) read off a record's histogram: log-interpolated within a bin, 0 for
+    those below HIST_LOW_S ("shorter than a microsecond")."""
+    cdf = np.concatenate([[0.0], np.cumsum(counts) / counts.sum()])
+    logs = np.log(np.concatenate([[HIST_LOW_S / 10], hist_edges(), [HIST_HIGH_S * 10]]))
+    # The cdf at the bins' edges; of a flat stretch (empty bins) only its two ends, so that
+    # a quantile falls within the bin that holds it.
+    rises = np.diff(cdf) > 0
+    keep = np.concatenate([rises, [False]]) | np.concatenate([[False], rises])
+    q = np.exp(np.interp(probabilities, cdf[keep], logs[keep]))
+    q[q < HIST_LOW_S] = 0.0
+    return q
 
 
 def stall_model(records: list[dict]) -> tuple[float, list[int]]:
@@ -249,14 +231,7 @@ def stall_model(records: list[dict]) -> tuple[float, list[int]]:
     from 0 in the bin below HIST_LOW_S)."""
     counts = np.sum([r["hist"] for r in records], axis=0)
     seconds = sum(r["traced_s"] * r["receivers"] for r in records)
-    cdf = np.concatenate([[0.0], np.cumsum(counts) / counts.sum()])
-    logs = np.log(np.concatenate([[HIST_LOW_S / 10], hist_edges(), [HIST_HIGH_S * 10]]))
-    # The cdf at the bins' edges; of a flat stretch (empty bins) only its two ends, so that
-    # a quantile falls within the bin that holds it.
-    rises = np.diff(cdf) > 0
-    keep = np.concatenate([rises, [False]]) | np.concatenate([[False], rises])
-    q = np.exp(np.interp(np.linspace(0, 1, QUANTILES), cdf[keep], logs[keep]))
-    q[q < HIST_LOW_S] = 0.0  # below the first edge: "shorter than a microsecond"
+    q = hist_quantiles(counts, np.linspace(0, 1, QUANTILES))
     return round(float(counts.sum() / seconds), 2), [round(x * 1e9) for x in q]
 
 

@@ -1,14 +1,18 @@
-"""benches/ack_delays.py: the receivers' ACK delays and the flows' trains, from tcp_probe."""
+"""benches/tcp_probes.py and ack_delays.py: the receivers' ACK delays and the flows' trains, from tcp_probe."""
 
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benches"))
 
 import ack_delays  # noqa: E402
+import ftrace  # noqa: E402
+import sched_waits  # noqa: E402
+import tcp_probes  # noqa: E402
 
 MSS = 1448
 
@@ -26,7 +30,7 @@ ssthresh=2147483647 snd_wnd=65483 srtt=44 rcv_wnd=65536 sock_cookie=2108 skbaddr
 
 
 def test_tcp_probe_lines_are_read():
-    assert ack_delays.parse(LINES) == [
+    assert tcp_probes.parse(LINES) == [
         (72556.316361, "127.0.0.1:41191", "127.0.0.1:35632", 3000, 0x3E8E1806),
         (72556.316370, "127.0.0.1:35632", "127.0.0.1:41191", 0, 0x7B66D599),
     ]
@@ -49,23 +53,50 @@ def test_each_in_order_ack_is_timed_from_the_first_segment_it_acknowledges():
     # iperf3's control connection (a few segments) is not a flow.
     probes = _flow("10.1.0.1:40000", "10.2.0.1:5201", 30_000, 1e-4, 2, 5e-5)
     probes += _flow("10.1.0.1:39999", "10.2.0.1:5201", 4, 1e-3, 2, 1e-4)
-    got = ack_delays.ack_delays(probes, skip_s=2.0)
+    got = tcp_probes.ack_delays(probes, skip_s=2.0)
     assert list(got) == [("10.1.0.1:40000", "10.2.0.1:5201")]
-    delays, segs = got[("10.1.0.1:40000", "10.2.0.1:5201")]
+    d = got[("10.1.0.1:40000", "10.2.0.1:5201")]
     # ACKs after 2 s but the last (whose own number no later ACK tells): 3 000 − 1.
-    assert len(delays) == 4_999 and (segs == 2).all()
-    assert delays == pytest.approx(1.5e-4, abs=1e-9)
+    assert len(d.first) == 4_999 and (d.segments == 2).all()
+    assert d.first == pytest.approx(1.5e-4, abs=1e-9)
+    # From the segment that triggered it, the ACK's own path: 50 µs.
+    assert d.last == pytest.approx(5e-5, abs=1e-9)
+
+
+def test_a_run_keeps_its_ack_clocks_as_histograms():
+    # Two flows in alternating trains of three segments; ACKs 100 µs after their last.
+    a = _flow("10.1.0.1:1", "10.2.0.1:5201", 9_000, 2e-4, 3, 1e-4)
+    b = _flow("10.1.1.1:1", "10.2.1.1:5202", 9_000, 2e-4, 3, 1e-4, t0=3e-4)
+    got = tcp_probes.record(a + b, lost=0, skip_s=0.5)
+    assert got["flows"] == 2 and got["segments_per_ack"] == 3.0 and got["trains"] == pytest.approx(3.0)
+    # ACKs from 0.5 s on (the first flow's from its 833rd, the second's, 0.3 ms later,
+    # from its 832nd) but each flow's last: 2 166 + 2 167.
+    assert got["acks"] == 4_333
+    median = lambda h: sched_waits.hist_quantiles(np.asarray(h), np.array([0.5]))[0]  # noqa: E731
+    # Read back within a bin's 12 %: 100 µs from the last, 500 µs from the first.
+    assert median(got["from_last"]) == pytest.approx(1e-4, rel=0.12)
+    assert median(got["from_first"]) == pytest.approx(5e-4, rel=0.12)
+    assert tcp_probes.record([], lost=0) is None
+    # Events overwritten: what is left no longer lines up, so nothing but the loss is kept.
+    assert tcp_probes.record(a + b, lost=10, skip_s=0.5) == {"flows": 2, "lost": 10}
+
+
+def test_a_tracer_that_cannot_start_says_why_and_the_run_goes_on(tmp_path):
+    ran = False
+    with ftrace.recording(tmp_path / "absent" / "xferlab-test", ("tcp/tcp_probe",), 1024) as got:
+        ran = True
+    assert ran and isinstance(got["error"], OSError) and "trace" not in got
 
 
 def test_trains_are_the_segment_weighted_run_lengths_of_one_flow():
-    assert ack_delays.train_length(list("aabaaa"), [1.0] * 6) == pytest.approx((4 + 1 + 9) / 6)
+    assert tcp_probes.train_length(list("aabaaa"), [1.0] * 6) == pytest.approx((4 + 1 + 9) / 6)
     # Two flows whose ACKs (three segments each) alternate: trains of three segments.
     a = _flow("10.1.0.1:1", "10.2.0.1:5201", 9_000, 2e-4, 3, 1e-4)
     b = _flow("10.1.1.1:1", "10.2.1.1:5202", 9_000, 2e-4, 3, 1e-4, t0=3e-4)
-    assert ack_delays.kernel_trains(a + b, skip_s=0.5) == pytest.approx(3.0)
+    assert tcp_probes.kernel_trains(a + b, skip_s=0.5) == pytest.approx(3.0)
     # One after the other (a whole flow, then the next): one train each.
     b_later = _flow("10.1.1.1:1", "10.2.1.1:5202", 9_000, 2e-4, 3, 1e-4, t0=2.0)
-    assert ack_delays.kernel_trains(a + b_later, skip_s=0.5) > 1_000
+    assert tcp_probes.kernel_trains(a + b_later, skip_s=0.5) > 1_000
 
 
 def test_the_simulator_s_trains_come_from_its_bottleneck_s_departures():

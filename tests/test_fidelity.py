@@ -19,6 +19,7 @@ from xferlab.netns import bpfcc
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benches"))
 import fidelity  # noqa: E402
 import fidelity_events  # noqa: E402
+import ftrace  # noqa: E402
 import sched_waits  # noqa: E402
 
 pytestmark = [pytest.mark.slow]
@@ -86,9 +87,19 @@ def test_sim_beside_the_kernel(case):
     # goodput is the machine's, not the path's: only a gross disagreement is caught then.
     tolerance = GOODPUT_TOLERANCE if faithful else 0.5
     assert sim["goodput_mbps"] == pytest.approx(net["goodput_mbps"], rel=tolerance), net
-    if (sched_waits.TRACEFS / "instances").exists():
+    if (ftrace.TRACEFS / "instances").exists():
         # The run traced its receiver's waits for a CPU: hundreds a second over the run.
         assert net["waits"]["traced_s"] >= 5 and net["waits"]["waits"] / net["waits"]["traced_s"] > 100, net["waits"]
+        # ...and its flow's segments (tcp_probe): tens of thousands of in-order ACKs of two
+        # segments or so (Linux's delayed ACKs; a few stretch ACKs), a lone flow one train
+        # (all it sent after slow start), each ACK sooner after the last segment it
+        # acknowledges than after the first.
+        acks = net["acks"]
+        assert acks["flows"] == 1 and acks["acks"] > 10_000 and acks["lost"] == 0, acks
+        assert 1.5 < acks["segments_per_ack"] < 10
+        assert acks["trains"] == pytest.approx(acks["acks"] * acks["segments_per_ack"], rel=0.01)
+        median = lambda h: sched_waits.hist_quantiles(np.asarray(h), np.array([0.5]))[0]  # noqa: E731
+        assert median(acks["from_last"]) < median(acks["from_first"])
     if case.variant == "reno" and faithful:
         # Reno leaves slow start at its first loss, where and when the kernel does.
         assert sim["ss_ssthresh"] == pytest.approx(net["ss_ssthresh"], rel=0.25)

@@ -1,0 +1,176 @@
+"""The emulated flows' ACK clocks, traced with ftrace's ``tcp/tcp_probe`` while a netns run
+lasts: every segment a socket receives, in the kernel — the senders' ACKs with their
+``snd_una``, the receivers' data with its length — cheap enough that the run keeps its
+goodput. The event fires where TCP processes a segment (``tcp_rcv_established``): after
+the socket's backlog when its application held the socket, so a time is when the segment
+was processed, not when it arrived.
+
+Shared by benches/ack_delays.py (a case's delays and trains, printed) and benches/fidelity.py
+(whose kernel runs of the matrix keep theirs, ``run_netns_once``): ``traced`` records,
+``ack_delays`` times each in-order ACK from the data it acknowledges, ``kernel_trains``
+measures how the flows interleave at the senders, and ``record`` keeps a run's as an
+archive does (histograms of sched_waits' log-spaced bins). Needs root and tracefs.
+"""
+
+from __future__ import annotations
+
+import bisect
+import collections
+import contextlib
+import itertools
+import re
+from collections.abc import Iterable, Iterator
+from typing import NamedTuple
+
+import ftrace
+import numpy as np
+import sched_waits
+from xferlab import constants
+
+#: The ftrace instances the tracer owns while a run lasts (one per process, -<pid>).
+INSTANCE = ftrace.TRACEFS / "instances" / "xferlab-probes"
+EVENTS = ("tcp/tcp_probe",)
+#: Per CPU (kB): an event takes ~144 bytes in the ring; a 30 s run of four flows at
+#: 280 Mbit/s makes about a million, mostly on one CPU (128 MB a CPU lost 75 000 to 166 000
+#: of them in such runs).
+BUFFER_KB = 262144
+#: tcp_probe's line: time, the socket's own address and its peer's, the segment's payload,
+#: the socket's snd_una before the segment is processed.
+LINE = re.compile(
+    r"^\s*.+?\s(\d+\.\d+): tcp_probe: .*?src=([\d.]+:\d+) dest=([\d.]+:\d+) .*?data_len=(\d+)"
+    r" snd_nxt=0x[0-9a-f]+ snd_una=0x([0-9a-f]+)"
+)
+#: A flow is a data connection if its receiver got at least this many segments (iperf3's
+#: control connection gets a handful).
+MIN_SEGMENTS = 1000
+SEQ_MOD = 1 << 32
+#: What a run's record leaves out at its start: slow start, whose trains are the window's.
+SKIP_S = 2.0
+
+Probe = tuple[float, str, str, int, int]  # t (s), the socket's address, its peer's, data_len, snd_una
+
+
+class Delays(NamedTuple):
+    """A flow's in-order ACKs: each one's delay (s) from the first and from the last data
+    segment it acknowledges reaching the receiver, and the segments it acknowledges."""
+
+    first: np.ndarray
+    last: np.ndarray
+    segments: np.ndarray
+
+
+@contextlib.contextmanager
+def traced() -> Iterator[dict]:
+    """tcp_probe on while the block runs; the dict yielded holds, after it, ``trace`` (the
+    probes, parsed as they are read) and ``lost`` (events overwritten: the run's first ones),
+    or ``error`` if tracing could not be set up."""
+    with ftrace.recording(INSTANCE, EVENTS, BUFFER_KB, read=parse) as got:
+        yield got
+
+
+def parse(lines: Iterable[str] | str) -> list[Probe]:
+    if isinstance(lines, str):
+        lines = lines.splitlines()
+    return [(float(g[1]), g[2], g[3], int(g[4]), int(g[5], 16)) for line in lines if (g := LINE.match(line))]
+
+
+def split(probes: list[Probe]) -> tuple[dict, dict]:
+    """Per flow (sender, receiver): the receiver's data as (time, bytes received so far),
+    and the sender's ACKs as (time, snd_una before it), both in time order."""
+    data, acks, total = collections.defaultdict(list), collections.defaultdict(list), collections.Counter()
+    for t, own, peer, length, una in sorted(probes):
+        if length > 0:  # data, at its receiver: the socket's own address is the receiver's
+            total[(peer, own)] += length
+            data[(peer, own)].append((t, total[(peer, own)]))
+        else:
+            acks[(own, peer)].append((t, una))
+    flows = [f for f, d in data.items() if len(d) >= MIN_SEGMENTS and f in acks]
+    return {f: data[f] for f in flows}, {f: acks[f] for f in flows}
+
+
+def acked(acks: list[tuple[float, int]], t0: float, skip_s: float) -> Iterator[tuple[float, int, int]]:
+    """Each of a sender's ACKs from ``t0 + skip_s`` on as (time, from, to): the bytes it
+    acknowledges, counted from the first ACK's ``snd_una``. An ACK's own number is the next
+    ACK's ``snd_una`` (tcp_probe reads the socket before the ACK); the last has none."""
+    base = acks[0][1]
+    for (t, una), (_, next_una) in itertools.pairwise(acks):
+        lo, hi = (una - base) % SEQ_MOD, (next_una - base) % SEQ_MOD
+        if t - t0 >= skip_s:
+            yield t, lo, hi
+
+
+def ack_delays(probes: list[Probe], skip_s: float) -> dict[tuple[str, str], Delays]:
+    """Per flow, after the first ``skip_s`` of the trace: each in-order ACK (both ends on
+    data boundaries: the receiver held no out-of-order data) timed from the data it
+    acknowledges. From the first segment, the delay holds the wait for the segment that
+    triggers the ACK (Linux acknowledges every second one; a lone one waits for the next,
+    up to a round trip, or for the delayed-ACK timer); from the last, it is the ACK's own
+    path — the receiver's processing, the return link, the sender's processing."""
+    data, acks = split(probes)
+    t0 = min(p[0] for p in probes)
+    out = {}
+    for flow, a in acks.items():
+        times, received = zip(*data[flow], strict=True)
+        first_, last_, segs = [], [], []
+        for t, lo, hi in acked(a, t0, skip_s):
+            if hi <= lo:  # a duplicate ACK
+                continue
+            first, last = bisect.bisect_right(received, lo), bisect.bisect_left(received, hi)
+            in_order = 0 < first and last < len(received) and received[first - 1] == lo and received[last] == hi
+            if in_order and t > times[last]:
+                first_.append(t - times[first])
+                last_.append(t - times[last])
+                segs.append((hi - lo) / constants.LINUX_MSS)
+        out[flow] = Delays(np.array(first_), np.array(last_), np.array(segs))
+    return out
+
+
+def train_length(order: list, weights: list[float]) -> float:
+    """Runs of consecutive equal items of ``order``, each weighing the sum of its
+    ``weights``: their mean weighted by weight (the run a unit of weight lies in)."""
+    runs, run, last = [], 0.0, None
+    for item, w in zip(order, weights, strict=True):
+        if item != last and last is not None:
+            runs.append(run)
+            run = 0.0
+        run, last = run + w, item
+    runs.append(run)
+    r = np.asarray(runs)
+    return float((r**2).sum() / r.sum()) if r.sum() else float("nan")
+
+
+def kernel_trains(probes: list[Probe], skip_s: float) -> float:
+    """train_length of the senders' ACKs, each weighing the segments it acknowledges, until
+    the first flow's last ACK (a volume run's flows end one by one: the last alone is one
+    train)."""
+    _, acks = split(probes)
+    t0 = min(p[0] for p in probes)
+    end = min(a[-1][0] for a in acks.values())
+    events = sorted(
+        (t, flow, (hi - lo) / constants.LINUX_MSS) for flow, a in acks.items() for t, lo, hi in acked(a, t0, skip_s) if t <= end
+    )
+    return train_length([e[1] for e in events], [e[2] for e in events])
+
+
+def record(probes: list[Probe], lost: int = 0, skip_s: float = SKIP_S) -> dict | None:
+    """A run's ACK clocks as an archive keeps them, after its first ``skip_s``: the flows
+    seen, their in-order ACKs and the segments each acknowledged (mean), the trains at the
+    senders (kernel_trains), and the ACK delays from the first and from the last segment
+    acknowledged as histograms (sched_waits.histogram); ``lost``: events the tracer
+    overwrote (the run's first, on one CPU more than the other: then only ``lost`` is
+    kept, the data no longer lining up with the ACKs). None when no flow was traced."""
+    delays = ack_delays(probes, skip_s) if probes else {}
+    if not delays:
+        return None
+    if lost:
+        return {"flows": len(delays), "lost": lost}
+    pooled = Delays(*(np.concatenate([getattr(d, f) for d in delays.values()]) for f in Delays._fields))
+    return {
+        "flows": len(delays),
+        "acks": int(len(pooled.first)),
+        "segments_per_ack": round(float(pooled.segments.mean()), 3) if len(pooled.segments) else None,
+        "trains": round(kernel_trains(probes, skip_s), 1),
+        "from_first": sched_waits.histogram(pooled.first),
+        "from_last": sched_waits.histogram(pooled.last),
+        "lost": lost,
+    }

@@ -106,8 +106,11 @@ def ack_delays(probes: list[Probe], skip_s: float) -> dict[tuple[str, str], Dela
     triggers the ACK (Linux acknowledges every second one; a lone one waits for the next,
     up to a round trip, or for the delayed-ACK timer); from the last, it is the ACK's own
     path — the receiver's processing, the return link, the sender's processing."""
-    data, acks = split(probes)
-    t0 = min(p[0] for p in probes)
+    return delays_of(*split(probes), min(p[0] for p in probes), skip_s)
+
+
+def delays_of(data: dict, acks: dict, t0: float, skip_s: float) -> dict[tuple[str, str], Delays]:
+    """ack_delays of flows already split (``split``), the trace starting at ``t0``."""
     out = {}
     for flow, a in acks.items():
         times, received = zip(*data[flow], strict=True)
@@ -143,8 +146,11 @@ def kernel_trains(probes: list[Probe], skip_s: float) -> float:
     """train_length of the senders' ACKs, each weighing the segments it acknowledges, until
     the first flow's last ACK (a volume run's flows end one by one: the last alone is one
     train)."""
-    _, acks = split(probes)
-    t0 = min(p[0] for p in probes)
+    return trains_of(split(probes)[1], min(p[0] for p in probes), skip_s)
+
+
+def trains_of(acks: dict, t0: float, skip_s: float) -> float:
+    """kernel_trains of the senders' ACKs already split (``split``), the trace starting at ``t0``."""
     end = min(a[-1][0] for a in acks.values())
     events = sorted(
         (t, flow, (hi - lo) / constants.LINUX_MSS) for flow, a in acks.items() for t, lo, hi in acked(a, t0, skip_s) if t <= end
@@ -159,7 +165,11 @@ def record(probes: list[Probe], lost: int = 0, skip_s: float = SKIP_S) -> dict |
     acknowledged as histograms (sched_waits.histogram); ``lost``: events the tracer
     overwrote (the run's first, on one CPU more than the other: then only ``lost`` is
     kept, the data no longer lining up with the ACKs). None when no flow was traced."""
-    delays = ack_delays(probes, skip_s) if probes else {}
+    if not probes:
+        return None
+    data, acks = split(probes)  # once: a run's million events sort in seconds
+    t0 = min(p[0] for p in probes)
+    delays = delays_of(data, acks, t0, skip_s)
     if not delays:
         return None
     if lost:
@@ -169,7 +179,7 @@ def record(probes: list[Probe], lost: int = 0, skip_s: float = SKIP_S) -> dict |
         "flows": len(delays),
         "acks": int(len(pooled.first)),
         "segments_per_ack": round(float(pooled.segments.mean()), 3) if len(pooled.segments) else None,
-        "trains": round(kernel_trains(probes, skip_s), 1),
+        "trains": round(trains_of(acks, t0, skip_s), 1),
         "from_first": sched_waits.histogram(pooled.first),
         "from_last": sched_waits.histogram(pooled.last),
         "lost": lost,

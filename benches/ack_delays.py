@@ -6,20 +6,22 @@
 
 Runs one duration run of a benches/fidelity.py case on the netns backend with ftrace's
 ``tcp/tcp_probe`` event on (tcp_probes.py: every segment a socket receives, in the kernel: the senders'
-ACKs with ``snd_una``, the receivers' data with its length; cheap enough that the run keeps
-its goodput), then prints, per flow after its first ``--skip`` seconds:
+ACKs with ``snd_una`` and ``snd_nxt``, the receivers' data with its length; cheap enough that
+the run keeps its goodput), then prints, per flow after its first ``--skip`` seconds:
 
 * the ACK delay: from the first and from the last data segment an ACK acknowledges
   reaching the receiver to the ACK reaching the sender (the emulation's ACK path has no
-  fixed delay: its delay line holds the data), for ACKs whose both ends fall on data
-  boundaries (the receiver holding no out-of-order data), as quantiles; and the segments an
-  ACK acknowledges. From the first, the delay holds the wait for the segment that triggers
-  the ACK (Linux acknowledges every second; a lone one waits for the next, up to a round
-  trip, or for the delayed-ACK timer): its top percent is that wait, not the receiver's
-  reads. From the last, it is the ACK's own path (tcp_probes.ack_delays);
-* how the flows interleave: runs of consecutive ACKs of one flow at the senders, in
-  segments acknowledged, weighted by segment (the length of the train a segment travels
-  in). Flows that share the bottleneck in trains, a window each, give hundreds.
+  fixed delay: its delay line holds the data), for in-order ACKs — sent while the receiver
+  held no data past a hole (tcp_probes.acked: a lossy flow's ACKs in recovery are left out,
+  and their share is printed) — as quantiles; and the segments an ACK acknowledges. From
+  the first, the delay holds the wait for the segment that triggers the ACK (Linux
+  acknowledges every second; a lone one waits for the next, up to a round trip, or for the
+  delayed-ACK timer): its top percent is that wait, not the receiver's reads. From the
+  last, it is the ACK's own path (tcp_probes.ack_delays);
+* how the flows interleave: runs of consecutive segments of one flow in the order the
+  receivers processed them (the order the bottleneck served them), weighted by segment
+  (the length of the train a segment travels in). Flows that share the bottleneck in
+  trains, a window each, give hundreds.
 
 ``--sim``: the interleaving of the simulator's runs of the case (fidelity.py's model of the
 emulation, each ``--reads`` model), from the segments' departures from its bottleneck. No
@@ -69,30 +71,34 @@ def kernel_report(case: fidelity.Case, seconds: float, skip_s: float) -> None:
     print(f"{case.key}: {m['aggregate_goodput_mbps']:.1f} Mbit/s, {len(probes)} segments traced{lost}\n")
     cells = " | ".join(f"{q:.0%}" for q in QUANTILES)
     print(
-        f"| flow | ACKs | segments an ACK (median) | from | ACK delay (ms): {cells} |\n|---|---:|---:|---|"
-        + "---:|" * len(QUANTILES)
+        f"| flow | ACKs | in recovery | segments an ACK (median) | from | ACK delay (ms): {cells} |\n"
+        "|---|---:|---:|---:|---|" + "---:|" * len(QUANTILES)
     )
     for (sender, receiver), d in tcp_probes.ack_delays(probes, skip_s).items():
         if not len(d.first):
-            print(f"| {sender} → {receiver} | 0 | | | " + " | ".join([""] * len(QUANTILES)) + " |")
+            print(f"| {sender} → {receiver} | 0 | | | | " + " | ".join([""] * len(QUANTILES)) + " |")
             continue
+        recovery = d.out_of_order / d.advancing
+        head = f"{sender} → {receiver} | {len(d.first)} | {recovery:.0%} | {np.median(d.segments):.0f}"
         for name, x in (("first", d.first), ("last", d.last)):
             q = " | ".join(f"{v * 1e3:.3f}" for v in np.quantile(x, QUANTILES))
-            head = f"{sender} → {receiver} | {len(x)} | {np.median(d.segments):.0f}" if name == "first" else " | |"
-            print(f"| {head} | {name} | {q} |")
-    print(f"\nTrains at the senders (segments, weighted): {tcp_probes.kernel_trains(probes, skip_s):.1f}")
+            print(f"| {head if name == 'first' else ' | | |'} | {name} | {q} |")
+    print(f"\nTrains at the receivers (segments, weighted): {tcp_probes.kernel_trains(probes, skip_s):.1f}")
 
 
 def kept_records(runs: list[Path], case: fidelity.Case) -> list[dict]:
     """The ACK clocks (tcp_probes.record) the duration runs of ``case`` in ``runs`` (archives
     or results directories of benches/fidelity.py) kept, those clean, not void and traced
-    whole (no events lost)."""
+    whole (no events lost). Records without ``in_recovery`` are left out: made before
+    2026-12-02, their trains were the senders' ACKs and their delays held ACKs sent in loss
+    recovery (tcp_probes.acked), timed from data that had reached the receiver past a hole."""
     out = []
     for run in runs:
         got = fidelity.kernel_side(run, case, samples=False)
         side = None if got is None or "failed" in got else got.get("duration")
         acks = side and side.get("acks")
-        if acks and not acks.get("lost") and not fidelity.unclean(side) and side.get("broken") is None:
+        measured = acks and "in_recovery" in acks and not acks.get("lost")
+        if measured and not fidelity.unclean(side) and side.get("broken") is None:
             out.append(side["acks"])
     return out
 
@@ -116,17 +122,18 @@ def runs_report(runs: list[Path], cases: list[fidelity.Case], seeds: int, jobs: 
     with ProcessPoolExecutor(max(1, jobs)) as pool:
         sims = list(pool.map(sim_trains_job, [(c, k) for c in chosen for k in range(1, seeds + 1)]))
     rows = [
-        "| case | trains, kernel (runs) | trains, simulator (seeds) | segments an ACK | "
+        "| case | trains, kernel (runs) | trains, simulator (seeds) | segments an ACK | ACKs in recovery | "
         "ACK delay from the last segment (µs: median / 90 % / 99 %) | from the first |",
-        "|---|---|---|---:|---|---|",
+        "|---|---|---|---:|---:|---|---|",
     ]
     for k, case in enumerate(chosen):
         recs = kept[case.key]
         kernel = ", ".join(f"{r['trains']:.0f}" for r in recs)
         sim = ", ".join(f"{x:.0f}" for x in sims[k * seeds : (k + 1) * seeds])
         segs = np.mean([r["segments_per_ack"] for r in recs])
+        recovery = np.mean([r["in_recovery"] for r in recs])
         delays = f"{delay_cells(recs, 'from_last')} | {delay_cells(recs, 'from_first')}"
-        rows.append(f"| {case.key} | {kernel} | {sim} | {segs:.2f} | {delays} |")
+        rows.append(f"| {case.key} | {kernel} | {sim} | {segs:.2f} | {recovery:.0%} | {delays} |")
     return "\n".join(rows)
 
 

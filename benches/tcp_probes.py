@@ -1,14 +1,14 @@
 """The emulated flows' ACK clocks, traced with ftrace's ``tcp/tcp_probe`` while a netns run
 lasts: every segment a socket receives, in the kernel — the senders' ACKs with their
-``snd_una``, the receivers' data with its length — cheap enough that the run keeps its
-goodput. The event fires where TCP processes a segment (``tcp_rcv_established``): after
-the socket's backlog when its application held the socket, so a time is when the segment
-was processed, not when it arrived.
+``snd_una`` and ``snd_nxt``, the receivers' data with its length (and no sequence number) —
+cheap enough that the run keeps its goodput. The event fires where TCP processes a segment
+(``tcp_rcv_established``): after the socket's backlog when its application held the socket,
+so a time is when the segment was processed, not when it arrived.
 
 Shared by benches/ack_delays.py (a case's delays and trains, printed) and benches/fidelity.py
 (whose kernel runs of the matrix keep theirs, ``run_netns_once``): ``traced`` records,
 ``ack_delays`` times each in-order ACK from the data it acknowledges, ``kernel_trains``
-measures how the flows interleave at the senders, and ``record`` keeps a run's as an
+measures how the flows interleave at the receivers, and ``record`` keeps a run's as an
 archive does (histograms of sched_waits' log-spaced bins). Needs root and tracefs.
 """
 
@@ -35,10 +35,10 @@ EVENTS = ("tcp/tcp_probe",)
 #: of them in such runs).
 BUFFER_KB = 262144
 #: tcp_probe's line: time, the socket's own address and its peer's, the segment's payload,
-#: the socket's snd_una before the segment is processed.
+#: the socket's snd_nxt and snd_una before the segment is processed.
 LINE = re.compile(
     r"^\s*.+?\s(\d+\.\d+): tcp_probe: .*?src=([\d.]+:\d+) dest=([\d.]+:\d+) .*?data_len=(\d+)"
-    r" snd_nxt=0x[0-9a-f]+ snd_una=0x([0-9a-f]+)"
+    r" snd_nxt=0x([0-9a-f]+) snd_una=0x([0-9a-f]+)"
 )
 #: A flow is a data connection if its receiver got at least this many segments (iperf3's
 #: control connection gets a handful).
@@ -47,16 +47,21 @@ SEQ_MOD = 1 << 32
 #: What a run's record leaves out at its start: slow start, whose trains are the window's.
 SKIP_S = 2.0
 
-Probe = tuple[float, str, str, int, int]  # t (s), the socket's address, its peer's, data_len, snd_una
+#: t (s), the socket's address, its peer's, data_len, snd_una, snd_nxt
+Probe = tuple[float, str, str, int, int, int]
 
 
 class Delays(NamedTuple):
     """A flow's in-order ACKs: each one's delay (s) from the first and from the last data
-    segment it acknowledges reaching the receiver, and the segments it acknowledges."""
+    segment it acknowledges reaching the receiver, and the segments it acknowledges; of its
+    ACKs that acknowledged data, how many, and how many were left out because the receiver
+    held data past a hole (``acked``)."""
 
     first: np.ndarray
     last: np.ndarray
     segments: np.ndarray
+    advancing: int = 0
+    out_of_order: int = 0
 
 
 @contextlib.contextmanager
@@ -71,41 +76,50 @@ def traced() -> Iterator[dict]:
 def parse(lines: Iterable[str] | str) -> list[Probe]:
     if isinstance(lines, str):
         lines = lines.splitlines()
-    return [(float(g[1]), g[2], g[3], int(g[4]), int(g[5], 16)) for line in lines if (g := LINE.match(line))]
+    return [(float(g[1]), g[2], g[3], int(g[4]), int(g[6], 16), int(g[5], 16)) for line in lines if (g := LINE.match(line))]
 
 
 def split(probes: list[Probe]) -> tuple[dict, dict]:
     """Per flow (sender, receiver): the receiver's data as (time, bytes received so far),
-    and the sender's ACKs as (time, snd_una before it), both in time order."""
+    and the sender's ACKs as (time, snd_una before it, snd_nxt before it), both in time order."""
     data, acks, total = collections.defaultdict(list), collections.defaultdict(list), collections.Counter()
-    for t, own, peer, length, una in sorted(probes):
+    for t, own, peer, length, una, nxt in sorted(probes):
         if length > 0:  # data, at its receiver: the socket's own address is the receiver's
             total[(peer, own)] += length
             data[(peer, own)].append((t, total[(peer, own)]))
         else:
-            acks[(own, peer)].append((t, una))
+            acks[(own, peer)].append((t, una, nxt))
     flows = [f for f, d in data.items() if len(d) >= MIN_SEGMENTS and f in acks]
     return {f: data[f] for f in flows}, {f: acks[f] for f in flows}
 
 
-def acked(acks: list[tuple[float, int]], t0: float, skip_s: float) -> Iterator[tuple[float, int, int]]:
-    """Each of a sender's ACKs from ``t0 + skip_s`` on as (time, from, to): the bytes it
-    acknowledges, counted from the first ACK's ``snd_una``. An ACK's own number is the next
-    ACK's ``snd_una`` (tcp_probe reads the socket before the ACK); the last has none."""
-    base = acks[0][1]
-    for (t, una), (_, next_una) in itertools.pairwise(acks):
+def acked(acks: list[tuple[float, int, int]], t0: float, skip_s: float) -> Iterator[tuple[float, int, int, bool]]:
+    """Each of a sender's ACKs from ``t0 + skip_s`` on as (time, from, to, in order): the
+    bytes it acknowledges, counted from the first ACK's ``snd_una`` (an ACK's own number is
+    the next ACK's ``snd_una``: tcp_probe reads the socket before the ACK; the last has
+    none), and whether the receiver held no data past a hole when it sent it.
+
+    A receiver's data events carry no sequence number, only a length: bytes counted there
+    are its sequence only while it holds nothing out of order. A duplicate ACK says it may
+    (data past a hole, or a segment it had already); until an ACK's ``snd_una`` reaches the
+    sender's ``snd_nxt`` at the latest duplicate, every byte sent before it has arrived in
+    order. An ACK is in order when its ``from`` has reached that mark."""
+    base, mark = acks[0][1], -1
+    for (t, una, nxt), (_, next_una, _) in itertools.pairwise(acks):
         lo, hi = (una - base) % SEQ_MOD, (next_una - base) % SEQ_MOD
+        if hi <= lo:
+            mark = max(mark, (nxt - base) % SEQ_MOD)
         if t - t0 >= skip_s:
-            yield t, lo, hi
+            yield t, lo, hi, lo >= mark
 
 
 def ack_delays(probes: list[Probe], skip_s: float) -> dict[tuple[str, str], Delays]:
-    """Per flow, after the first ``skip_s`` of the trace: each in-order ACK (both ends on
-    data boundaries: the receiver held no out-of-order data) timed from the data it
-    acknowledges. From the first segment, the delay holds the wait for the segment that
-    triggers the ACK (Linux acknowledges every second one; a lone one waits for the next,
-    up to a round trip, or for the delayed-ACK timer); from the last, it is the ACK's own
-    path — the receiver's processing, the return link, the sender's processing."""
+    """Per flow, after the first ``skip_s`` of the trace: each in-order ACK (``acked``: the
+    receiver held no data past a hole) timed from the data it acknowledges. From the first
+    segment, the delay holds the wait for the segment that triggers the ACK (Linux
+    acknowledges every second one; a lone one waits for the next, up to a round trip, or for
+    the delayed-ACK timer); from the last, it is the ACK's own path — the receiver's
+    processing, the return link, the sender's processing."""
     return delays_of(*split(probes), min(p[0] for p in probes), skip_s)
 
 
@@ -114,17 +128,19 @@ def delays_of(data: dict, acks: dict, t0: float, skip_s: float) -> dict[tuple[st
     out = {}
     for flow, a in acks.items():
         times, received = zip(*data[flow], strict=True)
-        first_, last_, segs = [], [], []
-        for t, lo, hi in acked(a, t0, skip_s):
+        first_, last_, segs, advancing, out_of_order = [], [], [], 0, 0
+        for t, lo, hi, in_order in acked(a, t0, skip_s):
             if hi <= lo:  # a duplicate ACK
                 continue
+            advancing += 1
+            out_of_order += not in_order
             first, last = bisect.bisect_right(received, lo), bisect.bisect_left(received, hi)
-            in_order = 0 < first and last < len(received) and received[first - 1] == lo and received[last] == hi
-            if in_order and t > times[last]:
+            on_data = 0 < first and last < len(received) and received[first - 1] == lo and received[last] == hi
+            if in_order and on_data and t > times[last]:
                 first_.append(t - times[first])
                 last_.append(t - times[last])
                 segs.append((hi - lo) / constants.LINUX_MSS)
-        out[flow] = Delays(np.array(first_), np.array(last_), np.array(segs))
+        out[flow] = Delays(np.array(first_), np.array(last_), np.array(segs), advancing, out_of_order)
     return out
 
 
@@ -143,28 +159,35 @@ def train_length(order: list, weights: list[float]) -> float:
 
 
 def kernel_trains(probes: list[Probe], skip_s: float) -> float:
-    """train_length of the senders' ACKs, each weighing the segments it acknowledges, until
-    the first flow's last ACK (a volume run's flows end one by one: the last alone is one
-    train)."""
-    return trains_of(split(probes)[1], min(p[0] for p in probes), skip_s)
+    """train_length of the flows' data in the order their receivers processed it, each
+    segment weighing its length in segments (the order the bottleneck served them, as the
+    simulator's capture gives its own), until the first flow's last segment (a volume run's
+    flows end one by one: the last alone is one train). Not from the senders' ACKs: in loss
+    recovery one ACK acknowledges a round trip's data at once."""
+    return trains_of(split(probes)[0], min(p[0] for p in probes), skip_s)
 
 
-def trains_of(acks: dict, t0: float, skip_s: float) -> float:
-    """kernel_trains of the senders' ACKs already split (``split``), the trace starting at ``t0``."""
-    end = min(a[-1][0] for a in acks.values())
+def trains_of(data: dict, t0: float, skip_s: float) -> float:
+    """kernel_trains of the receivers' data already split (``split``), the trace starting at ``t0``."""
+    end = min(d[-1][0] for d in data.values())
     events = sorted(
-        (t, flow, (hi - lo) / constants.LINUX_MSS) for flow, a in acks.items() for t, lo, hi in acked(a, t0, skip_s) if t <= end
+        (t, flow, (now - before) / constants.LINUX_MSS)
+        for flow, d in data.items()
+        for (_, before), (t, now) in itertools.pairwise([(t0, 0), *d])
+        if t0 + skip_s <= t <= end
     )
     return train_length([e[1] for e in events], [e[2] for e in events])
 
 
 def record(probes: list[Probe], lost: int = 0, skip_s: float = SKIP_S) -> dict | None:
     """A run's ACK clocks as an archive keeps them, after its first ``skip_s``: the flows
-    seen, their in-order ACKs and the segments each acknowledged (mean), the trains at the
-    senders (kernel_trains), and the ACK delays from the first and from the last segment
-    acknowledged as histograms (sched_waits.histogram); ``lost``: events the tracer
-    overwrote (the run's first, on one CPU more than the other: then only ``lost`` is
-    kept, the data no longer lining up with the ACKs). None when no flow was traced."""
+    seen, their in-order ACKs and the segments each acknowledged (mean), the share of the
+    ACKs that acknowledged data sent while the receiver held data past a hole
+    (``in_recovery``: left out, ``acked``), the trains at the receivers (kernel_trains), and the ACK delays from the first
+    and from the last segment acknowledged as histograms (sched_waits.histogram); ``lost``:
+    events the tracer overwrote (the run's first, on one CPU more than the other: then only
+    ``lost`` is kept, the data no longer lining up with the ACKs). None when no flow was
+    traced."""
     if not probes:
         return None
     data, acks = split(probes)  # once: a run's million events sort in seconds
@@ -174,13 +197,15 @@ def record(probes: list[Probe], lost: int = 0, skip_s: float = SKIP_S) -> dict |
         return None
     if lost:
         return {"flows": len(delays), "lost": lost}
-    pooled = Delays(*(np.concatenate([getattr(d, f) for d in delays.values()]) for f in Delays._fields))
+    first, last, segments = (np.concatenate([getattr(d, f) for d in delays.values()]) for f in ("first", "last", "segments"))
+    advancing = sum(d.advancing for d in delays.values())
     return {
         "flows": len(delays),
-        "acks": int(len(pooled.first)),
-        "segments_per_ack": round(float(pooled.segments.mean()), 3) if len(pooled.segments) else None,
-        "trains": round(trains_of(acks, t0, skip_s), 1),
-        "from_first": sched_waits.histogram(pooled.first),
-        "from_last": sched_waits.histogram(pooled.last),
+        "acks": int(len(first)),
+        "segments_per_ack": round(float(segments.mean()), 3) if len(segments) else None,
+        "in_recovery": round(sum(d.out_of_order for d in delays.values()) / advancing, 4) if advancing else None,
+        "trains": round(trains_of(data, t0, skip_s), 1),
+        "from_first": sched_waits.histogram(first),
+        "from_last": sched_waits.histogram(last),
         "lost": lost,
     }

@@ -31,20 +31,21 @@ ssthresh=2147483647 snd_wnd=65483 srtt=44 rcv_wnd=65536 sock_cookie=2108 skbaddr
 
 def test_tcp_probe_lines_are_read():
     assert tcp_probes.parse(LINES) == [
-        (72556.316361, "127.0.0.1:41191", "127.0.0.1:35632", 3000, 0x3E8E1806),
-        (72556.316370, "127.0.0.1:35632", "127.0.0.1:41191", 0, 0x7B66D599),
+        (72556.316361, "127.0.0.1:41191", "127.0.0.1:35632", 3000, 0x3E8E1806, 0x3E8E1806),
+        (72556.316370, "127.0.0.1:35632", "127.0.0.1:41191", 0, 0x7B66D599, 0x7B66E151),
     ]
 
 
-def _flow(sender: str, receiver: str, segments: int, gap_s: float, per_ack: int, delay_s: float, t0: float = 0.0):
-    """Probes of one flow: a segment reaching the receiver every ``gap_s``, an ACK of every
-    ``per_ack`` reaching the sender ``delay_s`` after the last of them (ISN 1 000)."""
-    probes, isn = [], 1000
-    for k in range(segments):
-        probes.append((t0 + k * gap_s, receiver, sender, MSS, 0))
+def _flow(sender: str, receiver: str, segments: int, gap_s: float, per_ack: int, delay_s: float, t0: float = 0.0, burst: int = 0):
+    """Probes of one flow: a segment reaching the receiver every ``gap_s`` (or, with
+    ``burst``, bursts of that many, each followed by as long a pause), an ACK of every
+    ``per_ack`` reaching the sender ``delay_s`` after the last of them (ISN 1 000; the
+    sender 100 segments ahead)."""
+    at = [t0 + gap_s * (k + (k // burst * burst if burst else 0)) for k in range(segments)]
+    probes, isn = [(t, receiver, sender, MSS, 0, 0) for t in at], 1000
     for a in range(segments // per_ack):
-        last = (a + 1) * per_ack - 1
-        probes.append((t0 + last * gap_s + delay_s, sender, receiver, 0, isn + a * per_ack * MSS))
+        una = isn + a * per_ack * MSS
+        probes.append((at[(a + 1) * per_ack - 1] + delay_s, sender, receiver, 0, una, una + 100 * MSS))
     return probes
 
 
@@ -63,15 +64,50 @@ def test_each_in_order_ack_is_timed_from_the_first_segment_it_acknowledges():
     assert d.last == pytest.approx(5e-5, abs=1e-9)
 
 
+def _receiver_acks(order: list[int], gap_s: float, delay_s: float, sender: str, receiver: str) -> list:
+    """Probes of a flow whose segments (numbered) reach the receiver in ``order``, one every
+    ``gap_s``: the receiver acknowledges every second in-order segment, a segment past a
+    hole at once (a duplicate ACK), and a filled hole at once; each ACK reaches the sender
+    ``delay_s`` later (ISN 0; the sender 100 segments past the last arrival)."""
+    probes, have, rcv_nxt, acked, una = [], set(), 0, 0, 0
+    for j, k in enumerate(order):
+        t = j * gap_s
+        probes.append((t, receiver, sender, MSS, 0, 0))
+        have.add(k)
+        before = rcv_nxt
+        while rcv_nxt in have:
+            rcv_nxt += 1
+        if rcv_nxt == before or rcv_nxt - before > 1 or rcv_nxt - acked >= 2:
+            probes.append((t + delay_s, sender, receiver, 0, una * MSS, (j + 100) * MSS))
+            una = acked = rcv_nxt
+    return probes
+
+
+def test_acks_while_the_receiver_holds_data_past_a_hole_are_left_out():
+    # Segments 20 000 and 20 050 lost; the other 98 of that hundred arrive past the hole (a
+    # duplicate ACK each), then the two retransmissions: a partial ACK up to 20 050 — the
+    # receiver had counted 20 050 segments' bytes when segment 20 051 arrived, 5 ms before —
+    # then one of all. tcp_probe's data carry no sequence number: that ACK must not be timed.
+    order = [k for k in range(30_000) if k not in (20_000, 20_050)]
+    i = order.index(20_099) + 1
+    order[i:i] = [20_000, 20_050]
+    got = tcp_probes.ack_delays(_receiver_acks(order, 1e-4, 5e-5, "10.1.0.1:1", "10.2.0.1:5201"), skip_s=1.0)
+    d = got[("10.1.0.1:1", "10.2.0.1:5201")]
+    assert d.last == pytest.approx(5e-5, abs=1e-9)
+    # Left out, and nothing else: the two ACKs of the retransmissions and those from 20 100
+    # until the sender's snd_nxt at the last duplicate ACK (segment 20 197): 2 + 49.
+    assert d.out_of_order == 51 and d.advancing == len(d.last) + 51 > 9_900
+
+
 def test_a_run_keeps_its_ack_clocks_as_histograms():
-    # Two flows in alternating trains of three segments; ACKs 100 µs after their last.
+    # Two flows whose segments alternate; ACKs of three, 100 µs after their last.
     a = _flow("10.1.0.1:1", "10.2.0.1:5201", 9_000, 2e-4, 3, 1e-4)
-    b = _flow("10.1.1.1:1", "10.2.1.1:5202", 9_000, 2e-4, 3, 1e-4, t0=3e-4)
+    b = _flow("10.1.1.1:1", "10.2.1.1:5202", 9_000, 2e-4, 3, 1e-4, t0=1e-4)
     got = tcp_probes.record(a + b, lost=0, skip_s=0.5)
-    assert got["flows"] == 2 and got["segments_per_ack"] == 3.0 and got["trains"] == pytest.approx(3.0)
-    # ACKs from 0.5 s on (the first flow's from its 833rd, the second's, 0.3 ms later,
-    # from its 832nd) but each flow's last: 2 166 + 2 167.
-    assert got["acks"] == 4_333
+    assert got["flows"] == 2 and got["segments_per_ack"] == 3.0 and got["trains"] == pytest.approx(1.0)
+    assert got["in_recovery"] == 0.0
+    # ACKs from 0.5 s on (each flow's from its 834th) but each flow's last: 2 × 2 166.
+    assert got["acks"] == 4_332
     median = lambda h: sched_waits.hist_quantiles(np.asarray(h), np.array([0.5]))[0]  # noqa: E731
     # Read back within a bin's 12 %: 100 µs from the last, 500 µs from the first.
     assert median(got["from_last"]) == pytest.approx(1e-4, rel=0.12)
@@ -90,10 +126,11 @@ def test_a_tracer_that_cannot_start_says_why_and_the_run_goes_on(tmp_path):
 
 def test_trains_are_the_segment_weighted_run_lengths_of_one_flow():
     assert tcp_probes.train_length(list("aabaaa"), [1.0] * 6) == pytest.approx((4 + 1 + 9) / 6)
-    # Two flows whose ACKs (three segments each) alternate: trains of three segments.
-    a = _flow("10.1.0.1:1", "10.2.0.1:5201", 9_000, 2e-4, 3, 1e-4)
-    b = _flow("10.1.1.1:1", "10.2.1.1:5202", 9_000, 2e-4, 3, 1e-4, t0=3e-4)
-    assert tcp_probes.kernel_trains(a + b, skip_s=0.5) == pytest.approx(3.0)
+    # Two flows whose segments reach their receivers in alternating bursts of five (ACKs of
+    # two): trains of five segments, whatever the ACKs.
+    a = _flow("10.1.0.1:1", "10.2.0.1:5201", 9_000, 1e-4, 2, 1e-4, burst=5)
+    b = _flow("10.1.1.1:1", "10.2.1.1:5202", 9_000, 1e-4, 2, 1e-4, t0=5e-4, burst=5)
+    assert tcp_probes.kernel_trains(a + b, skip_s=0.5) == pytest.approx(5.0)
     # One after the other (a whole flow, then the next): one train each.
     b_later = _flow("10.1.1.1:1", "10.2.1.1:5202", 9_000, 2e-4, 3, 1e-4, t0=2.0)
     assert tcp_probes.kernel_trains(a + b_later, skip_s=0.5) > 1_000

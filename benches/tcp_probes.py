@@ -55,13 +55,14 @@ class Delays(NamedTuple):
     """A flow's in-order ACKs: each one's delay (s) from the first and from the last data
     segment it acknowledges reaching the receiver, and the segments it acknowledges; of its
     ACKs that acknowledged data, how many, and how many were left out because the receiver
-    held data past a hole (``acked``)."""
+    held data past a hole (``acked``); the bytes it got twice (``counted_ahead``, at the end)."""
 
     first: np.ndarray
     last: np.ndarray
     segments: np.ndarray
     advancing: int = 0
     out_of_order: int = 0
+    twice: int = 0
 
 
 @contextlib.contextmanager
@@ -128,20 +129,40 @@ def delays_of(data: dict, acks: dict, t0: float, skip_s: float) -> dict[tuple[st
     out = {}
     for flow, a in acks.items():
         times, received = zip(*data[flow], strict=True)
+        ackd = list(acked(a, t0, skip_s))
         first_, last_, segs, advancing, out_of_order = [], [], [], 0, 0
-        for t, lo, hi, in_order in acked(a, t0, skip_s):
+        aheads = counted_ahead(ackd, times, received)
+        for (t, lo, hi, in_order), ahead in zip(ackd, aheads, strict=True):
             if hi <= lo:  # a duplicate ACK
                 continue
             advancing += 1
             out_of_order += not in_order
+            lo, hi = lo + int(ahead), hi + int(ahead)
             first, last = bisect.bisect_right(received, lo), bisect.bisect_left(received, hi)
             on_data = 0 < first and last < len(received) and received[first - 1] == lo and received[last] == hi
             if in_order and on_data and t > times[last]:
                 first_.append(t - times[first])
                 last_.append(t - times[last])
                 segs.append((hi - lo) / constants.LINUX_MSS)
-        out[flow] = Delays(np.array(first_), np.array(last_), np.array(segs), advancing, out_of_order)
+        twice = int(aheads.max()) if len(aheads) else 0
+        out[flow] = Delays(np.array(first_), np.array(last_), np.array(segs), advancing, out_of_order, twice)
     return out
+
+
+def counted_ahead(ackd: list[tuple[float, int, int, bool]], times: tuple, received: tuple) -> np.ndarray:
+    """Per ACK of ``ackd`` (``acked``'s), the bytes its receiver had counted beyond its
+    sequence by then, for those in order (0 for the others). Data it got twice (a spurious
+    retransmission) stays in the count for good, so that excess only grows over a run: at an
+    in-order ACK it is the least, over it and every later one, of the bytes counted by each
+    one's arrival beyond what it acknowledges (most ACKs reach the sender before the
+    receiver processes more data)."""
+    beyond = np.full(len(ackd), np.iinfo(np.int64).max)
+    for i, (t, lo, hi, in_order) in enumerate(ackd):
+        if hi > lo and in_order:
+            k = bisect.bisect_right(times, t) - 1
+            beyond[i] = (received[k] if k >= 0 else 0) - hi
+    ahead = np.minimum.accumulate(beyond[::-1])[::-1].clip(min=0)
+    return np.where(beyond < np.iinfo(np.int64).max, ahead, 0)
 
 
 def train_length(order: list, weights: list[float]) -> float:
@@ -183,11 +204,12 @@ def record(probes: list[Probe], lost: int = 0, skip_s: float = SKIP_S) -> dict |
     """A run's ACK clocks as an archive keeps them, after its first ``skip_s``: the flows
     seen, their in-order ACKs and the segments each acknowledged (mean), the share of the
     ACKs that acknowledged data sent while the receiver held data past a hole
-    (``in_recovery``: left out, ``acked``), the trains at the receivers (kernel_trains), and the ACK delays from the first
-    and from the last segment acknowledged as histograms (sched_waits.histogram); ``lost``:
-    events the tracer overwrote (the run's first, on one CPU more than the other: then only
-    ``lost`` is kept, the data no longer lining up with the ACKs). None when no flow was
-    traced."""
+    (``in_recovery``: left out, ``acked``), the segments the receivers got twice (``twice``,
+    at most: their counts corrected, ``counted_ahead``), the trains at the receivers
+    (kernel_trains), and the ACK delays from the first and from the last segment
+    acknowledged as histograms (sched_waits.histogram); ``lost``: events the tracer
+    overwrote (the run's first, on one CPU more than the other: then only ``lost`` is kept,
+    the data no longer lining up with the ACKs). None when no flow was traced."""
     if not probes:
         return None
     data, acks = split(probes)  # once: a run's million events sort in seconds
@@ -204,6 +226,7 @@ def record(probes: list[Probe], lost: int = 0, skip_s: float = SKIP_S) -> dict |
         "acks": int(len(first)),
         "segments_per_ack": round(float(segments.mean()), 3) if len(segments) else None,
         "in_recovery": round(sum(d.out_of_order for d in delays.values()) / advancing, 4) if advancing else None,
+        "twice": round(sum(d.twice for d in delays.values()) / constants.LINUX_MSS, 1),
         "trains": round(trains_of(data, t0, skip_s), 1),
         "from_first": sched_waits.histogram(first),
         "from_last": sched_waits.histogram(last),

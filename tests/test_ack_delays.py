@@ -91,9 +91,13 @@ def test_acks_while_the_receiver_holds_data_past_a_hole_are_left_out():
     order = [k for k in range(30_000) if k not in (20_000, 20_050)]
     i = order.index(20_099) + 1
     order[i:i] = [20_000, 20_050]
+    # Later, segment 25 000 reaches it twice (a spurious retransmission): its count of bytes
+    # stays a segment ahead of its sequence from then on.
+    order.insert(order.index(25_010) + 1, 25_000)
     got = tcp_probes.ack_delays(_receiver_acks(order, 1e-4, 5e-5, "10.1.0.1:1", "10.2.0.1:5201"), skip_s=1.0)
     d = got[("10.1.0.1:1", "10.2.0.1:5201")]
     assert d.last == pytest.approx(5e-5, abs=1e-9)
+    assert d.first[d.segments == 2] == pytest.approx(1.5e-4, abs=1e-9) and d.twice == MSS
     # Left out, and nothing else: the two ACKs of the retransmissions and those from 20 100
     # until the sender's snd_nxt at the last duplicate ACK (segment 20 197): 2 + 49.
     assert d.out_of_order == 51 and d.advancing == len(d.last) + 51 > 9_900
@@ -105,7 +109,7 @@ def test_a_run_keeps_its_ack_clocks_as_histograms():
     b = _flow("10.1.1.1:1", "10.2.1.1:5202", 9_000, 2e-4, 3, 1e-4, t0=1e-4)
     got = tcp_probes.record(a + b, lost=0, skip_s=0.5)
     assert got["flows"] == 2 and got["segments_per_ack"] == 3.0 and got["trains"] == pytest.approx(1.0)
-    assert got["in_recovery"] == 0.0
+    assert got["in_recovery"] == 0.0 and got["twice"] == 0.0
     # ACKs from 0.5 s on (each flow's from its 834th) but each flow's last: 2 × 2 166.
     assert got["acks"] == 4_332
     median = lambda h: sched_waits.hist_quantiles(np.asarray(h), np.array([0.5]))[0]  # noqa: E731

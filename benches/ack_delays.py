@@ -157,7 +157,13 @@ def main() -> None:
         missing = [str(r) for r in args.runs if not r.exists()]
         if missing:
             sys.exit(f"no such run: {', '.join(missing)} (an archive in benches/fidelity-runs/ or a results directory)")
-        print(runs_report(args.runs, fidelity.select(fidelity.matrix(), [args.case] if args.case else []), args.seeds, args.jobs))
+        cases = fidelity.select(fidelity.matrix(), [args.case] if args.case else [])
+        if not any(kept_records(args.runs, c) for c in cases):
+            sys.exit(
+                "no ACK clocks to show: none of these runs kept whole ones for these cases (records made before"
+                " 2026-12-02 are left out: see kept_records; runs with --no-trace-acks keep none)"
+            )
+        print(runs_report(args.runs, cases, args.seeds, args.jobs))
         return
     case = next((c for c in fidelity.matrix() if c.key == args.case), None)
     if case is None:

@@ -1,5 +1,6 @@
 """benches/tcp_probes.py and ack_delays.py: the receivers' ACK delays and the flows' trains, from tcp_probe."""
 
+import subprocess
 import sys
 from pathlib import Path
 
@@ -148,3 +149,19 @@ def test_the_simulator_s_trains_come_from_its_bottleneck_s_departures():
     whole = ack_delays.sim_trains(alone, 3.0, 1.0, seed=1, reads="uniform")
     assert 30_000 < whole < 50_000
     assert 1 < ack_delays.sim_trains(four, 3.0, 1.0, seed=1, reads="uniform") < whole / 10
+
+
+def test_runs_without_whole_ack_clocks_are_said_so():
+    # 2026-12-01b's records predate the in-order rule (no in_recovery): nothing to show.
+    got = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benches" / "ack_delays.py"),
+            "--runs",
+            str(ROOT / "benches/fidelity-runs/2026-12-01b.json.gz"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert got.returncode == 1 and "no ACK clocks to show" in got.stderr and "Traceback" not in got.stderr

@@ -114,10 +114,10 @@ def sim_trains_job(job: tuple[fidelity.Case, int]) -> float:
     return sim_trains(case, fidelity.DURATION_S, tcp_probes.SKIP_S, seed, fidelity.READS)
 
 
-def runs_report(runs: list[Path], cases: list[fidelity.Case], seeds: int, jobs: int) -> str:
-    """Per case with ACK clocks kept in ``runs``: the kernel's trains (each run), the
-    simulator's (seeds 1 to ``seeds``, the table's hosts), and the kernel's ACK delays."""
-    kept = {c.key: r for c in cases if (r := kept_records(runs, c))}
+def runs_report(kept: dict[str, list[dict]], cases: list[fidelity.Case], seeds: int, jobs: int) -> str:
+    """Per case with ACK clocks ``kept`` (kept_records, by case key): the kernel's trains
+    (each run), the simulator's (seeds 1 to ``seeds``, the table's hosts), and the
+    kernel's ACK delays."""
     chosen = [c for c in cases if c.key in kept]
     with ProcessPoolExecutor(max(1, jobs)) as pool:
         sims = list(pool.map(sim_trains_job, [(c, k) for c in chosen for k in range(1, seeds + 1)]))
@@ -158,12 +158,13 @@ def main() -> None:
         if missing:
             sys.exit(f"no such run: {', '.join(missing)} (an archive in benches/fidelity-runs/ or a results directory)")
         cases = fidelity.select(fidelity.matrix(), [args.case] if args.case else [])
-        if not any(kept_records(args.runs, c) for c in cases):
+        kept = {c.key: r for c in cases if (r := kept_records(args.runs, c))}
+        if not kept:
             sys.exit(
                 "no ACK clocks to show: none of these runs kept whole ones for these cases (records made before"
                 " 2026-12-02 are left out: see kept_records; runs with --no-trace-acks keep none)"
             )
-        print(runs_report(args.runs, cases, args.seeds, args.jobs))
+        print(runs_report(kept, cases, args.seeds, args.jobs))
         return
     case = next((c for c in fidelity.matrix() if c.key == args.case), None)
     if case is None:

@@ -129,6 +129,9 @@ TRACE_ACKS = True
 #: gives the simulator: the --kernel-runs judged against, else RESULTS (None).
 STALL_RUNS: tuple[Path, ...] | None = None
 READS = READS_MODELS[0]
+#: The simulator's senders defer new data as Linux's TSO deferral does (TcpConfig
+#: tso_defer, off by default; `--tso-defer`): VALIDATION.md §6b, "TSO deferral".
+TSO_DEFER = False
 #: What "agrees" means, per metric (issue 11).
 TOLERANCE = {"goodput": 0.05, "jain": 0.05, "ss_exit": 0.20, "completion": 0.05, "retx_over_loss": 1.10}
 
@@ -301,12 +304,14 @@ def sim_setup(
     starts_ns: list[int] | None = None,
     noise_fields: dict | None = None,
     reads: str | None = None,
+    tso_defer: bool | None = None,
 ) -> tuple[dict, dict]:
     """The simulator's configuration of ``case`` and its resolved scenario: the emulated
     network and host (`plain`: the scenario as it reads, on quiet hosts with real
     interfaces); ``starts_ns``: each flow's start (ns) instead of the scenario's;
     ``noise_fields``: host-noise fields (NoiseConfig) set over the resulting
-    configuration's; ``reads``: the emulated receivers' reads (READS_MODELS, default READS)."""
+    configuration's; ``reads``: the emulated receivers' reads (READS_MODELS, default READS);
+    ``tso_defer``: the senders' TSO deferral (default TSO_DEFER)."""
     data = case.scenario(kind, duration_s)
     data["measure"]["tcp_interval"] = f"{SAMPLE_S}s"
     if seed is not None:
@@ -315,6 +320,7 @@ def sim_setup(
     r = scenario.resolve(s)
     cfg = sim_backend.sim_config(r)
     cfg["noise"]["enabled"] = noise
+    cfg["tcp"]["tso_defer"] = TSO_DEFER if tso_defer is None else tso_defer
     if not plain:
         stalls = case_stalls_ns(case, kind) if (reads or READS) == "stalls" else None
         cfg = emulated(cfg, kind, reads, stalls)
@@ -334,13 +340,16 @@ def run_sim(
     noise: bool = True,
     starts_s: list[float] | None = None,
     reads: str | None = None,
+    tso_defer: bool | None = None,
 ) -> dict:
     """The simulator's side, summarised as a backend's run is (see sim_trace). ``starts_s``:
     each flow's start, as the kernel's flows started (kernel_starts); with one flow the
     scenario's start is kept."""
     t0 = time.perf_counter()
     starts_ns = [round(x * 1e9) for x in starts_s] if starts_s and len(starts_s) > 1 else None
-    trace = sim_trace(case, kind, duration_s, seed=seed, plain=plain, noise=noise, starts_ns=starts_ns, reads=reads)
+    trace = sim_trace(
+        case, kind, duration_s, seed=seed, plain=plain, noise=noise, starts_ns=starts_ns, reads=reads, tso_defer=tso_defer
+    )
     stats = {"wall_s": time.perf_counter() - t0, **trace.provenance.stats}
     m = metrics.compute(trace)
     out = summarize(m, stats, sim_samples(trace) if kind == "duration" else None)
@@ -765,13 +774,15 @@ def made_with_reads(res: dict, case: Case) -> bool:
 def reads_tag(case: Case) -> str:
     """READS as a stored side of ``case`` records it: with the digest of what a model reads
     ("measured": EMULATION_READS; "stalls": the case's stall models, case_stalls_ns), so
-    that a new measurement makes the simulator's stored sides again."""
+    that a new measurement makes the simulator's stored sides again; "+tso-defer" with
+    TSO_DEFER."""
+    tag = READS
     if READS == "measured":
-        return f"{READS}:{hashlib.sha256(EMULATION_READS.read_bytes()).hexdigest()[:12]}"
+        tag = f"{READS}:{hashlib.sha256(EMULATION_READS.read_bytes()).hexdigest()[:12]}"
     if READS == "stalls":
         models = json.dumps([case_stalls_ns(case, kind) for kind in ("duration", "volume")])
-        return f"{READS}:{hashlib.sha256(models.encode()).hexdigest()[:12]}"
-    return READS
+        tag = f"{READS}:{hashlib.sha256(models.encode()).hexdigest()[:12]}"
+    return tag + "+tso-defer" if TSO_DEFER else tag
 
 
 #: The kernel's side first: the simulators' runs take its flows' starts.
@@ -1150,13 +1161,15 @@ def sim_side(case: Case, starts_from: Path) -> dict:
     return {**got["duration"], "makespan_s": got["volume"]["makespan_s"]}
 
 
-def seeded_side(job: tuple[Case, int, dict | None, str]) -> dict:
+def seeded_side(job: tuple[Case, int, dict | None, str, bool]) -> dict:
     """The simulator's figures for a case run with ``seed`` (not stored), its flows started
     at ``starts`` (per kind, as a kernel run's; None: the scenario's), its receivers' reads
-    ``reads`` (READS_MODELS). One picklable argument: a pool's job."""
-    case, seed, starts, reads = job
+    ``reads`` (READS_MODELS), its senders' TSO deferral ``tso_defer``. One picklable
+    argument: a pool's job."""
+    case, seed, starts, reads, tso_defer = job
     out = {
-        kind: run_sim(case, kind, seed=seed, starts_s=(starts or {}).get(kind), reads=reads) for kind in ("duration", "volume")
+        kind: run_sim(case, kind, seed=seed, starts_s=(starts or {}).get(kind), reads=reads, tso_defer=tso_defer)
+        for kind in ("duration", "volume")
     }
     return {**out["duration"], "makespan_s": out["volume"]["makespan_s"]}
 
@@ -1167,7 +1180,7 @@ def seeded_sides(cases: list[Case], seeds: list[int], starts_from: Path, jobs: i
     work = []
     for case in cases:
         starts = starts_from_kernel(starts_from, case)
-        work += [(case, seed, starts, READS) for seed in seeds]
+        work += [(case, seed, starts, READS, TSO_DEFER) for seed in seeds]
     if jobs > 1:
         with ProcessPoolExecutor(jobs) as pool:
             figures = list(pool.map(seeded_side, work))
@@ -1299,6 +1312,7 @@ def main() -> int:
     ap.add_argument(
         "--reads", choices=READS_MODELS, default=READS, help="the emulated simulator's receiving applications (READS)"
     )
+    ap.add_argument("--tso-defer", action="store_true", help="the simulator's senders with TSO deferral (TSO_DEFER)")
     ap.add_argument(
         "--repeat-of", type=Path, metavar="RUN", help="judge the stored kernel runs against RUN (an archive or a results dir)"
     )
@@ -1322,6 +1336,7 @@ def main() -> int:
     args = ap.parse_args()
     globals()["MAX_LOAD"] = args.max_load
     globals()["READS"] = args.reads
+    globals()["TSO_DEFER"] = args.tso_defer
     globals()["TRACE_WAITS"] = not args.no_trace_waits
     globals()["TRACE_ACKS"] = not args.no_trace_acks
     globals()["STALL_RUNS"] = tuple(args.kernel_runs) if args.kernel_runs else None

@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from test_netns import needs_host
+from xferlab.backends import sim as sim_backend
 from xferlab.backends.netns import LATE_MEAN_MS
 from xferlab.netns import bpfcc
 
@@ -231,6 +232,37 @@ def test_the_simulator_s_receivers_get_a_short_buffer_s_trains_in_clumps():
     assert fidelity.rx_batch(fidelity.sim_trace(short, "duration", duration_s=3.0).provenance.stats) > 4
     assert fidelity.rx_batch(fidelity.sim_trace(full, "duration", duration_s=3.0).provenance.stats) < 2
     assert fidelity.rx_batch(fidelity.sim_trace(short, "duration", duration_s=3.0, noise=False).provenance.stats) is None
+
+
+def _first_retransmission_dropped(case: fidelity.Case, seed: int, tso_defer: bool) -> bool:
+    """Whether the simulator's bottleneck dropped the flow's first retransmission (6 s)."""
+    cfg, _ = fidelity.sim_setup(case, "duration", 6.0, seed=seed, tso_defer=tso_defer)
+    cap = pd.DataFrame(sim_backend.bottleneck_capture(cfg))
+    again = cap[cap.seq.duplicated()]
+    return bool(again.departs_ns.iloc[0] < 0)
+
+
+def test_tso_deferral_lets_the_first_retransmission_through_as_on_the_kernel():
+    """A lone CUBIC flow at 200 ms with 0.2 BDP ends slow start in a full queue. Without TSO
+    deferral the emulated sender answers each batch of ACKs with new data at once, and the
+    first retransmission, sent at the batch's end, meets the queue full: dropped in every
+    seed, the hole stays a second round trip, the window past it fills, and its opening
+    bursts into a second loss (the kernel's trace: retransmitted once, one reduction).
+    With deferral new data goes an skb at a time about every millisecond, and the
+    retransmission finds room, as on the kernel."""
+    case = fidelity.Case("cubic", 200, "0.2bdp", 1)
+    plain = [_first_retransmission_dropped(case, seed, False) for seed in range(1, 5)]
+    deferred = [_first_retransmission_dropped(case, seed, True) for seed in range(1, 5)]
+    assert plain == [True] * 4
+    assert sum(deferred) <= 1, deferred
+
+
+def test_tso_deferral_is_recorded_with_the_simulator_s_stored_side(monkeypatch):
+    case = fidelity.Case("reno", 10, "1.0bdp", 1)
+    assert fidelity.reads_tag(case) == "uniform"
+    monkeypatch.setattr(fidelity, "TSO_DEFER", True)
+    assert fidelity.reads_tag(case) == "uniform+tso-defer"
+    assert not fidelity.made_with_reads({"reads": "uniform"}, case)
 
 
 def test_a_case_whose_kernel_attempts_were_all_void_is_listed_not_fatal(monkeypatch):

@@ -377,6 +377,13 @@ class Host(_Model):
         "where unread data would shrink the window (false: one ACK per two segments; off by default: with "
         "several streams through a small buffer its deferred ACKs cost goodput the kernel keeps, VALIDATION §6b)",
     )
+    tso_defer: bool = Field(
+        False,
+        description="the sender defers new data as Linux 6.x does (tcp_tso_should_defer): outside loss recovery "
+        "it waits, at most 1 ms after its last transmission, until an skb's worth (~1 ms of its rate) fits in the "
+        "window, so it sends in bursts of an skb (false: a few segments per ACK; off by default until the "
+        "validation tables are rerun with it, VALIDATION §6b 'TSO deferral')",
+    )
 
 
 # --- end of the host block ---

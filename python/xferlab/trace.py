@@ -301,6 +301,8 @@ class HostInfo(_Info):
     rcvbuf_autotuning: bool = False
     #: Runs before Linux's ACK rules were an option acknowledged every second segment.
     linux_acks: bool = False
+    #: Runs before TSO deferral was an option sent new data at every ACK.
+    tso_defer: bool = False
 
 
 class RunInfo(_Info):

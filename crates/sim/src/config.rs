@@ -288,6 +288,14 @@ pub struct TcpConfig {
     /// with it (VALIDATION.md §6b, "The receiver's ACKs, as Linux sends them").
     #[serde(default)]
     pub linux_acks: bool,
+    /// TSO deferral (`tcp_tso_should_defer`): outside loss recovery, new data waits for
+    /// an skb's worth of window (~1 ms of the pacing rate) for at most 1 ms after the last
+    /// transmission, so a bulk sender goes in bursts of an skb, not a few segments per ACK.
+    /// Off by default until the validation tables are rerun with it and the rounds of
+    /// slow start it shifts are checked against the kernel's (VALIDATION.md §6b, "TSO
+    /// deferral").
+    #[serde(default)]
+    pub tso_defer: bool,
     /// How far autotuning may grow a receive buffer (`tcp_rmem[2]`, bytes; Linux's default
     /// 6 MiB).
     #[serde(default = "default_rmem_max")]
@@ -446,6 +454,7 @@ impl Default for TcpConfig {
             kernel: Kernel::default(),
             rcvbuf_autotuning: false,
             linux_acks: false,
+            tso_defer: false,
             rmem_max_bytes: default_rmem_max(),
         }
     }

@@ -1058,7 +1058,7 @@ impl Simulation {
                     }
                     break;
                 }
-                Poll::CwndFull | Poll::Idle => break,
+                Poll::CwndFull | Poll::Deferred | Poll::Idle => break,
             };
             sent_new += !seg.retransmission as u32;
             let bytes = self.seg_len(i, seg.seq) + header;

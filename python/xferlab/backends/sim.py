@@ -111,6 +111,7 @@ def sim_config(resolved: dict) -> dict:
             # A resolved scenario from before the receive window did not model it (HostInfo).
             "rcvbuf_autotuning": host.get("rcvbuf_autotuning", False),
             "linux_acks": host.get("linux_acks", False),
+            "tso_defer": host.get("tso_defer", False),
             # The real backends' hosts get this limit too (netns and ssh backends).
             "rmem_max_bytes": constants.sock_buf_bytes(
                 resolved["bottleneck_rate_bps"],

@@ -6,7 +6,11 @@
 //! of the pacing rate), or 1 ms of the pacing rate if more, may wait in the sender's own
 //! host (`tcp_small_queue_check`). The caller puts
 //! segments on the wire and polls again when one leaves the host (TSQ completion,
-//! `tcp_tsq_handler`). After each attempt the window's use is latched for the current
+//! `tcp_tsq_handler`). With `TcpConfig::tso_defer`, new data waits for a whole skb's worth
+//! of window, for at most 1 ms after the last transmission, outside loss recovery (TSO
+//! deferral, `tcp_tso_should_defer`): a bulk sender goes in bursts of an skb about every
+//! millisecond, not a few segments per ACK, whatever the interface's offloads. After each
+//! attempt the window's use is latched for the current
 //! window (`tcp_cwnd_validate`): a window counts as used if it was full, or, in slow start,
 //! if at least half of it was in flight (`tcp_is_cwnd_limited`).
 //!
@@ -39,6 +43,10 @@ pub const LIMIT_OUTPUT_BYTES: f64 = 4_194_304.0;
 const PACING_SHIFT: f64 = 1024.0;
 /// `net.ipv4.tcp_tso_rtt_log`: skbs grow by `GSO_MAX_SIZE >> (min_rtt_us >> 9)`.
 const TSO_RTT_LOG: u32 = 9;
+/// `net.ipv4.tcp_tso_win_divisor`: a deferred skb goes once a third of the window is free.
+const TSO_WIN_DIVISOR: u64 = 3;
+/// TSO deferral waits no longer than this after the last transmission (`tcp_wstamp_ns`).
+const TSO_DEFER_MAX: Time = NS_PER_MS;
 /// Without TSQ (kernels before 3.6) the interface queue bounds what a sender keeps in its
 /// host (`txqueuelen`, 1000 packets).
 const TXQUEUELEN: usize = 1000;
@@ -72,6 +80,8 @@ pub enum Poll {
     HostQueue,
     /// The pacing schedule allows the next segment at this time.
     Pacing(Time),
+    /// New data waits for more window to fill an skb (TSO deferral): poll again at an ACK.
+    Deferred,
     /// Nothing to send.
     Idle,
 }
@@ -99,6 +109,8 @@ struct AckState {
 pub struct Sender {
     pub(super) cc: Box<dyn CongestionControl>,
     pub(super) kernel: Kernel,
+    /// TSO deferral (`TcpConfig::tso_defer`).
+    tso_defer: bool,
     /// Segments below this were checked by the duplicate-threshold rule (2006 kernel).
     fack_scan: u64,
     /// In flight before the ACK being processed (the 2006 kernel's cwnd-use test).
@@ -169,8 +181,13 @@ pub struct Sender {
     pacing_rate: f64,
     /// `sk_max_pacing_rate` (`SO_MAX_PACING_RATE`).
     max_pacing_rate: f64,
-    /// Earliest departure of the next segment under pacing (`tcp_wstamp_ns`).
+    /// Earliest departure of the next segment (`tcp_wstamp_ns`): under pacing the
+    /// schedule's, else the last transmission's time.
     wstamp: Time,
+    /// Segments of the skb being sent that TSO deferral already let go.
+    skb_left: u32,
+    /// This transmit attempt deferred for want of congestion window (`is_cwnd_limited`).
+    deferred_cwnd_limited: bool,
     /// TSQ's limits in segments (new data, retransmissions), kept with the pacing rate.
     tsq_segs: [usize; 2],
     data_segs_out: u64,
@@ -191,6 +208,7 @@ impl Sender {
             cc_controls: cc.has_cong_control(),
             cc,
             kernel: tcp.kernel,
+            tso_defer: tcp.tso_defer,
             fack_scan: 0,
             prior_in_flight: 0,
             win: Window::new(tcp.initial_cwnd),
@@ -236,6 +254,8 @@ impl Sender {
             pacing_rate: f64::INFINITY,
             max_pacing_rate: f64::INFINITY,
             wstamp: 0,
+            skb_left: 0,
+            deferred_cwnd_limited: false,
             tsq_segs: [0, 0],
             data_segs_out: 0,
             sack_cache: [(0, 0); MAX_SACK_BLOCKS],
@@ -449,10 +469,88 @@ impl Sender {
         if window_full || self.board.packets_out() >= self.max_window {
             return Poll::CwndFull;
         }
+        if self.skb_left == 0 {
+            match self.tso_defer(now, in_flight) {
+                Ok(segs) => self.skb_left = segs,
+                Err(cwnd_limited) => {
+                    self.deferred_cwnd_limited |= cwnd_limited;
+                    return Poll::Deferred;
+                }
+            }
+        }
         if self.tsq_blocks(host_queued, false) {
             return Poll::HostQueue;
         }
+        self.skb_left -= 1;
         Poll::Send(self.send_new(now))
+    }
+
+    /// The skb at the head of the write queue: its segments, and whether it carries the
+    /// flow's last data (its FIN) or is the queue's tail (the application may add to it).
+    fn head_skb(&self) -> (u32, bool, bool) {
+        let goal = self.tso_segs();
+        let nxt = self.board.nxt();
+        let written = self
+            .written
+            .map_or(u64::MAX, |w| w.min(self.total_segs.unwrap_or(u64::MAX)));
+        let avail = self
+            .total_segs
+            .unwrap_or(u64::MAX)
+            .min(written)
+            .saturating_sub(nxt);
+        let segs = avail.min(goal as u64) as u32;
+        let fin = self.written.is_none() && self.total_segs.is_some_and(|t| nxt + segs as u64 >= t);
+        (segs, fin, avail <= goal as u64)
+    }
+
+    /// Linux `tcp_tso_should_defer` for the skb at the head of the write queue, with room
+    /// in both windows: `Ok(segments)` to send that many of it now (`tcp_mss_split_point`),
+    /// `Err(cwnd_limited)` to wait for more window (the congestion window's, or not).
+    fn tso_defer(&self, now: Time, in_flight: u32) -> Result<u32, bool> {
+        let (skb, fin, tail) = self.head_skb();
+        let cong_win = self.win.cwnd.saturating_sub(in_flight);
+        let send_win = self.max_window.saturating_sub(self.board.packets_out());
+        let limit = cong_win.min(send_win);
+        let send = Ok(skb.min(limit).min((self.win.cwnd / 2).max(1)).max(1));
+        if !self.tso_defer
+            || self.kernel == Kernel::Linux2006
+            || skb <= 1
+            || self.probe_due
+            || self.state >= CaState::Recovery
+        {
+            return send;
+        }
+        // Not if the last transmission was over 1 ms ago, nor if a full skb fits.
+        if now.saturating_sub(self.wstamp) > TSO_DEFER_MAX || limit >= self.tso_segs() {
+            return send;
+        }
+        if !tail && limit >= skb {
+            return send;
+        }
+        // At least a third of the window is free: use it.
+        let window = self.max_window.min(self.win.cwnd) as u64;
+        if TSO_WIN_DIVISOR * limit as u64 >= window {
+            return send;
+        }
+        // The next ACK may come too late: the oldest segment out left under half an RTT ago.
+        if self.board.packets_out() == 0 {
+            return send;
+        }
+        let head_age = now.saturating_sub(self.board.seg(self.board.una).xmit);
+        if head_age < self.srtt.unwrap_or(0) / 2 {
+            return send;
+        }
+        if cong_win < send_win {
+            if cong_win <= skb {
+                return Err(true);
+            }
+        } else if send_win <= skb {
+            return Err(false);
+        }
+        if fin {
+            return send;
+        }
+        Err(false)
     }
 
     fn send_new(&mut self, now: Time) -> Segment {
@@ -557,12 +655,13 @@ impl Sender {
             self.prr_out += 1;
         }
         self.data_segs_out += 1;
-        if !self.paced {
-            return;
-        }
         let prior = self.wstamp;
         let mut w = self.wstamp.max(now);
-        if self.pacing_rate.is_finite() && self.pacing_rate > 0.0 && self.data_segs_out >= 10 {
+        if self.paced
+            && self.pacing_rate.is_finite()
+            && self.pacing_rate > 0.0
+            && self.data_segs_out >= 10
+        {
             let len = (self.mss as f64 * 1e9 / self.pacing_rate) as Time;
             w += len - (len / 2).min(w - prior);
         }
@@ -577,7 +676,8 @@ impl Sender {
             self.probe_due = false;
             self.rearm_rto(now);
         }
-        let is_cwnd_limited = self.in_flight() >= self.win.cwnd;
+        let is_cwnd_limited = self.in_flight() >= self.win.cwnd || self.deferred_cwnd_limited;
+        self.deferred_cwnd_limited = false;
         if sent_new > 0 || is_cwnd_limited {
             self.cwnd_validate(is_cwnd_limited);
         }

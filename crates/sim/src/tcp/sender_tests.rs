@@ -376,3 +376,68 @@ fn an_ack_of_retransmitted_data_takes_its_rtt_from_the_echo_in_whole_millisecond
     assert_eq!(s.min_rtt, 10 * ms, "the kernel's whole-millisecond RTT_min");
     assert_eq!(s.srtt(), Some((7 * srtt + 10 * ms) / 8));
 }
+
+/// Reno in congestion avoidance with 8 333 segments over 100 ms (skbs of 45 segments,
+/// 64 KiB), its window all sent at 0; TSO deferral on or off.
+fn full_window_sender(tso_defer: bool) -> Sender {
+    let tcp = TcpConfig {
+        tso_defer,
+        ..TcpConfig::default()
+    };
+    let mut s = Sender::new(cc::by_name("reno").unwrap(), &tcp, 1448, None, None);
+    s.start(0, None, Some(100 * NS_PER_MS));
+    s.win = Window {
+        cwnd: 8333,
+        ssthresh: 100,
+        cwnd_cnt: 0,
+    };
+    s.update_pacing_rate();
+    assert_eq!(drain(&mut s, 0).len(), 8333);
+    s
+}
+
+#[test]
+fn tso_deferral_sends_new_data_an_skb_at_a_time_within_a_millisecond() {
+    // Linux `tcp_tso_should_defer`.
+    let ms = NS_PER_MS;
+    let run = |defer: bool| {
+        let mut s = full_window_sender(defer);
+        let mut sent = vec![];
+        // 50 segments acknowledged: one skb goes, the 5 left wait (the oldest segment out
+        // left 60 ms ago, over half an RTT: its successors' ACKs are due).
+        s.on_ack(60 * ms, &ack(50, &[], 0));
+        sent.push(drain(&mut s, 60 * ms).len());
+        // 30 more half a millisecond later: 35 < 45, the last write was recent: wait.
+        s.on_ack(60 * ms + ms / 2, &ack(80, &[], 0));
+        sent.push(drain(&mut s, 60 * ms + ms / 2).len());
+        // 2 more, over a millisecond after the last write: what there is goes.
+        s.on_ack(61 * ms + ms / 5, &ack(82, &[], 0));
+        sent.push(drain(&mut s, 61 * ms + ms / 5).len());
+        sent
+    };
+    assert_eq!(run(true), [45, 0, 37]);
+    assert_eq!(run(false), [50, 30, 2]);
+}
+
+#[test]
+fn tso_deferral_waits_neither_in_recovery_nor_when_the_oldest_segment_is_recent() {
+    let ms = NS_PER_MS;
+    let mut s = full_window_sender(true);
+    // Everything sent at 0 is acknowledged at 100 ms, and 8 000 new segments go.
+    s.on_ack(100 * ms, &ack(8333, &[], 0));
+    s.win.cwnd = 8000;
+    assert_eq!(drain(&mut s, 100 * ms).len(), 8000);
+    // Ten of them acknowledged a little later: the oldest out left under half an RTT ago,
+    // its ACK comes late: no wait for a full skb.
+    s.on_ack(100 * ms + ms / 2, &ack(8343, &[], 0));
+    assert_eq!(drain(&mut s, 100 * ms + ms / 2).len(), 10);
+    // An skb goes at 159.8 ms (45 acknowledged); 30 more acknowledged at 160 ms wait.
+    let t = 160 * ms;
+    s.on_ack(t - ms / 5, &ack(8388, &[], 0));
+    assert_eq!(drain(&mut s, t - ms / 5).len(), 45);
+    s.on_ack(t, &ack(8418, &[], 0));
+    assert_eq!(drain(&mut s, t).len(), 0);
+    // In loss recovery nothing waits for a full skb.
+    s.state = CaState::Recovery;
+    assert_eq!(drain(&mut s, t).len(), 30);
+}

@@ -466,7 +466,7 @@ def test_the_simulator_s_median_over_seeds_is_judged_against_the_kernel_s_median
     by_seed = {1: 160.0, 2: 245.0, 3: 205.0, 4: 212.0, 5: 240.0}
     made = []
 
-    def sim(case, kind, seed=None, starts_s=None, reads=None):
+    def sim(case, kind, seed=None, starts_s=None, reads=None, tso_defer=None):
         made.append((kind, seed or 1, reads))
         g = by_seed[seed or 1]
         retx = 9 if seed == 5 else 5  # one seed resends more than it lost

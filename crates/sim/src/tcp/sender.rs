@@ -386,10 +386,14 @@ impl Sender {
     }
 
     fn has_new_data(&self, now: Time) -> bool {
-        !self.paused
-            && self.total_segs.is_none_or(|t| self.board.nxt() < t)
-            && self.written.is_none_or(|w| self.board.nxt() < w)
-            && self.stop_at.is_none_or(|s| now < s)
+        !self.paused && self.board.nxt() < self.data_end() && self.stop_at.is_none_or(|s| now < s)
+    }
+
+    /// Where the data the application has handed over ends (segments; `u64::MAX`: no end).
+    fn data_end(&self) -> u64 {
+        self.total_segs
+            .unwrap_or(u64::MAX)
+            .min(self.written.unwrap_or(u64::MAX))
     }
 
     /// Segments this flow may keep in its host (Linux `tcp_small_queue_check`, whose
@@ -485,19 +489,12 @@ impl Sender {
         Poll::Send(self.send_new(now))
     }
 
-    /// The skb at the head of the write queue: its segments, and whether it carries the
-    /// flow's last data (its FIN) or is the queue's tail (the application may add to it).
-    fn head_skb(&self) -> (u32, bool, bool) {
-        let goal = self.tso_segs();
+    /// The skb at the head of the write queue of skbs of `goal` segments: its segments, and
+    /// whether it carries the flow's last data (its FIN) or is the queue's tail (the
+    /// application may add to it).
+    fn head_skb(&self, goal: u32) -> (u32, bool, bool) {
         let nxt = self.board.nxt();
-        let written = self
-            .written
-            .map_or(u64::MAX, |w| w.min(self.total_segs.unwrap_or(u64::MAX)));
-        let avail = self
-            .total_segs
-            .unwrap_or(u64::MAX)
-            .min(written)
-            .saturating_sub(nxt);
+        let avail = self.data_end().saturating_sub(nxt);
         let segs = avail.min(goal as u64) as u32;
         let fin = self.written.is_none() && self.total_segs.is_some_and(|t| nxt + segs as u64 >= t);
         (segs, fin, avail <= goal as u64)
@@ -506,22 +503,22 @@ impl Sender {
     /// Linux `tcp_tso_should_defer` for the skb at the head of the write queue, with room
     /// in both windows: `Ok(segments)` to send that many of it now (`tcp_mss_split_point`),
     /// `Err(cwnd_limited)` to wait for more window (the congestion window's, or not).
+    /// Without deferral every segment may go (`Ok(u32::MAX)`).
     fn tso_defer(&self, now: Time, in_flight: u32) -> Result<u32, bool> {
-        let (skb, fin, tail) = self.head_skb();
+        if !self.tso_defer || self.kernel == Kernel::Linux2006 {
+            return Ok(u32::MAX);
+        }
+        let goal = self.tso_segs();
+        let (skb, fin, tail) = self.head_skb(goal);
         let cong_win = self.win.cwnd.saturating_sub(in_flight);
         let send_win = self.max_window.saturating_sub(self.board.packets_out());
         let limit = cong_win.min(send_win);
         let send = Ok(skb.min(limit).min((self.win.cwnd / 2).max(1)).max(1));
-        if !self.tso_defer
-            || self.kernel == Kernel::Linux2006
-            || skb <= 1
-            || self.probe_due
-            || self.state >= CaState::Recovery
-        {
+        if skb <= 1 || self.probe_due || self.state >= CaState::Recovery {
             return send;
         }
         // Not if the last transmission was over 1 ms ago, nor if a full skb fits.
-        if now.saturating_sub(self.wstamp) > TSO_DEFER_MAX || limit >= self.tso_segs() {
+        if now.saturating_sub(self.wstamp) > TSO_DEFER_MAX || limit >= goal {
             return send;
         }
         if !tail && limit >= skb {

@@ -81,10 +81,11 @@ def baseline_module(path: str):
 
 
 def _drop_empty(node, key: str) -> bool:
-    """Removes ``key`` wherever it holds an empty value (None, [], {}); whether any went."""
+    """Removes ``key`` wherever it holds an empty value (None, [], {}) or a switch left off
+    (False: a model the baseline predates, e.g. ``tso_defer``); whether any went."""
     found = False
     if isinstance(node, dict):
-        if key in node and node[key] in (None, [], {}):
+        if key in node and (node[key] is False or node[key] in (None, [], {})):
             del node[key]
             found = True
         children = node.values()
@@ -109,7 +110,7 @@ def _drop_model_key(cfg: dict, key: str) -> bool:
 
 def _run_on_baseline(mod, cfg: dict) -> float:
     """One run of ``cfg`` on an older build, whose config may predate some keys: a key it
-    refuses is left out where it is empty (the default), or where it turns on a model the
+    refuses is left out where it is empty or off (the default), or where it turns on a model the
     comparison is about (MODEL_KEYS), never elsewhere where it says something."""
     while True:
         t0 = time.perf_counter()

@@ -116,6 +116,26 @@ def test_rtt_accuracy(cli, tmp_path, rtt_ms):
     assert 0.9 * 20 * 1448 / 1514 < m["aggregate_goodput_mbps"] < 1.05 * 20
 
 
+@needs_host
+def test_a_window_cap_offers_the_window_the_simulator_caps_at(cli, tmp_path):
+    """`protocol.window_cap` is the window: 64 KiB is 46 segments in flight on real TCP as on
+    the simulator. Linux 6 offers buffer × 162/256 here (its truesize per segment) and resets
+    any window clamp to that, so the backend sizes the receive buffer; twice the cap (the
+    buffer before) offered 1.27 × the cap."""
+    sections = {
+        "topology": {"pairs": 1, "access_rate": "100Mbps", "bottleneck_rate": "100Mbps", "rtt": "50ms"},
+        "protocol": {"variant": "cubic", "window_cap": "64KiB"},
+    }
+    _, m, _ = run(cli, tmp_path, **sections)
+    sim_out = tmp_path / "sim"
+    cli("run", write(tmp_path, name="sim", **sections), "--out", sim_out, "--quiet", check=True)
+    on_sim = json.loads((sim_out / "metrics.json").read_text())["aggregate_goodput_mbps"]
+    window_rate = 46 * 1448 * 8 / 0.05 / 1e6  # 10.66 Mbit/s
+    assert 0.9 * window_rate < m["aggregate_goodput_mbps"] < 1.02 * window_rate
+    assert 0.95 * window_rate < on_sim < 1.02 * window_rate
+    assert m["aggregate_goodput_mbps"] == pytest.approx(on_sim, rel=0.06)
+
+
 #: Runs at most of a rate test: a host short of CPU (CI on a loaded machine) only ever takes
 #: rate away from the emulated path, never adds any, so a run below the rate is tried again.
 RATE_TRIES = 3

@@ -132,6 +132,10 @@ def test_facts_and_the_plan_of_a_router_with_a_configured_qdisc():
         "net.ipv4.tcp_no_metrics_save = 1",
         "route to 10.0.0.2: initcwnd 10, rto_min 200 ms, quickack",
     ]
+    # A window cap sets the receive buffer's limit exactly, even below the host's 6 MiB;
+    # the send buffer's is only raised.
+    capped = plan.Needs(sock_buf_bytes=1 << 20, rcv_buf_bytes=830_617)
+    assert [c.what for c in plan.changes(f, capped, modprobe=False)] == ["net.ipv4.tcp_rmem = 4096 131072 830617"]
     shaping = plan.Shaping("eth1", 1e8, 30280, 100, 1514, 24)
     changes = plan.changes(f, plan.Needs(shaping=[shaping]), modprobe=False)
     assert [c.undo for c in changes] == [journal.offloads("eth1", ["gso"]), journal.qdisc("eth1")]

@@ -30,10 +30,35 @@ def bdp_packets(rate_bps: float, rtt_s: float, mtu: int) -> float:
 
 
 def sock_buf_bytes(rate_bps: float, rtt_s: float, buffer_pkts: int, mtu: int, cap_pkts: int | None, mss: int) -> int:
-    """The end hosts' socket buffer limit (``tcp_rmem[2]``, ``tcp_wmem[2]``): room for the
-    path's BDP plus the bottleneck buffer, twice over (Linux counts skb overhead against the
-    buffer), at least 4 MiB, or twice the scenario's window cap."""
+    """The end hosts' socket buffer limit (``tcp_wmem[2]``, and ``tcp_rmem[2]`` without a
+    window cap: rcv_buf_bytes): room for the path's BDP plus the bottleneck buffer, twice
+    over (Linux counts skb overhead against the buffer), at least 4 MiB, or twice the
+    scenario's window cap."""
     if cap_pkts is not None:
         return int(2 * cap_pkts * mss)
     bdp = rate_bps * rtt_s / 8
     return int(max(4 << 20, 4 * (math.ceil(bdp) + buffer_pkts * mtu)))
+
+
+#: What a received full-size segment costs a Linux receive buffer beyond its payload (its
+#: skb's truesize less the MSS), bytes: 2 288-byte skbs for 1 448 bytes on the emulation's
+#: veths (offloads off), the scaling ratio 162/256 that tcp_probe showed on this host
+#: (2026-12-01: a 1 MiB buffer offered 459 segments). The simulator's receiver models the
+#: same (crates/sim/src/tcp/rwnd.rs, RX_SKB_OVERHEAD).
+RX_SKB_OVERHEAD = 840
+#: Linux's initial receive buffer (``tcp_rmem[1]``), bytes.
+RMEM_DEFAULT = 131072
+
+
+def rcv_buf_bytes(rate_bps: float, rtt_s: float, buffer_pkts: int, mtu: int, cap_pkts: int | None, mss: int) -> int:
+    """The end hosts' receive buffer limit (``tcp_rmem[2]``): sock_buf_bytes, or under a
+    window cap the buffer whose window Linux 6 offers is the cap. Linux offers
+    ``buffer × scaling_ratio / 256`` (``tcp_win_from_space``, the ratio measured from the
+    skbs received: MSS × 256 / truesize) and moves any window clamp (``TCP_WINDOW_CLAMP``,
+    ``ip route … window``) back to that when the ratio changes (``tcp_measure_rcv_mss``), so
+    the buffer is the only lasting bound: cap segments' payload at that ratio (two segments'
+    room at least, what the simulator's receiver needs)."""
+    if cap_pkts is None:
+        return sock_buf_bytes(rate_bps, rtt_s, buffer_pkts, mtu, cap_pkts, mss)
+    ratio = (mss << 8) // (mss + RX_SKB_OVERHEAD)
+    return max(2 * mss, math.ceil(cap_pkts * mss * 256 / ratio))

@@ -271,7 +271,11 @@ class Protocol(_Model):
     initial_cwnd: int = Field(10, ge=1, le=1000, description="initial window, segments (RFC 6928)")
     delayed_ack: bool = True
     rto_min: RtoMin = Field("200ms", description="minimum retransmission timeout (Linux TCP_RTO_MIN)")
-    window_cap: Size | None = Field(None, description="per-stream window cap in bytes (socket buffer); none: not limiting")
+    window_cap: Size | None = Field(
+        None,
+        description="the largest window a receiver offers per stream, bytes, rounded up to whole segments "
+        "(the real backends size the receive buffer for it); none: not limiting",
+    )
     rate_limit: Rate | None = Field(
         None, description="rate limit per transfer, split over its streams, in qdisc frame bytes (IP + 14)"
     )

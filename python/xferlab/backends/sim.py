@@ -113,7 +113,7 @@ def sim_config(resolved: dict) -> dict:
             "linux_acks": host.get("linux_acks", False),
             "tso_defer": host.get("tso_defer", False),
             # The real backends' hosts get this limit too (netns and ssh backends).
-            "rmem_max_bytes": constants.sock_buf_bytes(
+            "rmem_max_bytes": constants.rcv_buf_bytes(
                 resolved["bottleneck_rate_bps"],
                 max(p["rtt_s"] for p in paths),
                 resolved["buffer_packets"],

@@ -323,9 +323,9 @@ class _Run:
         """What the scenario asks of each host (see :mod:`xferlab.remote.plan`)."""
         r = self.r
         rtt = max(f.rtt_s for f in self.flows)
-        buf = constants.sock_buf_bytes(
-            r["bottleneck_rate_bps"], rtt, r["buffer_packets"], r["mtu"], r["window_cap_packets"], r["mss"]
-        )
+        path_buffers = (r["bottleneck_rate_bps"], rtt, r["buffer_packets"], r["mtu"], r["window_cap_packets"], r["mss"])
+        buf = constants.sock_buf_bytes(*path_buffers)
+        rcv = constants.rcv_buf_bytes(*path_buffers) if r["window_cap_packets"] is not None else None
         rto_ms = max(1, round(r["rto_min_s"] * 1000))
         frame = constants.qdisc_frame(r["mtu"])
         needs = {
@@ -336,6 +336,7 @@ class _Run:
             cc = variants.canonical(f.spec["variant"])
             src, dst = needs[f.src], needs[f.dst]
             src.sock_buf_bytes = dst.sock_buf_bytes = buf
+            src.rcv_buf_bytes = dst.rcv_buf_bytes = rcv
             if cc not in src.congestion_controls:
                 src.congestion_controls.append(cc)
             for n, peer in ((src, f.dst_addr), (dst, f.src_addr)):

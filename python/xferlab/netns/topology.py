@@ -41,6 +41,7 @@ from pyroute2.ethtool.ioctl import EthtoolError, IoctlEthtool
 from pyroute2.netlink.exceptions import NetlinkError
 from pyroute2.protocols import ETH_P_IP
 
+from .. import constants
 from . import host, qstats
 
 #: Packets of queue on each access link (the seeds' hosts: txqueuelen 1000).
@@ -81,6 +82,8 @@ class DumbbellSpec:
     delayed_ack: bool = True
     kernel_cc: str = "cubic"
     sock_buf_bytes: int = 16 << 20
+    #: The receive buffer's limit when it differs (a window cap: constants.rcv_buf_bytes).
+    rcv_buf_bytes: int | None = None
     token_buckets: list[FlowClass] = field(default_factory=list)
 
 
@@ -223,11 +226,12 @@ class Dumbbell:
         nl.route("add", dst="0.0.0.0/0", gateway=gateway, oif=eth0, metrics=metrics)
 
     def _tcp_sysctls(self, ns: str) -> None:
-        buf = str(int(self.spec.sock_buf_bytes))
+        buf = int(self.spec.sock_buf_bytes)
+        rcv = int(self.spec.rcv_buf_bytes or buf)
         host.set_sysctls(
             ns,
             {
-                "net.ipv4.tcp_rmem": f"4096 131072 {buf}",
+                "net.ipv4.tcp_rmem": f"4096 {min(constants.RMEM_DEFAULT, rcv)} {rcv}",
                 "net.ipv4.tcp_wmem": f"4096 16384 {buf}",
                 "net.ipv4.tcp_no_metrics_save": "1",
                 # iperf3 (3.12) chooses the congestion control after connect(): the socket is

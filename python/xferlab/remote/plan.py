@@ -1,7 +1,8 @@
 """What a scenario asks of each host, and the changes that give it — each with its undo entry.
 
 End hosts: the TCP socket buffer limits (``tcp_rmem``/``tcp_wmem`` maximum, raised only when
-below what the path needs), ``tcp_no_metrics_save`` = 1 (no ssthresh carried from one run to
+below what the path needs; under a window cap the receive buffer's set to the one whose window
+is the cap), ``tcp_no_metrics_save`` = 1 (no ssthresh carried from one run to
 the next), a module for a congestion control the kernel lacks (``modprobe``; the tools
 choose it per socket, ``TCP_CONGESTION``: the host's default is left alone — in a container
 or a network namespace only the "allowed" ones can be made the default), and a /32 route to
@@ -69,6 +70,8 @@ class Needs:
     """What the scenario asks of one host."""
 
     sock_buf_bytes: int | None = None
+    #: The receive buffer's limit, exactly (a window cap: constants.rcv_buf_bytes).
+    rcv_buf_bytes: int | None = None
     congestion_controls: list[str] = field(default_factory=list)  # the ones this host sends with
     peers: list[str] = field(default_factory=list)  # data addresses this host exchanges data or ACKs with
     initial_cwnd: int = 10
@@ -123,7 +126,11 @@ def _sysctls(facts: Facts, needs: Needs) -> list[Change]:
             now = facts.sysctls.get(key, "").split()
             if len(now) != 3:
                 raise PlanError(f"{facts.host}: cannot read {key} ({' '.join(now) or 'empty'})")
-            if int(now[2]) < needs.sock_buf_bytes:
+            rcv = needs.rcv_buf_bytes if key == "net.ipv4.tcp_rmem" else None
+            if rcv is not None and int(now[2]) != rcv:
+                # A window cap: this limit exactly, lower or higher than the host's.
+                out.append(_set(facts, key, f"{now[0]} {min(int(now[1]), rcv)} {rcv}"))
+            elif rcv is None and int(now[2]) < needs.sock_buf_bytes:
                 out.append(_set(facts, key, f"{now[0]} {now[1]} {needs.sock_buf_bytes}"))
     if needs.congestion_controls and facts.sysctls.get("net.ipv4.tcp_no_metrics_save") != "1":
         out.append(_set(facts, "net.ipv4.tcp_no_metrics_save", "1"))

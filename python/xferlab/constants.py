@@ -54,10 +54,11 @@ def rcv_buf_bytes(rate_bps: float, rtt_s: float, buffer_pkts: int, mtu: int, cap
     """The end hosts' receive buffer limit (``tcp_rmem[2]``): sock_buf_bytes, or under a
     window cap the buffer whose window Linux 6 offers is the cap. Linux offers
     ``buffer × scaling_ratio / 256`` (``tcp_win_from_space``, the ratio measured from the
-    skbs received: MSS × 256 / truesize) and moves any window clamp (``TCP_WINDOW_CLAMP``,
-    ``ip route … window``) back to that when the ratio changes (``tcp_measure_rcv_mss``), so
-    the buffer is the only lasting bound: cap segments' payload at that ratio (two segments'
-    room at least, what the simulator's receiver needs)."""
+    skbs received: MSS × 256 / truesize) and rewrites the window clamp from the buffer
+    (``tcp_rcv_space_adjust``, and as read in 6.x on a change of ratio): a route's ``window``
+    clamp did not hold on this host (6.18, netns: 52.9 Mbit/s where 512 KiB allowed 42), so
+    the buffer is the bound: cap segments' payload at that ratio (two segments' room at
+    least, what the simulator's receiver needs)."""
     if cap_pkts is None:
         return sock_buf_bytes(rate_bps, rtt_s, buffer_pkts, mtu, cap_pkts, mss)
     ratio = (mss << 8) // (mss + RX_SKB_OVERHEAD)

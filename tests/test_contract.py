@@ -235,3 +235,22 @@ def test_the_bottleneck_capture_accounts_for_every_segment_and_drop():
     left, arrived = c["departs_ns"][~dropped], c["t_ns"][~dropped]
     assert (left >= arrived).all() and (np.diff(left) > 0).all()
     assert set(np.unique(c["flow"])) == set(range(len(cfg["flows"])))
+
+
+def test_the_ack_capture_shows_each_receivers_acks_as_sent():
+    # The ACK side of the diagnostic: every ACK as its receiver sends it. A lone flow with
+    # delayed ACKs acknowledges every second segment (most ACKs cover two); without them,
+    # each segment (most cover one); cumulative ACKs never go back, and none acknowledges
+    # more than the segments that reached the bottleneck.
+    s, _ = sc.load(ROOT / "scenarios" / "quick.yaml", ["workload.duration=2s", "topology.pairs=1"])
+    covers = {}
+    for delayed in (True, False):
+        cfg = sim.sim_config(sc.resolve(s))
+        cfg["tcp"]["delayed_ack"] = delayed
+        data, acks = sim.bottleneck_capture(cfg, acks=True)
+        a = {k: np.asarray(v) for k, v in acks.items()}
+        assert len(a["t_ns"]) == len(a["cum"]) > 100 and (np.diff(a["t_ns"]) >= 0).all()
+        assert (np.diff(a["cum"]) >= 0).all() and a["cum"][-1] <= len(set(data["seq"]))
+        step = np.diff(a["cum"])
+        covers[delayed] = np.median(step[step > 0])
+    assert covers == {True: 2, False: 1}

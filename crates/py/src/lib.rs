@@ -35,7 +35,9 @@ fn to_pyarrow<'py>(py: Python<'py>, batch: RecordBatch) -> PyResult<Bound<'py, P
 /// released in between, and Ctrl-C is honoured there). Returns
 /// `{"tables": {name: pyarrow.RecordBatch}, "stats": {...}}`, and with `capture` the data
 /// segments offered to the bottleneck under `"capture"` (lists `t_ns`, `flow`, `seq`,
-/// `departs_ns`, the last -1 for a drop): a diagnostic beside the trace, not part of it.
+/// `departs_ns`, the last -1 for a drop) and every ACK as its receiver sends it under
+/// `"ack_capture"` (`t_ns`, `flow`, `cum`, `wnd`): a diagnostic beside the trace, not part
+/// of it.
 #[pyfunction]
 #[pyo3(signature = (config_json, progress=None, chunk_s=1.0, capture=false))]
 fn run<'py>(
@@ -103,6 +105,12 @@ fn run<'py>(
             .collect();
         d.set_item("departs_ns", departs)?;
         out.set_item("capture", d)?;
+        let a = PyDict::new(py);
+        a.set_item("t_ns", c.acks.t_ns)?;
+        a.set_item("flow", c.acks.flow)?;
+        a.set_item("cum", c.acks.cum)?;
+        a.set_item("wnd", c.acks.wnd)?;
+        out.set_item("ack_capture", a)?;
     }
     Ok(out)
 }

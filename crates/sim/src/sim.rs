@@ -166,7 +166,8 @@ pub struct Simulation {
 }
 
 /// The data segments offered to the bottleneck, as a capture at its router would see them:
-/// arrival time, flow, segment number, and when it left the bottleneck (`None`: dropped).
+/// arrival time, flow, segment number, and when it left the bottleneck (`None`: dropped);
+/// and every ACK as its receiver sends it: time, flow, cumulative ACK, window offered.
 /// For diagnostics (benches/path_trains.py --sim); not part of the Trace.
 #[derive(Debug, Default)]
 pub struct Capture {
@@ -174,6 +175,17 @@ pub struct Capture {
     pub flow: Vec<u32>,
     pub seq: Vec<u64>,
     pub departs_ns: Vec<Option<Time>>,
+    pub acks: AckCapture,
+}
+
+/// The ACKs of a capture, as each receiver sends them.
+#[derive(Debug, Default)]
+pub struct AckCapture {
+    pub t_ns: Vec<Time>,
+    pub flow: Vec<u32>,
+    pub cum: Vec<u64>,
+    /// The window offered, bytes past `cum` (`u64::MAX`: not modelled).
+    pub wnd: Vec<u64>,
 }
 
 /// The links of a dumbbell: the bottleneck (0), the reverse bottleneck if any (1), then
@@ -929,6 +941,12 @@ impl Simulation {
 
     fn send_ack(&mut self, i: usize, now: Time, ack: AckSegment) {
         self.acks += 1;
+        if let Some(c) = self.capture.as_mut() {
+            c.acks.t_ns.push(now);
+            c.acks.flow.push(i as u32);
+            c.acks.cum.push(ack.cum);
+            c.acks.wnd.push(ack.wnd);
+        }
         let depart = match self.flows[i].ack_link {
             Some(l) => {
                 let ack_bytes = self.cfg.header_bytes;

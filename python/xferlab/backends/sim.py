@@ -149,15 +149,19 @@ def run(scenario, resolved: dict, progress: Progress | None = None) -> Trace:
     return run_config(sim_config(resolved), resolved, progress)
 
 
-def bottleneck_capture(cfg: dict) -> dict:
+def bottleneck_capture(cfg: dict, acks: bool = False) -> dict | tuple[dict, dict]:
     """Runs a simulator configuration for its capture only: every data segment offered to
     the bottleneck (``t_ns``, ``flow``, ``seq``, ``departs_ns``: -1 for a drop), as
-    tcpdump at its router would see it (benches/path_trains.py --sim). A diagnostic: the
-    run's Trace is not built."""
+    tcpdump at its router would see it (benches/path_trains.py --sim); with ``acks`` also
+    every ACK as its receiver sends it (``t_ns``, ``flow``, ``cum``: the next segment
+    expected, ``wnd``: the window offered, bytes). A diagnostic: the run's Trace is not
+    built."""
     try:
         out = _module().run(json.dumps(cfg), None, 1.0, True)
     except ValueError as e:
         raise BackendError(f"simulator: {e}") from None
+    if acks:
+        return dict(out["capture"]), dict(out["ack_capture"])
     return dict(out["capture"])
 
 

@@ -7,7 +7,10 @@ quick scenario. Prints a table and rewrites the "Simulator speed" section of BEN
 
 With --baseline, each case runs on an older build of the extension (e.g. main's, built
 with `maturin build --release` in a checkout of it) and on this one, alternately in the same
-process, and the ratios go into the "Simulator speed: against a baseline" section.
+process, and the ratios go into the "Simulator speed: against a baseline" section. One case
+on two builds made the same way (two commits' wheels, `maturin build --release`):
+
+    .venv/bin/python benches/sim_speed.py --compare K --baseline OLD/_sim.abi3.so --build NEW/_sim.abi3.so
 """
 
 from __future__ import annotations
@@ -69,13 +72,13 @@ def measure(path: Path, overrides: list[str], runs: int) -> dict:
     }
 
 
-def baseline_module(path: str):
+def baseline_module(path: str, name: str = "baseline._sim"):
     """Another build of the extension module, loaded beside this one."""
     from importlib.machinery import ExtensionFileLoader
     from importlib.util import module_from_spec, spec_from_loader
 
-    loader = ExtensionFileLoader("baseline._sim", path)
-    mod = module_from_spec(spec_from_loader("baseline._sim", loader))
+    loader = ExtensionFileLoader(name, path)
+    mod = module_from_spec(spec_from_loader(name, loader))
     loader.exec_module(mod)
     return mod
 
@@ -123,11 +126,12 @@ def _run_on_baseline(mod, cfg: dict) -> float:
                 raise SystemExit(f"the baseline cannot run this case: {e}") from None
 
 
-def compare(index: int, runs: int, baseline: str) -> None:
-    """One case on the baseline build, on this one, and on this one without host noise,
-    alternately (so that the machine's load falls on all three alike); prints medians."""
+def compare(index: int, runs: int, baseline: str, build: str | None = None) -> None:
+    """One case on the baseline build, on this one (or ``build``, another build made the
+    same way as the baseline), and on that without host noise, alternately (so that the
+    machine's load falls on all three alike); prints medians and each run's walls."""
     old = baseline_module(baseline)
-    new = sim._module()
+    new = baseline_module(build, "build._sim") if build else sim._module()
     _, path, ov = CASES[index]
     s, _ = scenario.load(path, ov)
     cfg = sim.sim_config(scenario.resolve(s))
@@ -138,10 +142,8 @@ def compare(index: int, runs: int, baseline: str) -> None:
     for _ in range(runs):
         walls["old"].append(_run_on_baseline(old, legacy))
         for key, c in (("new", cfg), ("quiet", quiet)):
-            t0 = time.perf_counter()
-            new.run(json.dumps(c), None, 1.0)
-            walls[key].append(time.perf_counter() - t0)
-    print(json.dumps({k: statistics.median(v) for k, v in walls.items()}))
+            walls[key].append(_run_on_baseline(new, json.loads(json.dumps(c))))
+    print(json.dumps({**{k: statistics.median(v) for k, v in walls.items()}, "walls": walls}))
 
 
 def compare_all(runs: int, baseline: str, write: bool) -> None:
@@ -193,9 +195,12 @@ def main() -> int:
     ap.add_argument("--one", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--compare", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--baseline", help="an older build of the extension module to compare against")
+    ap.add_argument(
+        "--build", help="with --compare: another build to measure instead of this checkout's (built as the baseline was)"
+    )
     args = ap.parse_args()
     if args.compare is not None:
-        compare(args.compare, args.runs, args.baseline)
+        compare(args.compare, args.runs, args.baseline, args.build)
         return 0
     if args.baseline:
         compare_all(args.runs, args.baseline, not args.no_write)

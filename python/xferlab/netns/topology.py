@@ -231,7 +231,7 @@ class Dumbbell:
         host.set_sysctls(
             ns,
             {
-                "net.ipv4.tcp_rmem": f"4096 {min(constants.RMEM_DEFAULT, rcv)} {rcv}",
+                "net.ipv4.tcp_rmem": f"{min(4096, rcv)} {min(constants.RMEM_DEFAULT, rcv)} {rcv}",
                 "net.ipv4.tcp_wmem": f"4096 16384 {buf}",
                 "net.ipv4.tcp_no_metrics_save": "1",
                 # iperf3 (3.12) chooses the congestion control after connect(): the socket is

@@ -129,7 +129,7 @@ def _sysctls(facts: Facts, needs: Needs) -> list[Change]:
             rcv = needs.rcv_buf_bytes if key == "net.ipv4.tcp_rmem" else None
             if rcv is not None and int(now[2]) != rcv:
                 # A window cap: this limit exactly, lower or higher than the host's.
-                out.append(_set(facts, key, f"{now[0]} {min(int(now[1]), rcv)} {rcv}"))
+                out.append(_set(facts, key, f"{min(int(now[0]), rcv)} {min(int(now[1]), rcv)} {rcv}"))
             elif rcv is None and int(now[2]) < needs.sock_buf_bytes:
                 out.append(_set(facts, key, f"{now[0]} {now[1]} {needs.sock_buf_bytes}"))
     if needs.congestion_controls and facts.sysctls.get("net.ipv4.tcp_no_metrics_save") != "1":

@@ -85,18 +85,34 @@ def test_four_pairs_end_to_end(cli, tmp_path):
     assert "delay line queue 0" in html
 
 
+#: Runs at most of a rate test: a host short of CPU (CI on a loaded machine) only ever takes
+#: rate away from the emulated path, never adds any, so a run below the rate is tried again.
+RATE_TRIES = 3
+
+
 @needs_host
 @pytest.mark.parametrize("rtt_ms", [20, 100])
 def test_rtt_accuracy(cli, tmp_path, rtt_ms):
-    """A paced flow that never builds a queue sees the configured RTT: srtt within ±1 ms."""
-    out, m, meta = run(
-        cli,
-        tmp_path,
-        topology={"pairs": 1, "rtt": f"{rtt_ms}ms"},
-        workload={"duration": "3s"},
-        protocol={"rate_limit": "20Mbps", "limiter": "pacing"},
-        measure={"goodput_interval": "0.5s", "link_interval": "100ms", "tcp_interval": "100ms"},
-    )
+    """A paced flow that never builds a queue sees the configured RTT: srtt within ±1 ms.
+
+    Its rate, 90 % of the pacer's at least, is a wall-clock figure: a run below it is tried
+    again (RATE_TRIES), as for the bottleneck's rate (a CI run on a quiet machine once moved
+    17.0 Mbit/s where the pacer allows 19.1, and 19.1 in six runs after)."""
+    low, high = 0.9 * 20 * 1448 / 1514, 1.05 * 20
+    for attempt in range(RATE_TRIES):
+        folder = tmp_path / f"try{attempt}"
+        folder.mkdir()
+        out, m, meta = run(
+            cli,
+            folder,
+            topology={"pairs": 1, "rtt": f"{rtt_ms}ms"},
+            workload={"duration": "3s"},
+            protocol={"rate_limit": "20Mbps", "limiter": "pacing"},
+            measure={"goodput_interval": "0.5s", "link_interval": "100ms", "tcp_interval": "100ms"},
+        )
+        assert m["aggregate_goodput_mbps"] < high  # more than the pacer allows is never the load
+        if m["aggregate_goodput_mbps"] > low:
+            break
     tcp = pq.read_table(out / "trace" / "tcp.parquet").to_pandas()
     srtt = tcp["srtt_ms"][tcp["t"] > 1.0]
     assert len(srtt) >= 5
@@ -113,7 +129,7 @@ def test_rtt_accuracy(cli, tmp_path, rtt_ms):
     assert 0.8 * data_segs < rx["Tcp:InSegs"] < 1.5 * data_segs
     assert 0 < rx["Tcp:OutSegs"] <= rx["Tcp:InSegs"]
     # the pacer holds the flow at its rate (payload counted as on the simulator: IP + 14 bytes)
-    assert 0.9 * 20 * 1448 / 1514 < m["aggregate_goodput_mbps"] < 1.05 * 20
+    assert low < m["aggregate_goodput_mbps"], f"{m['aggregate_goodput_mbps']:.1f} Mbit/s in each of {RATE_TRIES} runs"
 
 
 @needs_host
@@ -134,11 +150,6 @@ def test_a_window_cap_offers_the_window_the_simulator_caps_at(cli, tmp_path):
     assert 0.9 * window_rate < m["aggregate_goodput_mbps"] < 1.02 * window_rate
     assert 0.95 * window_rate < on_sim < 1.02 * window_rate
     assert m["aggregate_goodput_mbps"] == pytest.approx(on_sim, rel=0.06)
-
-
-#: Runs at most of a rate test: a host short of CPU (CI on a loaded machine) only ever takes
-#: rate away from the emulated path, never adds any, so a run below the rate is tried again.
-RATE_TRIES = 3
 
 
 def test_the_receivers_counters_are_read_by_name_and_told_per_segment_out():

@@ -100,6 +100,11 @@ EMULATION_TX_BATCH_NS = 400_000
 #: the receive path it adds itself (EMULATION_RX_NS of receive coalescing).
 EMULATION_READS = ROOT / "benches" / "emulation-reads.json"
 EMULATION_RX_NS = 25_000
+#: How long after its data connection is set up an iperf3 stream's first data reaches the
+#: receiver, beyond the path's RTT: its control messages go round the path first. 1.06 ms
+#: in a traced run (RTT 100.16 ms; first data 101.22 ms after the cookie that ends the
+#: handshake: VALIDATION.md §6b, "iperf3's start"). xfer's data follows the handshake.
+IPERF3_TURNAROUND_NS = 1_000_000
 #: The application that receives each kind of run on the netns backend (its reads differ).
 NETNS_APPS = {"duration": "iperf3", "volume": "xfer"}
 #: How the emulated simulator's receivers read and ACK: "uniform" (the simulator's default
@@ -214,7 +219,9 @@ def emulated(cfg: dict, kind: str = "duration", reads: str | None = None, stalls
     (`linux_acks`), with "measured" their applications read when this machine woke them
     (EMULATION_READS: those of the application that receives a run of ``kind`` there), and
     with "stalls" every read waits out the application's waits for a CPU traced there
-    (``stalls``: case_stalls_ns's; None: EMULATION_STALLS's for the number of flows)."""
+    (``stalls``: case_stalls_ns's; None: EMULATION_STALLS's for the number of flows). The
+    receivers of a duration run (iperf3) had their connections set up an RTT and
+    IPERF3_TURNAROUND_NS before the data (``connected_before_ns``)."""
     frame = cfg["mss"] + cfg["header_bytes"] + 14
     wire = frame / (frame + topology.WIRE_OVERHEAD)
     bucket = lambda rate, burst: {"kind": "token_bucket", "rate_bps": rate * wire, "burst_bytes": burst, "tick_ns": 1000}  # noqa: E731
@@ -227,6 +234,9 @@ def emulated(cfg: dict, kind: str = "duration", reads: str | None = None, stalls
     b = cfg["bottleneck"]
     b["shaper"] = bucket(b["rate_bps"], topology.BOTTLENECK_BURST_PKTS * frame)
     b["rate_bps"] = VETH_BPS
+    if kind == "duration":
+        for f in cfg["flows"]:
+            f["connected_before_ns"] = cfg["pairs"][f["pair"]]["rtt_ns"] + IPERF3_TURNAROUND_NS
     cfg["noise"]["tx_batch_ns"] = EMULATION_TX_BATCH_NS
     cfg["noise"]["rx_coalesce_ns"] = EMULATION_RX_NS
     if (reads or READS) == "measured":

@@ -55,7 +55,8 @@ class Delays(NamedTuple):
     """A flow's in-order ACKs: each one's delay (s) from the first and from the last data
     segment it acknowledges reaching the receiver, and the segments it acknowledges; of its
     ACKs that acknowledged data, how many, and how many were left out because the receiver
-    held data past a hole (``acked``); the bytes it got twice (``counted_ahead``, at the end)."""
+    held data past a hole (``acked``); the bytes it got twice (``counted_ahead``, at the end);
+    the bytes all its ACKs acknowledged, in order or not."""
 
     first: np.ndarray
     last: np.ndarray
@@ -63,6 +64,7 @@ class Delays(NamedTuple):
     advancing: int = 0
     out_of_order: int = 0
     twice: int = 0
+    acknowledged: int = 0
 
 
 @contextlib.contextmanager
@@ -130,13 +132,14 @@ def delays_of(data: dict, acks: dict, t0: float, skip_s: float) -> dict[tuple[st
     for flow, a in acks.items():
         times, received = zip(*data[flow], strict=True)
         ackd = list(acked(a, t0, skip_s))
-        first_, last_, segs, advancing, out_of_order = [], [], [], 0, 0
+        first_, last_, segs, advancing, out_of_order, acknowledged = [], [], [], 0, 0, 0
         aheads = counted_ahead(ackd, times, received)
         for (t, lo, hi, in_order), ahead in zip(ackd, aheads, strict=True):
             if hi <= lo:  # a duplicate ACK
                 continue
             advancing += 1
             out_of_order += not in_order
+            acknowledged += hi - lo
             lo, hi = lo + int(ahead), hi + int(ahead)
             first, last = bisect.bisect_right(received, lo), bisect.bisect_left(received, hi)
             on_data = 0 < first and last < len(received) and received[first - 1] == lo and received[last] == hi
@@ -145,7 +148,7 @@ def delays_of(data: dict, acks: dict, t0: float, skip_s: float) -> dict[tuple[st
                 last_.append(t - times[last])
                 segs.append((hi - lo) / constants.LINUX_MSS)
         twice = int(aheads.max()) if len(aheads) else 0
-        out[flow] = Delays(np.array(first_), np.array(last_), np.array(segs), advancing, out_of_order, twice)
+        out[flow] = Delays(np.array(first_), np.array(last_), np.array(segs), advancing, out_of_order, twice, acknowledged)
     return out
 
 
@@ -205,7 +208,8 @@ def record(probes: list[Probe], lost: int = 0, skip_s: float = SKIP_S) -> dict |
     seen, their in-order ACKs and the segments each acknowledged (mean), the share of the
     ACKs that acknowledged data sent while the receiver held data past a hole
     (``in_recovery``: left out, ``acked``), the segments the receivers got twice (``twice``,
-    at most: their counts corrected, ``counted_ahead``), the trains at the receivers
+    at most: their counts corrected, ``counted_ahead``), the segments all the ACKs
+    acknowledged (``acknowledged``, those left out too), the trains at the receivers
     (kernel_trains), and the ACK delays from the first and from the last segment
     acknowledged as histograms (sched_waits.histogram); ``lost``: events the tracer
     overwrote (the run's first, on one CPU more than the other: then only ``lost`` is kept,
@@ -227,6 +231,7 @@ def record(probes: list[Probe], lost: int = 0, skip_s: float = SKIP_S) -> dict |
         "segments_per_ack": round(float(segments.mean()), 3) if len(segments) else None,
         "in_recovery": round(sum(d.out_of_order for d in delays.values()) / advancing, 4) if advancing else None,
         "twice": round(sum(d.twice for d in delays.values()) / constants.LINUX_MSS, 1),
+        "acknowledged": round(sum(d.acknowledged for d in delays.values()) / constants.LINUX_MSS, 1),
         "trains": round(trains_of(data, t0, skip_s), 1),
         "from_first": sched_waits.histogram(first),
         "from_last": sched_waits.histogram(last),

@@ -102,6 +102,9 @@ def test_acks_while_the_receiver_holds_data_past_a_hole_are_left_out():
     # Left out, and nothing else: the two ACKs of the retransmissions and those from 20 100
     # until the sender's snd_nxt at the last duplicate ACK (segment 20 197): 2 + 49.
     assert d.out_of_order == 51 and d.advancing == len(d.last) + 51 > 9_900
+    # All ACKs together acknowledge every segment from the first ACK after 1 s to the last
+    # (the last ACK's own number is not seen: tcp_probe reads the socket before an ACK).
+    assert d.acknowledged == pytest.approx(d.segments.sum() * MSS, rel=0.02)
 
 
 def test_a_run_keeps_its_ack_clocks_as_histograms():
@@ -111,6 +114,7 @@ def test_a_run_keeps_its_ack_clocks_as_histograms():
     got = tcp_probes.record(a + b, lost=0, skip_s=0.5)
     assert got["flows"] == 2 and got["segments_per_ack"] == 3.0 and got["trains"] == pytest.approx(1.0)
     assert got["in_recovery"] == 0.0 and got["twice"] == 0.0
+    assert got["acknowledged"] == pytest.approx(got["acks"] * 3, abs=6)
     # ACKs from 0.5 s on (each flow's from its 834th) but each flow's last: 2 × 2 166.
     assert got["acks"] == 4_332
     median = lambda h: sched_waits.hist_quantiles(np.asarray(h), np.array([0.5]))[0]  # noqa: E731

@@ -115,6 +115,12 @@ pub struct FlowConfig {
     /// Start when another pair's transfers are done instead of at `start_ns`.
     #[serde(default)]
     pub start_after: Option<StartAfter>,
+    /// How long before its first data arrives the receiver's side of the connection was
+    /// established (ns): 0 when the data follows the handshake, about an RTT when the
+    /// application exchanges messages of its own first (iperf3). Times the receive
+    /// buffer's first measure (`rcvq_space.time`).
+    #[serde(default)]
+    pub connected_before_ns: Time,
 }
 
 impl FlowConfig {
@@ -133,6 +139,7 @@ impl FlowConfig {
             limiter: None,
             profile: vec![],
             start_after: None,
+            connected_before_ns: 0,
         }
     }
 }

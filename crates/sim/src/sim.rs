@@ -297,12 +297,14 @@ fn build_flow(cfg: &SimConfig, i: usize, route: Route) -> Flow {
     } else {
         fc.start_ns
     };
+    let mut receiver = Receiver::new(&cfg.tcp, pair.rtt_ns, cfg.mss);
+    receiver.connected(fc.connected_before_ns);
     Flow {
         cfg: fc.clone(),
         last_seg_len,
         total_segs,
         sender,
-        receiver: Receiver::new(&cfg.tcp, pair.rtt_ns, cfg.mss),
+        receiver,
         gate: fc.limiter.as_ref().and_then(Gate::from_config),
         rate_bps: fc
             .limiter

@@ -32,7 +32,7 @@
 //! (`tcp_cleanup_rbuf`).
 
 use super::{ts_delta_ms, ts_ms};
-use crate::time::{Time, NS_PER_US};
+use crate::time::{Time, NS_PER_MS, NS_PER_US};
 
 /// `tcp_rmem[1]`: the buffer a connection starts with (Linux default, also the netns
 /// backend's).
@@ -69,8 +69,13 @@ pub struct RcvWindow {
     space: u64,
     space_seq: u64,
     /// When the last measure began; the first begins with the first data (the passive
-    /// side is established by the ACK that comes with it).
+    /// side is established by the ACK that comes with it) less `lead`.
     space_time: Option<Time>,
+    /// How long before its first data the connection was established (`connected_before`):
+    /// the first measure's clock ran that much longer; 0 after the first measure.
+    lead: Time,
+    /// The handshake's round-trip time, sampled at the first data.
+    handshake_rtt: Time,
     /// `rcv_rtt_est.rtt_us << 3`, and the echoed timestamp of its last sample (ms).
     rtt_us8: u64,
     last_tsecr_ms: Option<u64>,
@@ -109,9 +114,36 @@ impl RcvWindow {
             space: rcv_ssthresh.min(rcv_wnd).min(INIT_SPACE_SEGS * mss),
             space_seq: 0,
             space_time: None,
+            lead: 0,
+            handshake_rtt: 0,
             rtt_us8: 0,
             last_tsecr_ms: None,
         }
+    }
+
+    /// The connection, its handshake taking `rtt`, was established `lead` before its first
+    /// data arrives (0: as the data arrives). Linux starts the first measure at the
+    /// establishment (`tcp_init_buffer_space`), and the first segment after the handshake
+    /// echoes the SYN-ACK's timestamp, an RTT sample at once (`tcp_rcv_rtt_measure_ts`).
+    /// An application that exchanges data of its own before the transfer (iperf3: an RTT,
+    /// its control messages) has its first measure due at its first read.
+    pub fn connected(&mut self, lead: Time, rtt: Time) {
+        self.lead = lead;
+        self.handshake_rtt = rtt;
+    }
+
+    /// The RTT sample of the segment that arrived at the establishment (`lead` before
+    /// `now`), echoing the SYN-ACK; computed a whole number of milliseconds later, which
+    /// keeps the timestamp clock's phase, since the SYN-ACK may precede time 0 (and an echo
+    /// of 0 would read as none).
+    fn handshake_sample(&mut self, now: Time) {
+        if self.handshake_rtt == 0 {
+            return;
+        }
+        let shift = ((self.lead + self.handshake_rtt) / NS_PER_MS + 1) * NS_PER_MS;
+        let at = now + shift - self.lead;
+        self.measure_rtt(at, at - self.handshake_rtt);
+        self.last_tsecr_ms = None;
     }
 
     /// The window the SYN-ACK offers, bytes (not scaled).
@@ -122,6 +154,12 @@ impl RcvWindow {
     #[cfg(test)]
     fn rcvbuf(&self) -> u64 {
         self.rcvbuf
+    }
+
+    /// The last measure (`rcvq_space.space`), bytes.
+    #[cfg(test)]
+    pub(super) fn space(&self) -> u64 {
+        self.space
     }
 
     #[cfg(test)]
@@ -178,6 +216,7 @@ impl RcvWindow {
         if !self.seen_data {
             self.seen_data = true;
             self.space_time = Some(now);
+            self.handshake_sample(now);
             self.ratio = (self.mss << 8) / self.truesize;
             // `tcp_set_window_clamp` to the buffer's window.
             let old = self.window_clamp;
@@ -217,7 +256,7 @@ impl RcvWindow {
 
     /// Whether a read at `now` would measure (an RTT has passed since the last measure).
     pub fn measure_due(&self, now: Time) -> bool {
-        let time = now.saturating_sub(self.space_time.unwrap_or(now)) / NS_PER_US;
+        let time = (now.saturating_sub(self.space_time.unwrap_or(now)) + self.lead) / NS_PER_US;
         self.rtt_us8 != 0 && time >= self.rtt_us8 >> 3
     }
 
@@ -235,6 +274,7 @@ impl RcvWindow {
         }
         self.space_seq = copied;
         self.space_time = Some(now);
+        self.lead = 0;
     }
 
     /// `tcp_rcvbuf_grow(newval)`.
@@ -370,6 +410,34 @@ mod tests {
         small.measure_rtt(100 * ms + 1, 1);
         small.on_read(100 * ms, 30, 0, 0);
         assert_eq!(small.rcvbuf(), 150_000);
+    }
+
+    #[test]
+    fn the_first_measure_runs_from_the_establishment() {
+        let ms = NS_PER_MS;
+        // Data right after the handshake (100.4 ms): the first data's echo of the SYN-ACK
+        // gives the RTT at once; the first measure is due an RTT after it.
+        let mut w = RcvWindow::new(MSS, 32 << 20);
+        w.connected(0, 100 * ms + 400_000);
+        w.on_data(50 * ms + 200_000, 0);
+        assert_eq!(
+            w.rtt(),
+            Some(101 * ms),
+            "50.2 ms reads as 50, 100.4 ms before as −51"
+        );
+        assert!(!w.measure_due(151 * ms));
+        assert!(w.measure_due(151 * ms + 200_000));
+        // iperf3: its control messages take an RTT and a little more before the data, so
+        // the first measure is due at the first read, whatever part of the round it sees.
+        let mut w = RcvWindow::new(MSS, 32 << 20);
+        w.connected(101 * ms + 200_000, 100 * ms + 400_000);
+        w.on_data(50 * ms, 0);
+        assert!(w.measure_due(50 * ms + 300_000));
+        w.on_read(50 * ms + 300_000, 4, 0, 0);
+        // One measure only: the next is an RTT after it.
+        assert_eq!((w.space_seq, w.lead), (4, 0));
+        assert!(!w.measure_due(150 * ms));
+        assert!(w.measure_due(150 * ms + 300_000));
     }
 
     #[test]

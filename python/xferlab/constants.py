@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 #: Ethernet header (destination, source, EtherType): what a qdisc counts beyond the IP packet.
 ETH_HEADER = 14
@@ -63,3 +64,12 @@ def rcv_buf_bytes(rate_bps: float, rtt_s: float, buffer_pkts: int, mtu: int, cap
         return sock_buf_bytes(rate_bps, rtt_s, buffer_pkts, mtu, cap_pkts, mss)
     ratio = (mss << 8) // (mss + RX_SKB_OVERHEAD)
     return max(2 * mss, math.ceil(cap_pkts * mss * 256 / ratio))
+
+
+def host_buffers(path: Mapping, rtt_s: float) -> tuple[int, int]:
+    """The end hosts' send and receive buffer limits (sock_buf_bytes, rcv_buf_bytes) for a
+    resolved scenario's path (``bottleneck_rate_bps``, ``buffer_packets``, ``mtu``,
+    ``window_cap_packets``, ``mss``) whose longest round trip is ``rtt_s``: what every
+    backend gives its hosts."""
+    args = (path["bottleneck_rate_bps"], rtt_s, path["buffer_packets"], path["mtu"], path["window_cap_packets"], path["mss"])
+    return sock_buf_bytes(*args), rcv_buf_bytes(*args)

@@ -346,14 +346,7 @@ def _dumbbell_spec(emu: dict) -> tuple[topo.DumbbellSpec, int]:
     first_bg = len(paths)
     paths += [topo.PathSpec(b["rate_bps"], emu["rtt_s"]) for b in emu.get("background") or []]
     shaper = emu.get("shaper")
-    path_buffers = (
-        emu["bottleneck_rate_bps"],
-        max(p.rtt_s for p in paths),
-        emu["buffer_packets"],
-        emu["mtu"],
-        emu["window_cap_packets"],
-        emu["mss"],
-    )
+    sock_buf, rcv_buf = constants.host_buffers(emu, max(p.rtt_s for p in paths))
     spec = topo.DumbbellSpec(
         run_id=uuid.uuid4().hex[:6],
         paths=paths,
@@ -365,8 +358,8 @@ def _dumbbell_spec(emu: dict) -> tuple[topo.DumbbellSpec, int]:
         initial_cwnd=emu["initial_cwnd"],
         rto_min_s=emu["rto_min_s"],
         delayed_ack=emu["delayed_ack"],
-        sock_buf_bytes=constants.sock_buf_bytes(*path_buffers),
-        rcv_buf_bytes=constants.rcv_buf_bytes(*path_buffers),
+        sock_buf_bytes=sock_buf,
+        rcv_buf_bytes=rcv_buf,
     )
     return spec, first_bg
 

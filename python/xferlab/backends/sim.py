@@ -113,14 +113,7 @@ def sim_config(resolved: dict) -> dict:
             "linux_acks": host.get("linux_acks", False),
             "tso_defer": host.get("tso_defer", False),
             # The real backends' hosts get this limit too (netns and ssh backends).
-            "rmem_max_bytes": constants.rcv_buf_bytes(
-                resolved["bottleneck_rate_bps"],
-                max(p["rtt_s"] for p in paths),
-                resolved["buffer_packets"],
-                resolved["mtu"],
-                resolved["window_cap_packets"],
-                resolved["mss"],
-            ),
+            "rmem_max_bytes": constants.host_buffers(resolved, max(p["rtt_s"] for p in paths))[1],
         },
         "noise": {"enabled": host.get("noise", True)},
         "measure": {

@@ -323,9 +323,9 @@ class _Run:
         """What the scenario asks of each host (see :mod:`xferlab.remote.plan`)."""
         r = self.r
         rtt = max(f.rtt_s for f in self.flows)
-        path_buffers = (r["bottleneck_rate_bps"], rtt, r["buffer_packets"], r["mtu"], r["window_cap_packets"], r["mss"])
-        buf = constants.sock_buf_bytes(*path_buffers)
-        rcv = constants.rcv_buf_bytes(*path_buffers) if r["window_cap_packets"] is not None else None
+        buf, rcv = constants.host_buffers(r, rtt)
+        if r["window_cap_packets"] is None:
+            rcv = None  # the host's own tcp_rmem[2] may stay if it is larger
         rto_ms = max(1, round(r["rto_min_s"] * 1000))
         frame = constants.qdisc_frame(r["mtu"])
         needs = {

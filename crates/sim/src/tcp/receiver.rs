@@ -38,7 +38,7 @@ const NUM_SACKS: usize = 4;
 /// (`TCP_SACK_BLOCKS_EXPECTED`).
 const SACK_BLOCKS_EXPECTED: usize = 2;
 /// What the receiving application asks for per read (`recv`), bytes: iperf3's default
-/// block of 128 KiB. Each read ends with Linux's receive-buffer measure.
+/// block of 128 KiB. Linux measures the receive buffer after each of its buffers a read copies.
 const APP_READ_BYTES: u64 = 131_072;
 /// Segments one buffer of the receive queue holds at most when Linux coalesces arriving
 /// segments into the queue's last (`tcp_try_coalesce`: up to `MAX_SKB_FRAGS` page
@@ -263,7 +263,7 @@ impl Receiver {
     }
 
     /// The application, woken at `now`, reads everything in order in reads of
-    /// `APP_READ_BYTES`; each read ends with the buffer's measure. Then an ACK
+    /// `APP_READ_BYTES`, measuring after each buffer copied (`read_all`). Then an ACK
     /// (`tcp_cleanup_rbuf`) if one was left to the read, or if the reads freed much space.
     pub fn app_read(&mut self, now: Time, mss: u32) -> Option<AckSegment> {
         self.read_at = None;

@@ -297,7 +297,8 @@ pub struct TcpConfig {
     pub linux_acks: bool,
     /// TSO deferral (`tcp_tso_should_defer`): outside loss recovery, new data waits for
     /// an skb's worth of window (~1 ms of the pacing rate) for at most 1 ms after the last
-    /// transmission, so a bulk sender goes in bursts of an skb, not a few segments per ACK.
+    /// transmission, and only while an ACK is due within 1 ms, so a bulk sender goes in
+    /// bursts of an skb, not a few segments per ACK.
     /// Off by default until the validation tables are rerun with it and the rounds of
     /// slow start it shifts are checked against the kernel's (VALIDATION.md §6b, "TSO
     /// deferral").

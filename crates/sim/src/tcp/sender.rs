@@ -7,9 +7,10 @@
 //! host (`tcp_small_queue_check`). The caller puts
 //! segments on the wire and polls again when one leaves the host (TSQ completion,
 //! `tcp_tsq_handler`). With `TcpConfig::tso_defer`, new data waits for a whole skb's worth
-//! of window, for at most 1 ms after the last transmission, outside loss recovery (TSO
-//! deferral, `tcp_tso_should_defer`): a bulk sender goes in bursts of an skb about every
-//! millisecond, not a few segments per ACK, whatever the interface's offloads. After each
+//! of window, for at most 1 ms after the last transmission, outside loss recovery, and only
+//! when an ACK is due within 1 ms (TSO deferral, `tcp_tso_should_defer`): a bulk sender
+//! goes in bursts of an skb as a train of ACKs comes in, not a few segments per ACK,
+//! whatever the interface's offloads. After each
 //! attempt the window's use is latched for the current
 //! window (`tcp_cwnd_validate`): a window counts as used if it was full, or, in slow start,
 //! if at least half of it was in flight (`tcp_is_cwnd_limited`).
@@ -47,6 +48,8 @@ const TSO_RTT_LOG: u32 = 9;
 const TSO_WIN_DIVISOR: u64 = 3;
 /// TSO deferral waits no longer than this after the last transmission (`tcp_wstamp_ns`).
 const TSO_DEFER_MAX: Time = NS_PER_MS;
+/// TSO deferral waits only for an ACK due within this (or half the smoothed RTT if less).
+const TSO_DEFER_ACK_DUE: Time = NS_PER_MS;
 /// Without TSQ (kernels before 3.6) the interface queue bounds what a sender keeps in its
 /// host (`txqueuelen`, 1000 packets).
 const TXQUEUELEN: usize = 1000;
@@ -529,12 +532,15 @@ impl Sender {
         if TSO_WIN_DIVISOR * limit as u64 >= window {
             return send;
         }
-        // The next ACK may come too late: the oldest segment out left under half an RTT ago.
+        // The next ACK may come too late: the oldest segment out is acknowledged in more
+        // than min(1 ms, srtt/2) from now (Linux 6.18, "tcp: fix tcp_tso_should_defer() vs
+        // large RTT"; before it, deferral needed only that segment to be half an RTT old).
         if self.board.packets_out() == 0 {
             return send;
         }
-        let head_age = now.saturating_sub(self.board.seg(self.board.una).xmit);
-        if head_age < self.srtt.unwrap_or(0) / 2 {
+        let srtt = self.srtt.unwrap_or(0);
+        let expected_ack = self.board.seg(self.board.una).xmit + srtt;
+        if expected_ack.saturating_sub(now) > (srtt / 2).min(TSO_DEFER_ACK_DUE) {
             return send;
         }
         if cong_win < send_win {

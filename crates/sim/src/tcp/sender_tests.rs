@@ -403,16 +403,16 @@ fn tso_deferral_sends_new_data_an_skb_at_a_time_within_a_millisecond() {
     let run = |defer: bool| {
         let mut s = full_window_sender(defer);
         let mut sent = vec![];
-        // 50 segments acknowledged: one skb goes, the 5 left wait (the oldest segment out
-        // left 60 ms ago, over half an RTT: its successors' ACKs are due).
-        s.on_ack(60 * ms, &ack(50, &[], 0));
-        sent.push(drain(&mut s, 60 * ms).len());
+        // 50 segments acknowledged a round trip after they left: one skb goes, the 5 left
+        // wait (the next segment's ACK is due now).
+        s.on_ack(100 * ms, &ack(50, &[], 0));
+        sent.push(drain(&mut s, 100 * ms).len());
         // 30 more half a millisecond later: 35 < 45, the last write was recent: wait.
-        s.on_ack(60 * ms + ms / 2, &ack(80, &[], 0));
-        sent.push(drain(&mut s, 60 * ms + ms / 2).len());
+        s.on_ack(100 * ms + ms / 2, &ack(80, &[], 0));
+        sent.push(drain(&mut s, 100 * ms + ms / 2).len());
         // 2 more, over a millisecond after the last write: what there is goes.
-        s.on_ack(61 * ms + ms / 5, &ack(82, &[], 0));
-        sent.push(drain(&mut s, 61 * ms + ms / 5).len());
+        s.on_ack(101 * ms + ms / 5, &ack(82, &[], 0));
+        sent.push(drain(&mut s, 101 * ms + ms / 5).len());
         sent
     };
     assert_eq!(run(true), [45, 0, 37]);
@@ -420,22 +420,20 @@ fn tso_deferral_sends_new_data_an_skb_at_a_time_within_a_millisecond() {
 }
 
 #[test]
-fn tso_deferral_waits_neither_in_recovery_nor_when_the_oldest_segment_is_recent() {
+fn tso_deferral_waits_neither_in_recovery_nor_when_the_next_ack_is_over_a_millisecond_away() {
     let ms = NS_PER_MS;
     let mut s = full_window_sender(true);
-    // Everything sent at 0 is acknowledged at 100 ms, and 8 000 new segments go.
-    s.on_ack(100 * ms, &ack(8333, &[], 0));
-    s.win.cwnd = 8000;
-    assert_eq!(drain(&mut s, 100 * ms).len(), 8000);
-    // Ten of them acknowledged a little later: the oldest out left under half an RTT ago,
-    // its ACK comes late: no wait for a full skb.
-    s.on_ack(100 * ms + ms / 2, &ack(8343, &[], 0));
-    assert_eq!(drain(&mut s, 100 * ms + ms / 2).len(), 10);
-    // An skb goes at 159.8 ms (45 acknowledged); 30 more acknowledged at 160 ms wait.
-    let t = 160 * ms;
-    s.on_ack(t - ms / 5, &ack(8388, &[], 0));
-    assert_eq!(drain(&mut s, t - ms / 5).len(), 45);
-    s.on_ack(t, &ack(8418, &[], 0));
+    // Ten segments acknowledged half a round trip early: the next one's ACK is due
+    // some 44 ms later (srtt 93.75 ms), so nothing waits for a full skb.
+    s.on_ack(50 * ms, &ack(10, &[], 0));
+    assert_eq!(s.srtt(), Some(93_750_000));
+    assert_eq!(drain(&mut s, 50 * ms).len(), 10);
+    // When the ACKs are due, an skb goes at 94 ms (45 acknowledged) and 30 more
+    // acknowledged 0.2 ms later wait for more.
+    let t = 94 * ms + ms / 5;
+    s.on_ack(94 * ms, &ack(55, &[], 0));
+    assert_eq!(drain(&mut s, 94 * ms).len(), 45);
+    s.on_ack(t, &ack(85, &[], 0));
     assert_eq!(drain(&mut s, t).len(), 0);
     // In loss recovery nothing waits for a full skb.
     s.state = CaState::Recovery;

@@ -10,7 +10,8 @@
 //! of window, for at most 1 ms after the last transmission, outside loss recovery, and only
 //! when an ACK is due within 1 ms (TSO deferral, `tcp_tso_should_defer`): a bulk sender
 //! goes in bursts of an skb as a train of ACKs comes in, not a few segments per ACK,
-//! whatever the interface's offloads. After each
+//! whatever the interface's offloads; its write queue holds skbs of 64 KiB, each sent as
+//! an autosized piece and the rest at the next ACK it fits. After each
 //! attempt the window's use is latched for the current
 //! window (`tcp_cwnd_validate`): a window counts as used if it was full, or, in slow start,
 //! if at least half of it was in flight (`tcp_is_cwnd_limited`).
@@ -189,6 +190,10 @@ pub struct Sender {
     wstamp: Time,
     /// Segments of the skb being sent that TSO deferral already let go.
     skb_left: u32,
+    /// Where the write queue's head skb ends (segments): `sendmsg` builds skbs of its size
+    /// goal (`tcp_xmit_size_goal`), larger than what one transmission takes (the autosize),
+    /// so a transmission can leave the rest of an skb at the queue's head (deferral only).
+    wq_end: u64,
     /// This transmit attempt deferred for want of congestion window (`is_cwnd_limited`).
     deferred_cwnd_limited: bool,
     /// TSQ's limits in segments (new data, retransmissions), kept with the pacing rate.
@@ -258,6 +263,7 @@ impl Sender {
             max_pacing_rate: f64::INFINITY,
             wstamp: 0,
             skb_left: 0,
+            wq_end: 0,
             deferred_cwnd_limited: false,
             tsq_segs: [0, 0],
             data_segs_out: 0,
@@ -477,6 +483,9 @@ impl Sender {
             return Poll::CwndFull;
         }
         if self.skb_left == 0 {
+            if self.board.nxt() >= self.wq_end {
+                self.wq_end = self.board.nxt() + self.size_goal() as u64;
+            }
             match self.tso_defer(now, in_flight) {
                 Ok(segs) => self.skb_left = segs,
                 Err(cwnd_limited) => {
@@ -492,15 +501,26 @@ impl Sender {
         Poll::Send(self.send_new(now))
     }
 
-    /// The skb at the head of the write queue of skbs of `goal` segments: its segments, and
-    /// whether it carries the flow's last data (its FIN) or is the queue's tail (the
-    /// application may add to it).
-    fn head_skb(&self, goal: u32) -> (u32, bool, bool) {
+    /// The skb `sendmsg` builds (`tcp_xmit_size_goal`), segments: `GSO_MAX_SIZE` bounded by
+    /// half the receive window (`tcp_bound_to_half_wnd`).
+    fn size_goal(&self) -> u32 {
+        let gso = (GSO_MAX_SIZE / self.mss as f64) as u32;
+        gso.min((self.max_window / 2).max(1))
+    }
+
+    /// The skb at the head of the write queue (it ends at `wq_end`, or where the written
+    /// data does): its segments, and whether it carries the flow's last data (its FIN) or
+    /// is the queue's tail (the application may add to it).
+    fn head_skb(&self) -> (u32, bool, bool) {
         let nxt = self.board.nxt();
-        let avail = self.data_end().saturating_sub(nxt);
-        let segs = avail.min(goal as u64) as u32;
+        let end = self.data_end();
+        let segs = self
+            .wq_end
+            .min(end)
+            .saturating_sub(nxt)
+            .min(u32::MAX as u64) as u32;
         let fin = self.written.is_none() && self.total_segs.is_some_and(|t| nxt + segs as u64 >= t);
-        (segs, fin, avail <= goal as u64)
+        (segs, fin, end <= self.wq_end)
     }
 
     /// Linux `tcp_tso_should_defer` for the skb at the head of the write queue, with room
@@ -512,11 +532,16 @@ impl Sender {
             return Ok(u32::MAX);
         }
         let goal = self.tso_segs();
-        let (skb, fin, tail) = self.head_skb(goal);
+        let (skb, fin, tail) = self.head_skb();
         let cong_win = self.win.cwnd.saturating_sub(in_flight);
         let send_win = self.max_window.saturating_sub(self.board.packets_out());
         let limit = cong_win.min(send_win);
-        let send = Ok(skb.min(limit).min((self.win.cwnd / 2).max(1)).max(1));
+        // What one transmission takes (`tcp_mss_split_point`, `tcp_cwnd_test`).
+        let send = Ok(skb
+            .min(limit)
+            .min(goal)
+            .min((self.win.cwnd / 2).max(1))
+            .max(1));
         if skb <= 1 || self.probe_due || self.state >= CaState::Recovery {
             return send;
         }

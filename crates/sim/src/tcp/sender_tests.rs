@@ -403,19 +403,20 @@ fn tso_deferral_sends_new_data_an_skb_at_a_time_within_a_millisecond() {
     let run = |defer: bool| {
         let mut s = full_window_sender(defer);
         let mut sent = vec![];
-        // 50 segments acknowledged a round trip after they left: one skb goes, the 5 left
-        // wait (the next segment's ACK is due now).
+        // The window sent at 0 ended 8 segments into the write queue's skb of 45 (8 325 to
+        // 8 370). 50 segments acknowledged a round trip after they left: that skb's other
+        // 37 go, the next skb waits (13 < 45; the next segment's ACK is due now).
         s.on_ack(100 * ms, &ack(50, &[], 0));
         sent.push(drain(&mut s, 100 * ms).len());
-        // 30 more half a millisecond later: 35 < 45, the last write was recent: wait.
+        // 30 more half a millisecond later: 43 < 45, the last write was recent: wait.
         s.on_ack(100 * ms + ms / 2, &ack(80, &[], 0));
         sent.push(drain(&mut s, 100 * ms + ms / 2).len());
-        // 2 more, over a millisecond after the last write: what there is goes.
+        // 2 more: a whole skb fits and goes.
         s.on_ack(101 * ms + ms / 5, &ack(82, &[], 0));
         sent.push(drain(&mut s, 101 * ms + ms / 5).len());
         sent
     };
-    assert_eq!(run(true), [45, 0, 37]);
+    assert_eq!(run(true), [37, 0, 45]);
     assert_eq!(run(false), [50, 30, 2]);
 }
 
@@ -428,14 +429,15 @@ fn tso_deferral_waits_neither_in_recovery_nor_when_the_next_ack_is_over_a_millis
     s.on_ack(50 * ms, &ack(10, &[], 0));
     assert_eq!(s.srtt(), Some(93_750_000));
     assert_eq!(drain(&mut s, 50 * ms).len(), 10);
-    // When the ACKs are due, an skb goes at 94 ms (45 acknowledged) and 30 more
-    // acknowledged 0.2 ms later wait for more.
+    // When the ACKs are due, 45 acknowledged at 94 ms send the rest of the write queue's
+    // skb the ten came from (27: not the queue's tail, it fits), and the next skb (45)
+    // waits; 20 more acknowledged 0.2 ms later (38 free) still wait.
     let t = 94 * ms + ms / 5;
     s.on_ack(94 * ms, &ack(55, &[], 0));
-    assert_eq!(drain(&mut s, 94 * ms).len(), 45);
-    s.on_ack(t, &ack(85, &[], 0));
+    assert_eq!(drain(&mut s, 94 * ms).len(), 27);
+    s.on_ack(t, &ack(75, &[], 0));
     assert_eq!(drain(&mut s, t).len(), 0);
     // In loss recovery nothing waits for a full skb.
     s.state = CaState::Recovery;
-    assert_eq!(drain(&mut s, t).len(), 30);
+    assert_eq!(drain(&mut s, t).len(), 38);
 }

@@ -483,9 +483,6 @@ impl Sender {
             return Poll::CwndFull;
         }
         if self.skb_left == 0 {
-            if self.board.nxt() >= self.wq_end {
-                self.wq_end = self.board.nxt() + self.size_goal() as u64;
-            }
             match self.tso_defer(now, in_flight) {
                 Ok(segs) => self.skb_left = segs,
                 Err(cwnd_limited) => {
@@ -514,11 +511,7 @@ impl Sender {
     fn head_skb(&self) -> (u32, bool, bool) {
         let nxt = self.board.nxt();
         let end = self.data_end();
-        let segs = self
-            .wq_end
-            .min(end)
-            .saturating_sub(nxt)
-            .min(u32::MAX as u64) as u32;
+        let segs = self.wq_end.min(end).saturating_sub(nxt) as u32;
         let fin = self.written.is_none() && self.total_segs.is_some_and(|t| nxt + segs as u64 >= t);
         (segs, fin, end <= self.wq_end)
     }
@@ -527,9 +520,13 @@ impl Sender {
     /// in both windows: `Ok(segments)` to send that many of it now (`tcp_mss_split_point`),
     /// `Err(cwnd_limited)` to wait for more window (the congestion window's, or not).
     /// Without deferral every segment may go (`Ok(u32::MAX)`).
-    fn tso_defer(&self, now: Time, in_flight: u32) -> Result<u32, bool> {
+    fn tso_defer(&mut self, now: Time, in_flight: u32) -> Result<u32, bool> {
         if !self.tso_defer || self.kernel == Kernel::Linux2006 {
             return Ok(u32::MAX);
+        }
+        // The head skb was sent whole: the next one in the write queue starts here.
+        if self.board.nxt() >= self.wq_end {
+            self.wq_end = self.board.nxt() + self.size_goal() as u64;
         }
         let goal = self.tso_segs();
         let (skb, fin, tail) = self.head_skb();

@@ -31,6 +31,7 @@ import ctypes
 import json
 import math
 import os
+import platform
 import shutil
 import signal
 import socket
@@ -45,7 +46,7 @@ from typing import TypeVar
 import numpy as np
 import pytest
 from xferlab.backends.netns import VOID_RETRIES
-from xferlab.netns import bpfcc, host, tcpdiag, topology
+from xferlab.netns import bpfcc, host, tcpdiag, topology, watch
 
 TOOLS = ("clang", "bpftool", "ip", "tc", "ethtool")
 
@@ -220,6 +221,7 @@ _TCPI = {
     "data_segs_out": (156, "I"),
     "delivered": (192, "I"),
     "reord_seen": (220, "I"),
+    "total_rto": (240, "H"),
 }
 
 
@@ -821,7 +823,7 @@ def test_reno_fails_every_law():
 
 
 # ---------------------------------------------------------------------------------------------
-# The window watch the netns backend runs beside these programs (bpfcc.WindowWatch)
+# The socket watch the netns backend runs beside every run (netns.watch.SocketWatch)
 
 
 @contextlib.contextmanager
@@ -862,6 +864,7 @@ def test_sock_diag_reads_what_the_socket_says():
     got |= {"retrans": seen.total_retrans, "delivered": seen.delivered, "data_segs_out": seen.data_segs_out}
     got |= {"unacked": seen.unacked, "sacked": seen.sacked, "rcv_ssthresh": seen.rcv_ssthresh, "rcv_space": seen.rcv_space}
     got |= {"reordering": seen.reordering, "reord_seen": seen.reord_seen, "segs_in": seen.segs_in}
+    got |= {"total_rto": seen.total_rto}
     assert got == {k: own[k] for k in got}
     # Its memory (sk_meminfo): the buffer it may receive into, nothing queued on a sender.
     assert seen.rcvbuf == own_rcvbuf and seen.rmem_alloc == 0
@@ -881,7 +884,7 @@ def test_window_watch_sees_a_window_and_names_the_socket(monkeypatch):
     """The watch finds a window its predicate calls impossible, on the right socket, and no
     sighting on the same kind of flow when the predicate is the real one."""
     with host.host_lock(), bottleneck_path():
-        clean = bpfcc.WindowWatch([SND], time.monotonic())
+        clean = watch.SocketWatch([SND], time.monotonic())
         clean.start()
         with idle_connection("reno", 1.0):
             pass
@@ -889,12 +892,73 @@ def test_window_watch_sees_a_window_and_names_the_socket(monkeypatch):
         clean.join()
         monkeypatch.setattr(bpfcc, "impossible_window", lambda ssthresh, cwnd: cwnd > 40)
         t0 = time.monotonic()
-        watch = bpfcc.WindowWatch([SND], t0)
-        watch.start()
+        w = watch.SocketWatch([SND], t0)
+        w.start()
         with idle_connection("reno", 1.0) as (sender, _):
-            watch.join(timeout=5)
+            w.join(timeout=5)
             port = sender.getsockname()[1]
     assert clean.sighting is None and clean.samples > 100, (clean.sighting, clean.samples)
-    seen = watch.sighting
+    seen = w.sighting
     assert seen is not None and (seen.ns, seen.sport, seen.dport) == (SND, port, PORT)
     assert 40 < seen.cwnd < 10_000 and 0 < seen.t < 1.0
+
+
+@needs_host
+def test_the_watch_counts_a_connections_timeouts_as_its_socket_does():
+    """A connection whose path is cut for 1.5 s while it sends times out (Linux backs off
+    from 200 ms: about three RTOs); once the path is back and all is acknowledged, the
+    watch's count for it equals the socket's own tcpi_total_rto."""
+    if tuple(int(x) for x in platform.release().split(".")[:2]) < (6, 7):
+        pytest.skip("tcpi_total_rto is Linux 6.7+")
+    cut = ["FORWARD", "-j", "DROP"]
+    with host.host_lock(), bottleneck_path():
+        w = watch.SocketWatch([SND], time.monotonic(), interval=watch.RTO_WATCH_INTERVAL_S)
+        w.start()
+        listener, sender, receiver = connect("reno")
+        sink = threading.Thread(target=drain, args=(receiver,), daemon=True)
+        sink.start()
+        try:
+            sender.sendall(bytes(1 << 16))
+            host.sh(["iptables", "-w", "-I", *cut], ns=RTR)
+            sender.sendall(bytes(1 << 16))
+            time.sleep(1.5)
+            host.sh(["iptables", "-w", "-D", *cut], ns=RTR)
+            while struct.unpack_from("=I", sender.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 256), 24)[0]:
+                time.sleep(0.05)  # tcpi_unacked: wait until every segment is acknowledged
+            time.sleep(6 * w.interval)  # idle: the watch's next readings are final
+            own = dict(zip(_TCPI, _tcp_info(sender), strict=True))["total_rto"]
+            w.stop.set()
+            w.join()
+            port = sender.getsockname()[1]
+        finally:
+            sender.close()
+            receiver.close()
+            listener.close()
+            sink.join(timeout=2)
+    assert own >= 2, own
+    assert w.timeouts(SND, PORT) == own and w.last[(SND, port, PORT)].total_rto == own
+    assert w.timeouts(SND, PORT + 1) is None  # no such connection was read
+
+
+@needs_host
+def test_a_dump_of_open_or_closing_sockets_finds_a_sender_that_shut_down():
+    """A sender that shut its side down (FIN_WAIT2, its peer still open) still has its
+    tcp_info: the watch's dump (OPEN_OR_CLOSING) finds it, an established-only dump not."""
+    with host.host_lock(), bottleneck_path():
+        listener, sender, receiver = connect("reno")
+        try:
+            sender.sendall(bytes(1 << 16))
+            sender.shutdown(socket.SHUT_WR)
+            got = 0
+            while got < 1 << 16:
+                got += len(receiver.recv(1 << 16))
+            assert receiver.recv(1) == b""  # the FIN arrived
+            with tcpdiag.TcpDiag(SND) as est, tcpdiag.TcpDiag(SND, states=tcpdiag.OPEN_OR_CLOSING) as live:
+                established, closing = est.find(), live.find()
+        finally:
+            sender.close()
+            receiver.close()
+            listener.close()
+    assert established == {}
+    (seen,) = closing.values()
+    assert seen.dport == PORT and seen.data_segs_out >= 45 and seen.unacked == 0

@@ -33,6 +33,7 @@ from ..importers import iperf3 as ip3
 from ..importers import xfer as xf
 from ..netns import bpfcc, host, scaling
 from ..netns import topology as topo
+from ..netns import watch as sockwatch
 from ..netns.qstats import QdiscReader
 from ..trace import Provenance, Trace, table
 from . import xfer_plan
@@ -50,7 +51,7 @@ SETUP_RTTS = 5
 #: iperf3's smallest reporting interval.
 IPERF3_MIN_INTERVAL = 0.1
 #: How many times a void run (an impossible window from a BPF congestion control, seen by
-#: bpfcc.WindowWatch) is run again before the run fails. The matrix of VALIDATION.md §6b
+#: netns.watch.SocketWatch) is run again before the run fails. The matrix of VALIDATION.md §6b
 #: had 12 void runs in 48 with these programs: three in a row ≈ 1.6 % of runs, at that rate.
 VOID_RETRIES = 2
 
@@ -337,7 +338,7 @@ class _Measured:
     tables: dict
     stats: dict
     warnings: list[str]
-    void: str | None = None  # why the run's results cannot be kept (bpfcc.WindowWatch)
+    void: str | None = None  # why the run's results cannot be kept (netns.watch.SocketWatch)
 
 
 def _dumbbell_spec(emu: dict) -> tuple[topo.DumbbellSpec, int]:
@@ -396,7 +397,7 @@ class _Procs:
         self.delay: subprocess.Popen | None = None
         self.background: list[subprocess.Popen] = []
         self.sampler: _Sampler | None = None
-        self.watch: bpfcc.WindowWatch | None = None
+        self.watch: sockwatch.SocketWatch | None = None
 
     def stop(self, flows: list[_Flow]) -> None:
         for th in (self.sampler, self.watch):
@@ -428,9 +429,8 @@ def _emulate(d, flows, emu, kernel, binary, k, progress, workdir, procs: _Procs,
     _drive(flows, emu, kernel, interval, t0, k, progress, warnings, procs.delay, tools)
     bg_bytes = _stop_background(procs.background)
     for th in (sampler, watch):
-        if th is not None:
-            th.stop.set()
-            th.join()
+        th.stop.set()
+        th.join()
     delay_stats = _stop_delay(procs.delay, workdir / "delay.json")
     procs.delay = None
     receivers = _receiver_counters(flows)
@@ -443,9 +443,18 @@ def _emulate(d, flows, emu, kernel, binary, k, progress, workdir, procs: _Procs,
         "background_bytes": bg_bytes,
         "receivers": receivers,
     }
-    if watch is not None:
-        stats["window_watch"] = {"interval_s": watch.interval, "samples": watch.samples, "cpu_s": watch.cost_s}
-    return _Measured(_tables(flows, outputs, emu, t0, sampler), stats, warnings, _void(watch, flows, k))
+    stats["socket_watch"] = {"interval_s": watch.interval, "samples": watch.samples, "cpu_s": watch.cost_s}
+    tables = _with_timeouts(_tables(flows, outputs, emu, t0, sampler), flows, watch)
+    return _Measured(tables, stats, warnings, _void(watch, flows, k))
+
+
+def _with_timeouts(tables: dict, flows: list[_Flow], watch: sockwatch.SocketWatch) -> dict:
+    """The flows table with each flow's retransmission timeouts, as its sender's socket last
+    told the watch (null where it was not read or the kernel does not count them)."""
+    by_id = {fl.spec["flow_id"]: watch.timeouts(fl.src_ns, fl.port) for fl in flows}
+    t = tables["flows"]
+    counts = pa.array([by_id.get(i) for i in t.column("flow_id").to_pylist()], type=t.schema.field("timeouts").type)
+    return {**tables, "flows": t.set_column(t.schema.get_field_index("timeouts"), "timeouts", counts)}
 
 
 def _receiver_counters(flows: list[_Flow]) -> dict[str, int]:
@@ -462,19 +471,19 @@ def _receiver_counters(flows: list[_Flow]) -> dict[str, int]:
     return total
 
 
-def _watch(flows: list[_Flow], t0: float) -> bpfcc.WindowWatch | None:
-    """A window watch on the senders of the flows run by a BPF program (None: there are none)."""
-    senders = [fl.src_ns for fl in flows if variants.needs_bpf(fl.spec["variant"])]
-    if not senders:
-        return None
-    watch = bpfcc.WindowWatch(senders, t0)
+def _watch(flows: list[_Flow], t0: float) -> sockwatch.SocketWatch:
+    """A socket watch on every flow's sender, as often as a void run needs where a BPF
+    program runs a flow, else as often as counting timeouts needs."""
+    bpf = any(variants.needs_bpf(fl.spec["variant"]) for fl in flows)
+    interval = sockwatch.WATCH_INTERVAL_S if bpf else sockwatch.RTO_WATCH_INTERVAL_S
+    watch = sockwatch.SocketWatch([fl.src_ns for fl in flows], t0, interval)
     watch.start()
     return watch
 
 
-def _void(watch: bpfcc.WindowWatch | None, flows: list[_Flow], k: float) -> str | None:
+def _void(watch: sockwatch.SocketWatch, flows: list[_Flow], k: float) -> str | None:
     """Why the run is void, in the scenario's terms (None: it is not)."""
-    seen = watch.sighting if watch is not None else None
+    seen = watch.sighting
     if seen is None:
         return None
     fl = next((fl for fl in flows if fl.src_ns == seen.ns and seen.dport == fl.port), None)
@@ -512,9 +521,10 @@ def _trace(resolved: dict, emu: dict, m: _Measured, kernel: dict, k: float) -> T
         "bottleneck_max_queue_pkts": "the qdisc's backlog is sampled, not its largest value",
         "queueing_delay_max_ms": "the qdisc's backlog is sampled, not its largest value",
         "flows.fast_recoveries": "iperf3 and xfer do not report them",
-        "flows.timeouts": "iperf3 and xfer do not report them",
-        "timeouts": "iperf3 and xfer do not report them",
     }
+    if tables["flows"].column("timeouts").null_count:
+        why = "the kernel counts them from Linux 6.7 (tcpi_total_rto); or a flow's socket was never read"
+        unknown |= {"flows.timeouts": why, "timeouts": why}
     if resolved.get("loss_rate"):
         unknown["link.losses"] = "random losses (an iptables rule) are not counted"
         unknown["bottleneck_losses"] = unknown["link.losses"]

@@ -18,16 +18,12 @@ from __future__ import annotations
 import contextlib
 import os
 import platform
-import threading
-import time
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 from .. import variants
 from ..variants import VARIANTS, needs_bpf
 from . import host
-from .tcpdiag import TcpDiag
 
 #: The project's variant names that need a BPF program, and its kernel name (xferlab.variants).
 KERNEL_NAMES = {name: v.kernel for name, v in VARIANTS.items() if needs_bpf(name)}
@@ -55,78 +51,6 @@ def impossible_window(ssthresh: int, cwnd: int) -> bool:
     socket run by one of these BPF programs a stale stack value as its ssthresh
     (0x822034e5, ``srso_return_thunk + 5``; VALIDATION.md §6b); the run is then void."""
     return ssthresh > SSTHRESH_INFINITE or cwnd > CWND_ABSURD
-
-
-#: How often the window watch reads the senders' tcp_info: as often as the fidelity matrix's
-#: sampler, which found the 12 void runs of VALIDATION.md §6b. They held 78 episodes of an
-#: impossible window (1 to 36 per run), lasting from one 2 ms sample (12 episodes, and all of
-#: one run's two) to 1.26 s, median 29 ms; a coarser watch would have missed that run.
-WATCH_INTERVAL_S = 0.002
-#: How often the watch looks for new sockets (a dump, which costs 25 lookups; tcpdiag).
-#: A new socket has no loss event, and so no ssthresh to spoil, in its first round trip.
-WATCH_DISCOVER_S = 0.1
-#: Between discoveries the watch reads only the sockets that had sent more than this many
-#: segments: the transfers, not iperf3's control connections (which send a few hundred
-#: bytes); nothing is lost, so no ssthresh set, before the first window is out.
-WATCH_MIN_SEGS = 10
-
-
-@dataclass(frozen=True)
-class Sighting:
-    """A socket seen with an impossible window: when (s after the watch's t0), where, what."""
-
-    t: float
-    ns: str
-    sport: int
-    dport: int
-    ssthresh: int
-    cwnd: int
-
-
-class WindowWatch(threading.Thread):
-    """Reads the TCP sockets of ``namespaces`` every ``interval`` seconds until stopped and
-    keeps the first one seen with an :func:`impossible_window` (:attr:`sighting`).
-
-    The netns backend runs it beside every flow that uses one of these programs: iperf3 and
-    xfer do not report ssthresh, so without it such a run would be kept, silently wrong.
-    It finds the sockets by dump every :data:`WATCH_DISCOVER_S` and reads each by lookup in
-    between (:mod:`.tcpdiag`); :attr:`samples` counts the sockets read and :attr:`cost_s` is
-    the CPU time the watch spent.
-    """
-
-    def __init__(self, namespaces: Iterable[str], t0: float, interval: float = WATCH_INTERVAL_S) -> None:
-        super().__init__(daemon=True, name="xferlab-window-watch")
-        self.namespaces = sorted(set(namespaces))
-        self.t0, self.interval = t0, interval
-        self.stop = threading.Event()
-        self.sighting: Sighting | None = None
-        self.samples = 0
-        self.cost_s = 0.0
-
-    def run(self) -> None:
-        diags = [TcpDiag(ns) for ns in self.namespaces]
-        every = max(1, round(WATCH_DISCOVER_S / self.interval))
-        try:
-            tick = 0
-            while self.sighting is None and not self.stop.wait(self.interval):
-                c0 = time.thread_time()
-                for d in diags:
-                    self._look(d, discover=tick % every == 0)
-                self.cost_s += time.thread_time() - c0
-                tick += 1
-        finally:
-            for d in diags:
-                d.close()
-
-    def _look(self, d: TcpDiag, discover: bool) -> None:
-        try:
-            rows = d.poll(discover, keep=lambda r: r.data_segs_out > WATCH_MIN_SEGS)
-        except OSError:  # the namespace is going away at the end of the run
-            return
-        self.samples += len(rows)
-        for r in rows:
-            if impossible_window(r.ssthresh, r.cwnd) and self.sighting is None:
-                self.sighting = Sighting(time.monotonic() - self.t0, d.ns, r.sport, r.dport, r.ssthresh, r.cwnd)
 
 
 def kernel_name(variant: str) -> str:

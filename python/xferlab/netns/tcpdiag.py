@@ -14,7 +14,8 @@ a few µs. A watch every 2 ms therefore finds sockets by dump now and then and r
 by lookup (BENCHMARKS.md "netns: the window watch").
 
 Offsets are those of ``struct tcp_info`` in ``include/uapi/linux/tcp.h`` (Linux 4.19 and
-later have every field read here but ``snd_wnd``, which is -1 before 5.4).
+later have every field read here but ``snd_wnd``, which is -1 before 5.4, ``rcv_wnd`` before
+6.7 and ``total_rto`` before 6.7).
 """
 
 from __future__ import annotations
@@ -32,10 +33,19 @@ NLM_F_REQUEST, NLM_F_DUMP = 0x1, 0x300
 NLMSG_DONE, NLMSG_ERROR = 3, 2
 INET_DIAG_INFO, INET_DIAG_VEGASINFO, INET_DIAG_SKMEMINFO, INET_DIAG_BBRINFO = 2, 3, 7, 16
 TCP_ESTABLISHED = 1
+#: The states of a socket that still has its tcp_info (include/net/tcp_states.h): established,
+#: and closed by one end with data or its FIN still to be acknowledged (FIN_WAIT1 4,
+#: FIN_WAIT2 5, CLOSE_WAIT 8, LAST_ACK 9, CLOSING 11). A sender that closed with data in its
+#: buffer keeps sending in FIN_WAIT1; TIME_WAIT (6) sockets carry no tcp_info.
+ESTABLISHED_ONLY = 1 << TCP_ESTABLISHED
+OPEN_OR_CLOSING = ESTABLISHED_ONLY | (1 << 4) | (1 << 5) | (1 << 8) | (1 << 9) | (1 << 11)
 #: sizeof(struct inet_diag_msg): the attributes follow it.
 INET_DIAG_MSG_LEN = 72
 #: The shortest tcp_info read (up to tcpi_delivered).
 TCP_INFO_MIN_LEN = 196
+#: tcpi_total_rto (u16, Linux 6.7+): every retransmission timeout the socket had, the
+#: recurring ones of one episode included (``tcp_retransmit_timer``).
+TOTAL_RTO_OFF = 240
 
 
 class TcpSample(NamedTuple):
@@ -73,6 +83,7 @@ class TcpSample(NamedTuple):
     rcv_ooopack: int
     rmem_alloc: int
     rcvbuf: int
+    total_rto: int  # tcpi_total_rto: retransmission timeouts so far (-1 before Linux 6.7)
 
 
 FIELDS = TcpSample._fields
@@ -83,12 +94,12 @@ FIELDS = TcpSample._fields
 SOCKID_OFF, SOCKID_LEN = 4, 48
 
 
-def request(sockid: bytes | None = None) -> bytes:
-    """The request for established IPv4 TCP sockets with tcp_info (and BBR's info): all of
-    them (a dump) or the one ``sockid`` names (as a dump's message gave it)."""
+def request(sockid: bytes | None = None, states: int = ESTABLISHED_ONLY) -> bytes:
+    """The request for IPv4 TCP sockets in ``states`` (a mask) with tcp_info (and BBR's
+    info): all of them (a dump) or the one ``sockid`` names (as a dump's message gave it)."""
     # idiag_ext is 8 bits: BBR answers the VEGASINFO request with its BBRINFO attribute.
     ext = (1 << (INET_DIAG_INFO - 1)) | (1 << (INET_DIAG_VEGASINFO - 1)) | (1 << (INET_DIAG_SKMEMINFO - 1))
-    req = struct.pack("=BBBBI", socket.AF_INET, socket.IPPROTO_TCP, ext, 0, 1 << TCP_ESTABLISHED)
+    req = struct.pack("=BBBBI", socket.AF_INET, socket.IPPROTO_TCP, ext, 0, states)
     req += sockid if sockid is not None else b"\0" * SOCKID_LEN
     flags = NLM_F_REQUEST | (NLM_F_DUMP if sockid is None else 0)
     hdr = struct.pack("=IHHII", 16 + len(req), SOCK_DIAG_BY_FAMILY, flags, 1, 0)
@@ -148,6 +159,7 @@ def parse(msg: bytes) -> TcpSample | None:
         rcv_ooopack=struct.unpack_from("=I", info, 224)[0] if len(info) >= 228 else -1,
         rmem_alloc=mem[0],
         rcvbuf=mem[1],
+        total_rto=struct.unpack_from("=H", info, TOTAL_RTO_OFF)[0] if len(info) >= TOTAL_RTO_OFF + 2 else -1,
     )
 
 
@@ -165,12 +177,13 @@ def _messages(data: bytes):
 
 
 class TcpDiag:
-    """A sock_diag socket opened inside namespace ``ns`` (it stays there); close when done."""
+    """A sock_diag socket opened inside namespace ``ns`` (it stays there) that finds the
+    sockets in ``states`` (a mask: established ones unless told); close when done."""
 
-    def __init__(self, ns: str) -> None:
+    def __init__(self, ns: str, states: int = ESTABLISHED_ONLY) -> None:
         with host.in_namespace(ns):
             self.sock = socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, NETLINK_SOCK_DIAG)
-        self.ns = ns
+        self.ns, self.states = ns, states
         self.known: list[bytes] = []  # the sockets the last poll(discover=True) found
 
     def poll(self, discover: bool, keep: Callable[[TcpSample], bool] | None = None) -> list[TcpSample]:
@@ -184,8 +197,8 @@ class TcpDiag:
         return [r for sockid in self.known if (r := self.lookup(sockid)) is not None]
 
     def find(self) -> dict[bytes, TcpSample]:
-        """Every established IPv4 TCP socket of the namespace, by its sock_diag id."""
-        self.sock.send(request())
+        """Every IPv4 TCP socket of the namespace in :attr:`states`, by its sock_diag id."""
+        self.sock.send(request(states=self.states))
         rows = {}
         while True:
             data = self.sock.recv(1 << 20)

@@ -11,10 +11,15 @@ from __future__ import annotations
 
 import asyncio
 import shlex
-
-import asyncssh
+import warnings
 
 from .inventory import HostSpec
+
+with warnings.catch_warnings():
+    # cryptography 51 deprecates DSA, whose classes asyncssh (2.24) names at import for
+    # DSA keys, which xferlab never uses: five lines of warning on every command otherwise.
+    warnings.filterwarnings("ignore", message="DSA is deprecated", module="asyncssh")
+    import asyncssh
 
 #: Commands a host runs at once over its connection (OpenSSH's MaxSessions is 10).
 CHANNELS = 4

@@ -135,8 +135,8 @@ TRACE_ACKS = True
 STALL_RUNS: tuple[Path, ...] | None = None
 READS = READS_MODELS[0]
 #: The simulator's senders defer new data as Linux's TSO deferral does (TcpConfig
-#: tso_defer, off by default; `--tso-defer`): VALIDATION.md §6b, "TSO deferral".
-TSO_DEFER = False
+#: tso_defer, the default since 2026-12-06; `--no-tso-defer`): VALIDATION.md §6b, "TSO deferral".
+TSO_DEFER = True
 #: What "agrees" means, per metric (issue 11).
 TOLERANCE = {"goodput": 0.05, "jain": 0.05, "ss_exit": 0.20, "completion": 0.05, "retx_over_loss": 1.10}
 
@@ -1322,7 +1322,7 @@ def main() -> int:
     ap.add_argument(
         "--reads", choices=READS_MODELS, default=READS, help="the emulated simulator's receiving applications (READS)"
     )
-    ap.add_argument("--tso-defer", action="store_true", help="the simulator's senders with TSO deferral (TSO_DEFER)")
+    ap.add_argument("--no-tso-defer", action="store_true", help="the simulator's senders without TSO deferral (TSO_DEFER)")
     ap.add_argument(
         "--repeat-of", type=Path, metavar="RUN", help="judge the stored kernel runs against RUN (an archive or a results dir)"
     )
@@ -1346,7 +1346,7 @@ def main() -> int:
     args = ap.parse_args()
     globals()["MAX_LOAD"] = args.max_load
     globals()["READS"] = args.reads
-    globals()["TSO_DEFER"] = args.tso_defer
+    globals()["TSO_DEFER"] = not args.no_tso_defer
     globals()["TRACE_WAITS"] = not args.no_trace_waits
     globals()["TRACE_ACKS"] = not args.no_trace_acks
     globals()["STALL_RUNS"] = tuple(args.kernel_runs) if args.kernel_runs else None

@@ -146,12 +146,13 @@ def test_trains_are_the_segment_weighted_run_lengths_of_one_flow():
 
 
 def test_the_simulator_s_trains_come_from_its_bottleneck_s_departures():
-    # A lone flow is one train: every segment of its last 2 s (30 000 to 50 000 at 170 to
-    # 280 Mbit/s, slow start's recovery in them). Four flows make many, each shorter.
+    # A lone flow is one train: every segment of its last 2 s (20 000 to 50 000 at 120 to
+    # 280 Mbit/s, slow start's recovery in them: 24 400 with TSO deferral, over 30 000
+    # without). Four flows make many, each shorter.
     alone = ack_delays.fidelity.Case("cubic", 50, "0.2bdp", 1)
     four = ack_delays.fidelity.Case("cubic", 50, "0.2bdp", 4)
     whole = ack_delays.sim_trains(alone, 3.0, 1.0, seed=1, reads="uniform")
-    assert 30_000 < whole < 50_000
+    assert 20_000 < whole < 50_000
     assert 1 < ack_delays.sim_trains(four, 3.0, 1.0, seed=1, reads="uniform") < whole / 10
 
 

@@ -27,14 +27,15 @@ def run_cli(*args, check=False):
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    """Two simulator runs of one scenario (seeds 7 and 8) and an imported iperf3 run."""
+    """Two simulator runs of one scenario (seeds 7 and 8) and an imported iperf3 run. 8 s: each
+    flow has a congestion event after its slow start's (responsiveness counts those)."""
     from conftest import xferlab
 
     root = tmp_path_factory.mktemp("runs")
     scenario = root / "small.yaml"
     scenario.write_text(
         '{"name": "small", "topology": {"pairs": 2, "access_rate": "1Gbps", "bottleneck_rate": "1Gbps", "rtt": "10ms",'
-        ' "buffer": "1.0bdp"}, "workload": {"streams": 1, "duration": "2s"}, "protocol": {"variant": "reno"}, "seed": 7}'
+        ' "buffer": "1.0bdp"}, "workload": {"streams": 1, "duration": "8s"}, "protocol": {"variant": "reno"}, "seed": 7}'
     )
     xferlab("run", scenario, "--out", root / "a", "-q", check=True)
     xferlab("run", scenario, "--set", "seed=8", "--out", root / "b", "-q", check=True)

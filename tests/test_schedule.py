@@ -211,10 +211,12 @@ def test_every_mechanism_follows_a_multirate_plan_on_the_simulator(tmp_path, cli
     for t, end, volume in zip(m["transfers"], planned, [100e6, 200e6, 50e6], strict=True):
         assert t["bytes"] == volume, t
         assert t["planned_completion_s"] == pytest.approx(end)
-        # Late by what a start costs (slow start from 10 segments at 10 ms) — and for the
-        # sleep timer by the losses of its bursts (4 ms of data at line rate per tick: request
-        # 2 ended at 3.35 s on the Linux 6 sender with TSQ counting 64 KiB skbs).
-        late = 0.4 if mechanism == "sleep_timer" else 0.2
+        # Late by what a start costs (slow start from 10 segments at 10 ms) — for the sleep
+        # timer by the losses of its bursts too (4 ms of data at line rate per tick: request
+        # 2 ended at 3.35 s on the Linux 6 sender with TSQ counting 64 KiB skbs), and for the
+        # window clamp by the part of each round a deferring sender waits for window, as
+        # the kernel's clamped transfers do (docs/scheduling.md; 1.24, 3.25 and 1.76 s).
+        late = {"sleep_timer": 0.4, "cwnd_clamp": 0.3}.get(mechanism, 0.2)
         assert end - 0.05 < t["end_s"] < end + late, (mechanism, t)
     if mechanism == "cwnd_clamp":
         # Self-clocked at rate × RTT: never more in flight than the path holds.

@@ -382,12 +382,11 @@ class Host(_Model):
         "several streams through a small buffer its deferred ACKs cost goodput the kernel keeps, VALIDATION §6b)",
     )
     tso_defer: bool = Field(
-        False,
+        True,
         description="the sender defers new data as Linux 6.x does (tcp_tso_should_defer): outside loss recovery "
         "it waits, at most 1 ms after its last transmission and only while an ACK is due within 1 ms, until an "
-        "skb's worth (~1 ms of its rate) fits in the window, so it sends in bursts of an skb (false: a few "
-        "segments per ACK; off by default until the validation tables are rerun with it, VALIDATION §6b 'TSO "
-        "deferral')",
+        "skb's worth (~1 ms of its rate) or a third of its window fits in the window, so it sends in bursts of "
+        "an skb (false: a few segments per ACK, the default until 2026-12-06; VALIDATION §6b 'TSO deferral')",
     )
 
 

@@ -298,11 +298,9 @@ pub struct TcpConfig {
     /// TSO deferral (`tcp_tso_should_defer`): outside loss recovery, new data waits for
     /// an skb's worth of window (~1 ms of the pacing rate) for at most 1 ms after the last
     /// transmission, and only while an ACK is due within 1 ms, so a bulk sender goes in
-    /// bursts of an skb, not a few segments per ACK.
-    /// Off by default until the validation tables are rerun with it and the rounds of
-    /// slow start it shifts are checked against the kernel's (VALIDATION.md §6b, "TSO
-    /// deferral").
-    #[serde(default)]
+    /// bursts of an skb, not a few segments per ACK. On by default since 2026-12-06
+    /// (VALIDATION.md §6b, "TSO deferral"); false: a few segments per ACK.
+    #[serde(default = "default_tso_defer")]
     pub tso_defer: bool,
     /// How far autotuning may grow a receive buffer (`tcp_rmem[2]`, bytes; Linux's default
     /// 6 MiB).
@@ -462,7 +460,7 @@ impl Default for TcpConfig {
             kernel: Kernel::default(),
             rcvbuf_autotuning: false,
             linux_acks: false,
-            tso_defer: false,
+            tso_defer: default_tso_defer(),
             rmem_max_bytes: default_rmem_max(),
         }
     }
@@ -522,6 +520,9 @@ fn default_comp_sack_delay() -> Time {
 }
 fn default_rmem_max() -> u64 {
     6 << 20
+}
+fn default_tso_defer() -> bool {
+    true
 }
 fn default_goodput_interval() -> Time {
     500 * NS_PER_MS

@@ -87,10 +87,18 @@ fn every_mechanism_holds_a_rate_below_the_bottleneck() {
         let tr = Simulation::new(path(1, 20, vec![f])).unwrap().run();
         let (got, want) = (goodput(&tr, 2.0, 12.0), 400.0 * PAYLOAD);
         // The window clamp counts the path's RTT without the serialisation of its own
-        // window: a little under its rate; the others are exact to a few packets.
-        let slack = if kind == "cwnd_clamp" { 0.03 } else { 0.01 };
+        // window, and a sender deferring for an skb's worth of window (Linux's TSO
+        // deferral) waits part of each round: under its rate (-5 % here; the kernel on
+        // netns ran a clamped 300 MB request in 13.56-13.58 s where the simulator takes
+        // 13.57, 12.90 without deferral: docs/scheduling.md); the others are exact to a
+        // few packets.
+        let (low, high) = if kind == "cwnd_clamp" {
+            (0.92, 1.0)
+        } else {
+            (0.99, 1.01)
+        };
         assert!(
-            (got / want - 1.0).abs() < slack,
+            (low..high).contains(&(got / want)),
             "{kind}: {got:.1} Mbit/s against {want:.1}"
         );
     }
@@ -115,9 +123,15 @@ fn every_mechanism_follows_a_plans_steps_pauses_and_lifted_limit() {
             })
             .collect();
         let tr = Simulation::new(path(1, 2, vec![f])).unwrap().run();
+        // The window clamp runs under its rate as above, the more so at 2 ms: the window
+        // is ~35 segments at 200 Mbit/s, ~104 at 600, and Linux sends its rest when a third
+        // of it is open (tcp_tso_win_divisor), so a third of a window is often held
+        // back (-7 % and -22 %; on netns at 2 ms, the kernel's clamped requests ran 3-28 %
+        // longer than the simulator's without deferral: docs/scheduling.md).
+        let low = if kind == "cwnd_clamp" { 0.75 } else { 0.96 };
         let near = |got: f64, want: f64, what: &str| {
             assert!(
-                (got / want - 1.0).abs() < 0.04,
+                (low..1.04).contains(&(got / want)),
                 "{kind} {what}: {got:.1} Mbit/s against {want:.1}"
             );
         };

@@ -443,7 +443,12 @@ def _emulate(d, flows, emu, kernel, binary, k, progress, workdir, procs: _Procs,
         "background_bytes": bg_bytes,
         "receivers": receivers,
     }
-    stats["socket_watch"] = {"interval_s": watch.interval, "samples": watch.samples, "cpu_s": watch.cost_s}
+    stats["socket_watch"] = {
+        "interval_s": watch.interval,
+        "discover_s": watch.discover_s,
+        "samples": watch.samples,
+        "cpu_s": watch.cost_s,
+    }
     tables = _with_timeouts(_tables(flows, outputs, emu, t0, sampler), flows, watch)
     return _Measured(tables, stats, warnings, _void(watch, flows, k))
 
@@ -474,9 +479,11 @@ def _receiver_counters(flows: list[_Flow]) -> dict[str, int]:
 def _watch(flows: list[_Flow], t0: float) -> sockwatch.SocketWatch:
     """A socket watch on every flow's sender, as often as a void run needs where a BPF
     program runs a flow, else as often as counting timeouts needs."""
-    bpf = any(variants.needs_bpf(fl.spec["variant"]) for fl in flows)
-    interval = sockwatch.WATCH_INTERVAL_S if bpf else sockwatch.RTO_WATCH_INTERVAL_S
-    watch = sockwatch.SocketWatch([fl.src_ns for fl in flows], t0, interval)
+    if any(variants.needs_bpf(fl.spec["variant"]) for fl in flows):
+        every = (sockwatch.WATCH_INTERVAL_S, sockwatch.WATCH_DISCOVER_S)
+    else:
+        every = (sockwatch.RTO_WATCH_INTERVAL_S, sockwatch.RTO_DISCOVER_S)
+    watch = sockwatch.SocketWatch([fl.src_ns for fl in flows], t0, *every)
     watch.start()
     return watch
 

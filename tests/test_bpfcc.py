@@ -943,10 +943,6 @@ def test_the_watch_counts_a_connections_timeouts_as_its_socket_does():
     assert w.timeouts(SND, PORT + 1) is None  # no such connection was read
 
 
-#: include/net/tcp_states.h
-FIN_WAIT2 = 5
-
-
 @needs_host
 def test_a_dump_of_open_or_closing_sockets_finds_a_sender_that_shut_down():
     """A sender that shut its side down (FIN_WAIT2, its peer still open) still has its
@@ -961,7 +957,7 @@ def test_a_dump_of_open_or_closing_sockets_finds_a_sender_that_shut_down():
                 got += len(receiver.recv(1 << 16))
             assert receiver.recv(1) == b""  # the FIN arrived
             deadline = time.monotonic() + 10
-            while sender.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 8)[0] != FIN_WAIT2:
+            while sender.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 8)[0] != tcpdiag.TCP_FIN_WAIT2:
                 assert time.monotonic() < deadline, "the FIN's ACK never reached the sender"
                 time.sleep(0.01)  # FIN_WAIT1 until the receiver's ACK of the FIN is back
             with tcpdiag.TcpDiag(SND) as est, tcpdiag.TcpDiag(SND, states=tcpdiag.OPEN_OR_CLOSING) as live:

@@ -32,13 +32,14 @@ SOCK_DIAG_BY_FAMILY = 20
 NLM_F_REQUEST, NLM_F_DUMP = 0x1, 0x300
 NLMSG_DONE, NLMSG_ERROR = 3, 2
 INET_DIAG_INFO, INET_DIAG_VEGASINFO, INET_DIAG_SKMEMINFO, INET_DIAG_BBRINFO = 2, 3, 7, 16
-TCP_ESTABLISHED = 1
-#: The states of a socket that still has its tcp_info (include/net/tcp_states.h): established,
-#: and closed by one end with data or its FIN still to be acknowledged (FIN_WAIT1 4,
-#: FIN_WAIT2 5, CLOSE_WAIT 8, LAST_ACK 9, CLOSING 11). A sender that closed with data in its
-#: buffer keeps sending in FIN_WAIT1; TIME_WAIT (6) sockets carry no tcp_info.
+#: Socket states (include/net/tcp_states.h) that still have their tcp_info: established, and
+#: closed by one end with data or its FIN still to be acknowledged. A sender that closed with
+#: data in its buffer keeps sending in FIN_WAIT1; TIME_WAIT (6) sockets carry no tcp_info.
+TCP_ESTABLISHED, TCP_FIN_WAIT1, TCP_FIN_WAIT2, TCP_CLOSE_WAIT, TCP_LAST_ACK, TCP_CLOSING = 1, 4, 5, 8, 9, 11
 ESTABLISHED_ONLY = 1 << TCP_ESTABLISHED
-OPEN_OR_CLOSING = ESTABLISHED_ONLY | (1 << 4) | (1 << 5) | (1 << 8) | (1 << 9) | (1 << 11)
+OPEN_OR_CLOSING = sum(
+    1 << st for st in (TCP_ESTABLISHED, TCP_FIN_WAIT1, TCP_FIN_WAIT2, TCP_CLOSE_WAIT, TCP_LAST_ACK, TCP_CLOSING)
+)
 #: sizeof(struct inet_diag_msg): the attributes follow it.
 INET_DIAG_MSG_LEN = 72
 #: The shortest tcp_info read (up to tcpi_delivered).

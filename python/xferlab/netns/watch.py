@@ -2,12 +2,13 @@
 
 iperf3 and xfer report neither ssthresh nor retransmission timeouts. A :class:`SocketWatch`
 reads every sending namespace's TCP sockets over sock_diag (:mod:`.tcpdiag`) for the whole
-run: it finds them by dump every :data:`WATCH_DISCOVER_S` and reads each by lookup in
-between, keeps each socket's last reading, and stops at the first socket seen with an
-impossible window (:func:`.bpfcc.impossible_window`, a defect of BPF congestion controls on
-some kernels: the run is then void). A flow's RTOs are ``tcpi_total_rto`` (Linux 6.7+) of
-its socket's last reading: sockets are read while established and while closing (a sender
-that closed keeps sending what its buffer holds), until they become TIME_WAIT or vanish; a
+run: it finds them by dump now and then (every :data:`WATCH_DISCOVER_S`, or
+:data:`RTO_DISCOVER_S` when only timeouts are wanted) and reads each by lookup in between,
+keeps each socket's last reading, and stops at the first socket seen with an impossible
+window (:func:`.bpfcc.impossible_window`, a defect of BPF congestion controls on some
+kernels: the run is then void). A flow's RTOs are ``tcpi_total_rto`` (Linux 6.7+) of its
+socket's last reading: sockets are read while established and while closing (a sender that
+closed keeps sending what its buffer holds), until they become TIME_WAIT or vanish; a
 timeout in the last interval before that is missed.
 """
 

@@ -147,16 +147,19 @@ def test_linux_s_ack_rules_are_an_option_that_reaches_the_receivers():
 def test_tso_deferral_is_an_option_that_sends_each_flow_in_longer_trains():
     # With TSO deferral a sender waits for an skb's worth of window (up to 1 ms after its
     # last transmission) and sends it at once: at the bottleneck each flow's segments come
-    # in longer runs (weighted by length: sum(run²)/sum(run)). Four Reno flows at 10 ms.
+    # in longer runs (weighted by length: sum(run²)/sum(run)). Four Reno flows at 10 ms,
+    # from 0.5 s: slow start's overshoot into the shared queue leaves windows that reopen
+    # in bursts either way (over its first 0.2 s 8.8 without deferral).
     trains = {}
     for on in (False, True):
         s, _ = sc.load(ROOT / "scenarios" / "quick.yaml", ["workload.duration=2s", f"host.tso_defer={str(on).lower()}"])
         r = sc.resolve(s)
         assert r["host"]["tso_defer"] is on
-        flow = np.asarray(sim.bottleneck_capture(sim.sim_config(r))["flow"])
+        capture = sim.bottleneck_capture(sim.sim_config(r))
+        flow = np.asarray(capture["flow"])[np.asarray(capture["t_ns"]) >= 0.5e9]
         runs = np.diff(np.concatenate(([0], np.flatnonzero(np.diff(flow) != 0) + 1, [len(flow)])))
         trains[on] = float((runs**2).sum() / runs.sum())
-    assert trains[False] < 1.5 and trains[True] > 2.0, trains
+    assert trains[False] < 1.3 and trains[True] > 2.0, trains  # measured 1.09 and 2.77
 
 
 def test_a_version_2_run_folder_reads_with_an_unknown_receive_window(tmp_path):

@@ -262,19 +262,21 @@ def test_iperf3_s_start_keeps_the_kernel_s_single_reduction():
     fall inside the trains with segments queued, and its window opens a round later than
     when the data follows the handshake. Modelled, a sender without TSO deferral reduces
     once in 5 of 6 seeds; with the data right after the handshake (xfer's start), its
-    window past the first loss fills, opens in a burst and brings a second loss in 5 of 6.
+    window past the first loss fills, opens in a burst and brings a second loss in 3 of 6
+    (5 of 6 before the receiver acknowledged a window-limited flight's pushed last segment
+    at its read, 2026-12-06: the window then opens in more, smaller steps).
     A deferring sender (the default), which sends that opening an skb at a time, reduces
-    once with either start in 5 of 6."""
+    once with iperf3's start in 5 of 6 and with xfer's in 4 of 6 (5 of 6 each before)."""
     case = fidelity.Case("cubic", 200, "0.2bdp", 1)
     seeds = range(1, 7)
     as_iperf3 = [_reduced_twice(case, seed, tso_defer=False) for seed in seeds]
     at_once = [_reduced_twice(case, seed, connected_before_ns=0, tso_defer=False) for seed in seeds]
     assert sum(as_iperf3) <= 1, as_iperf3
-    assert sum(at_once) >= 4, at_once
+    assert sum(at_once) >= 3, at_once
     deferring = [_reduced_twice(case, seed) for seed in seeds] + [
         _reduced_twice(case, seed, connected_before_ns=0) for seed in seeds
     ]
-    assert sum(deferring) <= 2, deferring
+    assert sum(deferring) <= 3, deferring
 
 
 def test_tso_deferral_is_recorded_with_the_simulator_s_stored_side(monkeypatch):

@@ -54,6 +54,11 @@ pub struct Segment {
     /// receiver measures its RTT from it.
     pub ts_echo: Time,
     pub retransmission: bool,
+    /// The receiver acknowledges this segment at the read that empties its queue (Linux
+    /// `ICSK_ACK_PUSHED`): it ends what the application wrote (PSH; a full-sized PSH
+    /// segment counts since Linux 6.6) or reaches the receive window's edge, where Linux
+    /// sends the window's sub-MSS remainder (always counted). New data only.
+    pub push: bool,
 }
 
 /// Up to three SACK blocks, as fit in a segment with timestamps (RFC 2018).

@@ -19,6 +19,11 @@
 //! the last in-order segment that started a new ACK, so a delayed ACK echoes the first of
 //! its two segments and duplicate ACKs echo the last in-order one.
 //!
+//! A segment the sender marked `push` (PSH or short: a write's last, a window-limited
+//! flight's last) is acknowledged by the read that leaves the receive memory empty, not
+//! left to the delayed-ACK timer (`tcp_measure_rcv_mss` sets `ICSK_ACK_PUSHED`,
+//! `tcp_cleanup_rbuf` acknowledges; full-sized PSH segments count since Linux 6.6).
+//!
 //! Each ACK offers the receive window of `rwnd.rs` when the configuration models it
 //! (`TcpConfig::rcvbuf_autotuning`).
 
@@ -92,6 +97,9 @@ pub struct Receiver {
     quick: u32,
     /// Linux's ACK rules (`TcpConfig::linux_acks`): quick ACKs, and the window condition.
     linux_acks: bool,
+    /// A segment marked `push` arrived in order since the last ACK (Linux
+    /// `ICSK_ACK_PUSHED`, set by `tcp_measure_rcv_mss`, cleared by the ACK).
+    pushed: bool,
 }
 
 /// What the receiver did with a segment.
@@ -142,6 +150,7 @@ impl Receiver {
             read_event: false,
             quick: 0,
             linux_acks: tcp.linux_acks,
+            pushed: false,
         }
     }
 
@@ -350,6 +359,7 @@ impl Receiver {
             }
         }
         self.rcv_wup = self.rcv_nxt;
+        self.pushed = false;
         self.quick = self.quick.saturating_sub(1); // `tcp_dec_quickack_mode`
         self.delack_at = None;
         self.comp_at = None;
@@ -428,6 +438,7 @@ impl Receiver {
         if seg.seq <= self.rcv_wup {
             self.ts_recent = seg.ts;
         }
+        self.pushed |= seg.push;
         let had_holes = !self.ooo.is_empty();
         self.rcv_nxt += 1;
         if let Some(&(s, e)) = self.ooo.first() {
@@ -455,9 +466,16 @@ impl Receiver {
                 w.on_read(now, self.copied, 0, span);
             }
         }
-        // A filled hole, no delayed ACKs, or more than one segment unacknowledged and a
-        // window that does not shrink: now. Otherwise the read or the timer sends it.
-        let ack = if had_holes || !self.delayed_ack || self.quick > 0 || self.ack_due_now() {
+        // A filled hole, no delayed ACKs, more than one segment unacknowledged and a window
+        // that does not shrink, or a pushed segment read at once: now. Otherwise the read
+        // or the timer sends it.
+        let read_pushed = !self.deferred_reads && self.pushed && self.ooo.is_empty();
+        let ack = if had_holes
+            || !self.delayed_ack
+            || self.quick > 0
+            || read_pushed
+            || self.ack_due_now()
+        {
             Some(self.send_ack(now))
         } else {
             if self.delack_at.is_none() {
@@ -487,10 +505,14 @@ impl Receiver {
                     .is_none_or(|w| w.edge_advances(self.held())))
     }
 
-    /// A read would acknowledge: an ACK is pending and more than one segment arrived since
-    /// the last (`tcp_cleanup_rbuf`'s "once-per-two-segments ACK was not sent").
+    /// A read would acknowledge (`tcp_cleanup_rbuf`), an ACK being pending: with Linux's
+    /// rules, more than one segment arrived since the last ("once-per-two-segments ACK was
+    /// not sent"); always, a pushed segment arrived and the read empties the receive
+    /// memory, nothing held out of order (`ICSK_ACK_PUSHED`, `sk_rmem_alloc` zero).
     fn read_acks(&self) -> bool {
-        self.linux_acks && self.delack_at.is_some() && self.rcv_nxt - self.rcv_wup >= 2
+        self.delack_at.is_some()
+            && ((self.linux_acks && self.rcv_nxt - self.rcv_wup >= 2)
+                || (self.pushed && self.ooo_segs == 0))
     }
 
     /// Out-of-order data (Linux `__tcp_ack_snd_check` with a non-empty out-of-order queue).
@@ -567,6 +589,7 @@ mod tests {
             ts: seq * 10,
             ts_echo: 0,
             retransmission: false,
+            push: false,
         }
     }
 
@@ -714,5 +737,64 @@ mod tests {
         r.on_segment(11, &seg(11));
         let a = r.on_timer(NS_PER_S).unwrap();
         assert_eq!(&a.sack[..], &[(11, 12), (9, 10), (7, 8)]);
+    }
+
+    #[test]
+    fn a_pushed_segment_is_acknowledged_by_the_read_that_empties_the_queue() {
+        // Linux's receiver (ACK per two segments here, `linux_acks` off) leaves a lone
+        // segment to its delayed-ACK timer, unless it carried PSH or was short: then the
+        // read that empties the receive queue acknowledges it (`tcp_cleanup_rbuf`,
+        // ICSK_ACK_PUSHED). A window-limited flight ends so (`Segment::push`).
+        let tcp = TcpConfig {
+            rcvbuf_autotuning: true,
+            ..TcpConfig::default()
+        };
+        let mut r = Receiver::new(&tcp, 100 * NS_PER_MS, 1448);
+        r.defer_reads();
+        let pushed = |s: u64| Segment {
+            push: true,
+            ..seg(s)
+        };
+        let mut acked = vec![];
+        for s in 0..5 {
+            let t = s * NS_PER_US;
+            let got = r.on_segment(t, &if s == 4 { pushed(s) } else { seg(s) });
+            acked.extend(got.ack.map(|a| a.cum));
+        }
+        assert_eq!(acked, [2, 4], "every second segment");
+        assert!(r.wants_read());
+        r.arm_read(10 * NS_PER_US);
+        assert!(
+            r.read_needs_event(1448),
+            "the read acknowledges: its own event"
+        );
+        let a = r
+            .app_read(10 * NS_PER_US, 1448)
+            .expect("the read acknowledges");
+        assert_eq!(a.cum, 5);
+        assert_eq!(r.timer_deadline(), None);
+        // The same lone segment without PSH waits for the timer (40 ms).
+        let t = 20 * NS_PER_US;
+        assert!(r.on_segment(t, &seg(5)).ack.is_none());
+        r.arm_read(t);
+        assert!(!r.read_needs_event(1448));
+        assert!(r.app_read(t, 1448).is_none());
+        assert_eq!(r.timer_deadline(), Some(t + 40 * NS_PER_MS));
+        assert_eq!(r.on_timer(t + 40 * NS_PER_MS).map(|a| a.cum), Some(6));
+    }
+
+    #[test]
+    fn a_pushed_segment_read_at_once_is_acknowledged_at_once() {
+        // Without host noise the application reads each segment as it arrives: a pushed
+        // one leaves the queue empty at once, and is acknowledged at once.
+        let mut r = receiver();
+        assert!(r.on_segment(0, &seg(0)).ack.is_none());
+        let a = r.on_segment(1, &seg(1)).ack.expect("the second");
+        assert_eq!(a.cum, 2);
+        let p = Segment {
+            push: true,
+            ..seg(2)
+        };
+        assert_eq!(r.on_segment(2, &p).ack.map(|a| a.cum), Some(3));
     }
 }

@@ -592,12 +592,28 @@ impl Sender {
         if self.probe_due {
             self.probe_sent(now);
         }
+        let seq = self.board.nxt() - 1;
         Segment {
-            seq: self.board.nxt() - 1,
+            seq,
             ts: now,
             ts_echo: self.ts_recent,
             retransmission: false,
+            push: self.pushes(seq),
         }
+    }
+
+    /// Whether the new segment `seq` goes with PSH or short (`Segment::push`): it is the
+    /// last the application has written (`tcp_push` at the end of `sendmsg` marks the
+    /// write queue's tail; a volume's last segment) or the last the receive window takes.
+    /// Windows are bytes, and Linux's offered window is a multiple of its scale, not of
+    /// the MSS: a window-limited Linux sender ends each flight with the remainder as a
+    /// sub-MSS segment (`tcp_mss_split_point`, allowed by Minshall's Nagle once the
+    /// previous one is acknowledged), for which this segment stands. Not modelled: the
+    /// PSH an unlimited writer's `sendmsg` leaves every 128 KiB or so inside a flight,
+    /// where the next segment follows anyway.
+    fn pushes(&self, seq: u64) -> bool {
+        seq + 1 == self.data_end()
+            || (self.max_window != u32::MAX && self.board.packets_out() >= self.max_window)
     }
 
     fn retransmit(&mut self, seq: u64, now: Time) -> Segment {
@@ -615,6 +631,7 @@ impl Sender {
             ts: now,
             ts_echo: self.ts_recent,
             retransmission: true,
+            push: false,
         }
     }
 

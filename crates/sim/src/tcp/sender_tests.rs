@@ -108,7 +108,8 @@ fn a_lost_retransmission_is_found_without_a_timeout() {
             seq: 0,
             ts: 10 * ms,
             ts_echo: 0,
-            retransmission: true
+            retransmission: true,
+            push: false
         }
     );
     // New data was sent after the retransmission (PRR); 4..19 arrive, the
@@ -146,7 +147,8 @@ fn a_tail_loss_is_repaired_by_a_probe_not_a_timeout() {
             seq: 2,
             ts: 28 * ms,
             ts_echo: 0,
-            retransmission: true
+            retransmission: true,
+            push: false
         }]
     );
     assert_eq!(s.timer_kind(), Some(TimerKind::Rto));
@@ -195,7 +197,8 @@ fn a_silent_path_gets_a_probe_then_a_timeout_of_old_segments_only() {
             seq: 0,
             ts: 2 * NS_PER_S,
             ts_echo: 0,
-            retransmission: true
+            retransmission: true,
+            push: false
         }]
     );
     assert_eq!(s.timer_deadline(), Some(4 * NS_PER_S));
@@ -440,4 +443,33 @@ fn tso_deferral_waits_neither_in_recovery_nor_when_the_next_ack_is_over_a_millis
     // In loss recovery nothing waits for a full skb.
     s.state = CaState::Recovery;
     assert_eq!(drain(&mut s, t).len(), 38);
+}
+
+#[test]
+fn the_last_written_segment_and_the_receive_windows_edge_are_pushed() {
+    // A volume of 25 segments under a receive window of 6: each flight ends at the
+    // window's edge (where Linux sends the byte window's sub-MSS remainder), the volume's
+    // last segment ends the application's write (PSH); nothing else is marked.
+    let ms = NS_PER_MS;
+    let mut s = Sender::new(
+        cc::by_name("reno").unwrap(),
+        &TcpConfig::default(),
+        1448,
+        Some(25),
+        Some(6),
+    );
+    s.start(0, None, Some(10 * ms));
+    let pushed =
+        |out: &[Segment]| -> Vec<u64> { out.iter().filter(|g| g.push).map(|g| g.seq).collect() };
+    let out = drain(&mut s, 0);
+    assert_eq!((out.len(), pushed(&out)), (6, vec![5]));
+    let mut all = vec![5];
+    let mut t = 10 * ms;
+    while !s.is_complete() {
+        let cum = s.next_seq();
+        s.on_ack(t, &ack(cum, &[], t - 10 * ms));
+        all.extend(pushed(&drain(&mut s, t)));
+        t += 10 * ms;
+    }
+    assert_eq!(all, [5, 11, 17, 23, 24]);
 }

@@ -469,11 +469,10 @@ impl Receiver {
         // A filled hole, no delayed ACKs, more than one segment unacknowledged and a window
         // that does not shrink, or a pushed segment read at once: now. Otherwise the read
         // or the timer sends it.
-        let read_pushed = !self.deferred_reads && self.pushed && self.ooo.is_empty();
         let ack = if had_holes
             || !self.delayed_ack
             || self.quick > 0
-            || read_pushed
+            || (!self.deferred_reads && self.read_empties_pushed())
             || self.ack_due_now()
         {
             Some(self.send_ack(now))
@@ -507,12 +506,16 @@ impl Receiver {
 
     /// A read would acknowledge (`tcp_cleanup_rbuf`), an ACK being pending: with Linux's
     /// rules, more than one segment arrived since the last ("once-per-two-segments ACK was
-    /// not sent"); always, a pushed segment arrived and the read empties the receive
-    /// memory, nothing held out of order (`ICSK_ACK_PUSHED`, `sk_rmem_alloc` zero).
+    /// not sent"); always, after a pushed segment (`read_empties_pushed`).
     fn read_acks(&self) -> bool {
         self.delack_at.is_some()
-            && ((self.linux_acks && self.rcv_nxt - self.rcv_wup >= 2)
-                || (self.pushed && self.ooo_segs == 0))
+            && ((self.linux_acks && self.rcv_nxt - self.rcv_wup >= 2) || self.read_empties_pushed())
+    }
+
+    /// A pushed segment arrived since the last ACK and a read leaves the receive memory
+    /// empty, nothing held out of order (`ICSK_ACK_PUSHED` with `sk_rmem_alloc` zero).
+    fn read_empties_pushed(&self) -> bool {
+        self.pushed && self.ooo_segs == 0
     }
 
     /// Out-of-order data (Linux `__tcp_ack_snd_check` with a non-empty out-of-order queue).

@@ -612,8 +612,7 @@ impl Sender {
     /// PSH an unlimited writer's `sendmsg` leaves every 128 KiB or so inside a flight,
     /// where the next segment follows anyway.
     fn pushes(&self, seq: u64) -> bool {
-        seq + 1 == self.data_end()
-            || (self.max_window != u32::MAX && self.board.packets_out() >= self.max_window)
+        seq + 1 == self.data_end() || self.board.packets_out() >= self.max_window
     }
 
     fn retransmit(&mut self, seq: u64, now: Time) -> Segment {

@@ -463,7 +463,7 @@ fn the_last_written_segment_and_the_receive_windows_edge_are_pushed() {
         |out: &[Segment]| -> Vec<u64> { out.iter().filter(|g| g.push).map(|g| g.seq).collect() };
     let out = drain(&mut s, 0);
     assert_eq!((out.len(), pushed(&out)), (6, vec![5]));
-    let mut all = vec![5];
+    let mut all = pushed(&out);
     let mut t = 10 * ms;
     while !s.is_complete() {
         let cum = s.next_seq();

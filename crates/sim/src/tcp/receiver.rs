@@ -24,12 +24,17 @@
 //! left to the delayed-ACK timer (`tcp_measure_rcv_mss` sets `ICSK_ACK_PUSHED`,
 //! `tcp_cleanup_rbuf` acknowledges; full-sized PSH segments count since Linux 6.6).
 //!
+//! In-order data after a silence longer than the receiver's RTO (from its handshake:
+//! `rtt + max(2·rtt, rto_min)`) earns quick ACKs, up to 16 (`tcp_event_data_recv`'s "too
+//! long gap"): a sender's retransmission after a timeout is acknowledged at once, not left
+//! to the delayed-ACK timer. Both kernels have this rule.
+//!
 //! Each ACK offers the receive window of `rwnd.rs` when the configuration models it
 //! (`TcpConfig::rcvbuf_autotuning`).
 
 use std::collections::VecDeque;
 
-use super::rwnd::RcvWindow;
+use super::rwnd::{RcvWindow, MAX_QUICKACKS};
 use super::timers::Jiffies;
 use super::{AckSegment, Segment, MAX_SACK_BLOCKS};
 use crate::config::TcpConfig;
@@ -50,6 +55,12 @@ const APP_READ_BYTES: u64 = 131_072;
 /// fragments). Measured, not a constant of Linux: on this host's veths each read's first
 /// buffer held 16 (`tcp_rcvbuf_grow`'s copied and inq, VALIDATION §6b).
 const COALESCED_SEGS: u64 = 16;
+
+/// The RTO a receiver has from its handshake's one RTT sample `rtt` (Linux
+/// `tcp_rtt_estimator` on a first sample, then `__tcp_set_rto`): `rtt + max(2·rtt, rto_min)`.
+fn handshake_rto(rtt: Time, rto_min: Time) -> Time {
+    rtt + (2 * rtt).max(rto_min)
+}
 
 pub struct Receiver {
     /// Next segment expected in order.
@@ -100,6 +111,11 @@ pub struct Receiver {
     /// A segment marked `push` arrived in order since the last ACK (Linux
     /// `ICSK_ACK_PUSHED`, set by `tcp_measure_rcv_mss`, cleared by the ACK).
     pushed: bool,
+    /// When in-order data last arrived (`icsk_ack.lrcvtime`), and the receiver's own
+    /// retransmission timeout (`icsk_rto`, from its handshake's RTT sample): data after a
+    /// longer silence earns quick ACKs.
+    last_data: Option<Time>,
+    rto: Time,
 }
 
 /// What the receiver did with a segment.
@@ -151,6 +167,8 @@ impl Receiver {
             quick: 0,
             linux_acks: tcp.linux_acks,
             pushed: false,
+            last_data: None,
+            rto: handshake_rto(rtt, tcp.rto_min_ns),
         }
     }
 
@@ -454,9 +472,10 @@ impl Receiver {
         if let Some(w) = &self.rwnd {
             if before == 0 && self.linux_acks {
                 // The first data (`tcp_event_data_recv`).
-                self.quick = self.quick.max(w.initial_quickacks());
+                self.quick = self.quick.max(w.quickacks());
             }
         }
+        self.quick_after_silence(now);
         self.window_on_data(now, held);
         if !self.deferred_reads {
             // The application reads what became in order at once.
@@ -486,6 +505,22 @@ impl Receiver {
             delivered,
             flushed: None,
             ack,
+        }
+    }
+
+    /// In-order data after a silence longer than the receiver's RTO earns quick ACKs (Linux
+    /// `tcp_event_data_recv`, "too long gap": the sender must have failed to restart its
+    /// window, as after a retransmission timeout). Only the silence since earlier data
+    /// counts, not the first data's wait.
+    fn quick_after_silence(&mut self, now: Time) {
+        if let Some(last) = self.last_data.replace(now) {
+            if now.saturating_sub(last) > self.clock.round_up(self.rto) {
+                let n = self
+                    .rwnd
+                    .as_ref()
+                    .map_or(MAX_QUICKACKS as u32, RcvWindow::quickacks);
+                self.quick = self.quick.max(n);
+            }
         }
     }
 
@@ -632,6 +667,30 @@ mod tests {
         assert!(r.on_timer(39_999_999).is_none());
         assert_eq!(r.on_timer(40_000_000).unwrap().cum, 1);
         assert_eq!(r.timer_deadline(), None);
+    }
+
+    #[test]
+    fn data_after_a_silence_longer_than_the_rto_is_acknowledged_at_once() {
+        // A 100 ms path: the receiver's RTO from its handshake is 100 + 200 = 300 ms.
+        let mut r = receiver();
+        let ms = NS_PER_MS;
+        r.on_segment(0, &seg(0));
+        r.on_timer(40 * ms).unwrap();
+        // 250 ms of silence: a lone segment still waits for the delayed-ACK timer.
+        assert!(r.on_segment(250 * ms, &seg(1)).ack.is_none());
+        assert_eq!(r.on_timer(290 * ms).unwrap().cum, 2);
+        // 301 ms (a sender's RTO after its window stalled): quick ACKs, one per segment,
+        // sixteen of them without a modelled window (`TCP_MAX_QUICKACKS`).
+        let mut t = 551 * ms;
+        for s in 2..18 {
+            assert_eq!(
+                r.on_segment(t, &seg(s)).ack.map(|a| a.cum),
+                Some(s + 1),
+                "segment {s}"
+            );
+            t += ms;
+        }
+        assert!(r.on_segment(t, &seg(18)).ack.is_none());
     }
 
     #[test]

@@ -48,7 +48,7 @@ const GROW_MIN_LEN: u64 = 128;
 /// `TCP_INIT_CWND`: the first measure's threshold is this many segments.
 const INIT_SPACE_SEGS: u64 = 10;
 /// `TCP_MAX_QUICKACKS`.
-const MAX_QUICKACKS: u64 = 16;
+pub const MAX_QUICKACKS: u64 = 16;
 /// `TCP_MAX_WSCALE`.
 const MAX_WSCALE: u32 = 14;
 
@@ -241,9 +241,10 @@ impl RcvWindow {
         room > 0
     }
 
-    /// Immediate ACKs the first data earns (`tcp_incr_quickack(sk, TCP_MAX_QUICKACKS)`):
-    /// one per two segments of the window offered, at least 2, at most 16.
-    pub fn initial_quickacks(&self) -> u32 {
+    /// Immediate ACKs the first data, or data after a long silence, earns
+    /// (`tcp_incr_quickack(sk, TCP_MAX_QUICKACKS)`): one per two segments of the window
+    /// offered, at least 2, at most 16.
+    pub fn quickacks(&self) -> u32 {
         let n = self.rcv_wnd / (2 * self.mss);
         (if n == 0 { 2 } else { n }).min(MAX_QUICKACKS) as u32
     }

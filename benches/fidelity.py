@@ -21,7 +21,8 @@ retransmission, every 0.1 s after, so as not to slow the kernel's flows; iperf3 
 not start within the scenario's 1 ms jitter (each is a process launched on a busy host, a
 few round trips of setup before its data): the sampler measures when each flow's data
 starts, and the simulator's runs of a multi-flow case start their flows so. Results are stored per
-case and backend in results/fidelity/ (a rerun skips stored ones unless --force sim|netns;
+case and backend in results/fidelity/ (a rerun skips stored ones unless --force sim|netns,
+but remakes a simulator's side stored by another build of the simulator;
 --backend sim reruns only the simulator's side) and the table goes
 into VALIDATION.md between `<!-- table:fidelity -->` markers.
 
@@ -760,18 +761,30 @@ def _stored(case: Case, backend: str, run, force: bool, starts: dict | None = No
     if path.exists() and not force:
         res = json.loads(path.read_text())
         same_starts = starts is None or all(res[kind].get("starts_s") == want[kind] for kind in want)
-        if same_starts and (backend != "sim" or made_with_reads(res, case)):
+        if same_starts and (backend == "netns" or made_now(res, case, backend)):
             return res
     try:
         res = {kind: run(case, kind) if starts is None else run(case, kind, starts_s=want[kind]) for kind in want}
     except BackendError as e:  # the netns backend refuses a case whose every attempt was void
         res = {"failed": str(e)}
         (RESULTS / f"{case.stem}-{backend}-samples.parquet").unlink(missing_ok=True)
+    if backend != "netns":
+        res["simulator"] = sim_backend.build_digest()
     if backend == "sim":
         res["reads"] = reads_tag(case)
     RESULTS.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(res))
     return res
+
+
+def made_now(res: dict, case: Case, backend: str) -> bool:
+    """Whether a simulator's stored side of ``case`` (``backend`` "sim" or "simplain") is
+    what this build would make now: made by this build of the simulator
+    (sim_backend.build_digest; a side that does not say is an older build's) and, for "sim",
+    with READS and what it reads now (made_with_reads)."""
+    if res.get("simulator") != sim_backend.build_digest():
+        return False
+    return backend != "sim" or made_with_reads(res, case)
 
 
 def made_with_reads(res: dict, case: Case) -> bool:
@@ -1162,11 +1175,11 @@ def median_run(runs: list[dict]) -> dict:
 
 def sim_side(case: Case, starts_from: Path) -> dict:
     """The simulator's figures for a case: as stored for the table, or, if none are (or
-    they were made with another model of the reads), from runs made now (and stored) with
-    the flows' starts of the kernel run in ``starts_from``."""
+    they were made by another build or with another model of the reads), from runs made
+    now (and stored) with the flows' starts of the kernel run in ``starts_from``."""
     path = RESULTS / f"{case.stem}-sim.json"
     got = json.loads(path.read_text()) if path.exists() else None
-    if got is None or not made_with_reads(got, case):
+    if got is None or not made_now(got, case, "sim"):
         got = _stored(case, "sim", RUNNERS["sim"], False, starts_from_kernel(starts_from, case))
     return {**got["duration"], "makespan_s": got["volume"]["makespan_s"]}
 

@@ -311,6 +311,19 @@ def test_tso_deferral_is_recorded_with_the_simulator_s_stored_side(monkeypatch):
     assert fidelity.made_with_reads({"reads": "uniform"}, case)
 
 
+def test_a_side_stored_by_another_build_of_the_simulator_is_made_again():
+    # --kernel-runs read seed 1's figures from sides stored by the build before a change (a
+    # fidelity figure of 2026-12-06 was so): a stored side says which build made it.
+    case = fidelity.Case("reno", 10, "1.0bdp", 1)
+    this = sim_backend.build_digest()
+    assert len(this) == 12 and this == sim_backend.build_digest()
+    made = {"reads": fidelity.reads_tag(case), "simulator": this}
+    assert fidelity.made_now(made, case, "sim") and fidelity.made_now({"simulator": this}, case, "simplain")
+    assert not fidelity.made_now(made | {"simulator": "0123456789ab"}, case, "sim")
+    assert not fidelity.made_now({"reads": fidelity.reads_tag(case)}, case, "sim")
+    assert not fidelity.made_now(made | {"reads": "uniform"}, case, "sim")
+
+
 def test_a_case_whose_kernel_attempts_were_all_void_is_listed_not_fatal(monkeypatch):
     case = fidelity.Case("bic", 10, "0.2bdp", 1)
 

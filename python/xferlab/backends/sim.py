@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
+from pathlib import Path
 
 from .. import constants
 from ..trace import Provenance, Trace
@@ -25,6 +28,14 @@ def _module():
 
 def version() -> str:
     return _module().__version__
+
+
+@functools.cache
+def build_digest() -> str:
+    """The compiled simulator's identity: a digest of its extension module's bytes. The
+    version stays the same from build to build; results stored by one build can be told
+    from another's by this."""
+    return hashlib.sha256(Path(_module().__file__).read_bytes()).hexdigest()[:12]
 
 
 def variants() -> list[str]:

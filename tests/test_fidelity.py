@@ -59,9 +59,9 @@ def test_sim_retransmits_only_what_it_lost(case):
 KERNEL_TRIES = 3
 
 
-def _kernel_run(case, agrees) -> tuple[dict, bool]:
+def _kernel_run(case, sim: dict) -> tuple[dict, bool]:
     """The netns side: up to KERNEL_TRIES runs, stopping at the first faithful run that
-    ``agrees`` with the simulator (a faithful run: the delay line on time and no more
+    agrees with the simulator's ``sim`` (_agrees; a faithful run: the delay line on time and no more
     runnable tasks than the machine has cores for the emulated hosts); else the best by
     goodput. Returns (summary, whether that run was faithful)."""
     best, best_faithful = None, False
@@ -73,7 +73,7 @@ def _kernel_run(case, agrees) -> tuple[dict, bool]:
         net = fidelity.run_netns_once(case, "duration", duration_s=8)  # this test's own retries
         busy = os.getloadavg()[0] > 1.5 * (os.cpu_count() or 1)
         faithful = (net.get("late_mean_ms") or 0.0) <= LATE_MEAN_MS and not busy
-        if faithful and agrees(net):
+        if faithful and _agrees(case, sim, net):
             return net, True
         if best is None or net["goodput_mbps"] > best["goodput_mbps"]:
             best, best_faithful = net, faithful
@@ -86,25 +86,21 @@ GOODPUT_TOLERANCE = 0.08
 EXIT_TOLERANCE = 0.25
 
 
-def _agrees(case, sim: dict):
-    """Whether a kernel run agrees with the simulator's ``sim`` on the figures the test
-    compares: goodput, and Reno's slow-start exit."""
-
-    def agrees(net: dict) -> bool:
-        if abs(sim["goodput_mbps"] / net["goodput_mbps"] - 1) > GOODPUT_TOLERANCE:
-            return False
-        if case.variant != "reno":
-            return True
-        return all(net[k] and abs(sim[k] / net[k] - 1) <= EXIT_TOLERANCE for k in ("ss_ssthresh", "ss_time_s"))
-
-    return agrees
+def _agrees(case, sim: dict, net: dict) -> bool:
+    """Whether the kernel's run ``net`` agrees with the simulator's ``sim`` on the figures the
+    test compares: goodput, and Reno's slow-start exit."""
+    if abs(sim["goodput_mbps"] / net["goodput_mbps"] - 1) > GOODPUT_TOLERANCE:
+        return False
+    if case.variant != "reno":
+        return True
+    return all(net[k] and abs(sim[k] / net[k] - 1) <= EXIT_TOLERANCE for k in ("ss_ssthresh", "ss_time_s"))
 
 
 @needs_host
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.key)
 def test_sim_beside_the_kernel(case):
     sim = fidelity.run_sim(case, "duration", duration_s=8)
-    net, faithful = _kernel_run(case, _agrees(case, sim))
+    net, faithful = _kernel_run(case, sim)
     # On a machine too loaded for the emulation (the run's report flags it) the kernel's
     # goodput is the machine's, not the path's: only a gross disagreement is caught then.
     tolerance = GOODPUT_TOLERANCE if faithful else 0.5

@@ -35,7 +35,7 @@
 use std::collections::VecDeque;
 
 use super::rwnd::{RcvWindow, MAX_QUICKACKS};
-use super::timers::Jiffies;
+use super::timers::{rto_of, Jiffies};
 use super::{AckSegment, Segment, MAX_SACK_BLOCKS};
 use crate::config::TcpConfig;
 use crate::time::Time;
@@ -55,12 +55,6 @@ const APP_READ_BYTES: u64 = 131_072;
 /// fragments). Measured, not a constant of Linux: on this host's veths each read's first
 /// buffer held 16 (`tcp_rcvbuf_grow`'s copied and inq, VALIDATION §6b).
 const COALESCED_SEGS: u64 = 16;
-
-/// The RTO a receiver has from its handshake's one RTT sample `rtt` (Linux
-/// `tcp_rtt_estimator` on a first sample, then `__tcp_set_rto`): `rtt + max(2·rtt, rto_min)`.
-fn handshake_rto(rtt: Time, rto_min: Time) -> Time {
-    rtt + (2 * rtt).max(rto_min)
-}
 
 pub struct Receiver {
     /// Next segment expected in order.
@@ -168,7 +162,8 @@ impl Receiver {
             linux_acks: tcp.linux_acks,
             pushed: false,
             last_data: None,
-            rto: handshake_rto(rtt, tcp.rto_min_ns),
+            // From the handshake's one RTT sample, as a first sample sets it.
+            rto: rto_of(rtt, rtt / 2, tcp.rto_min_ns),
         }
     }
 

@@ -30,7 +30,7 @@
 
 use super::board::{Board, Seg, EVER_RETRANS};
 use super::rate::{RateSample, RateState};
-use super::timers::{Jiffies, TimerKind, RTO_MAX};
+use super::timers::{rto_of, Jiffies, TimerKind, RTO_MAX};
 use super::{rack::Rack, ts_delta_ms, AckSegment, CaState, Segment, MAX_SACK_BLOCKS};
 use crate::cc::{Ack, CongestionControl, Window, GSO_MAX_SIZE};
 use crate::config::{Kernel, TcpConfig};
@@ -774,7 +774,7 @@ impl Sender {
             }
         };
         self.srtt = Some(srtt);
-        self.rto_base = (srtt + (4 * self.rttvar).max(self.rto_min)).min(RTO_MAX);
+        self.rto_base = rto_of(srtt, self.rttvar, self.rto_min);
         self.backoff = 1;
     }
 

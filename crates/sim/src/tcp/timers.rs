@@ -27,6 +27,13 @@ pub enum TimerKind {
 
 /// Largest RTO (Linux `TCP_RTO_MAX`, 120 s).
 pub const RTO_MAX: Time = 120 * NS_PER_S;
+
+/// The retransmission timeout of an RTT estimate (Linux `__tcp_set_rto` after
+/// `tcp_rtt_estimator`): `srtt + max(4·rttvar, rto_min)`, at most `RTO_MAX`. A first sample
+/// `r` gives `srtt = r`, `rttvar = r/2`.
+pub fn rto_of(srtt: Time, rttvar: Time, rto_min: Time) -> Time {
+    (srtt + (4 * rttvar).max(rto_min)).min(RTO_MAX)
+}
 /// Probe timeout added for a lone segment, covering the peer's delayed ACK (`TCP_RTO_MIN`).
 const TLP_DELACK: Time = 200 * NS_PER_MS;
 /// Slack added to the reorder timeout (`TCP_TIMEOUT_MIN_US`).

@@ -1,7 +1,7 @@
 """H-TCP's adaptive backoff on the simulator: which RTT_max each congestion event uses.
 
     .venv/bin/python benches/htcp_backoff.py [--rtt 11.5ms] [--variants htcp cubic htcp_linux]
-                                             [--kernel linux2006] [--hz 1000]
+                                             [--kernel linux2006] [--hz 1000] [--no-tso-defer]
 
 VALIDATION.md §4b's dumbbell (12 × 1 Gbit/s into 10 Gbit/s, a 1 000-packet buffer),
 shortened: pairs 2 s apart, 60 s with all 12 active, TCP samples every 10 ms. Per variant it
@@ -39,13 +39,13 @@ BETA_BINS = (0.0, 0.45, 0.55, 0.65, 0.75, 0.85, 1.01)
 LINUX_HTCP = "htcp_linux"
 
 
-def run(variant: str, rtt: str, kernel: str, hz: int | None):
+def run(variant: str, rtt: str, kernel: str, hz: int | None, tso_defer: bool = True):
     data = {
         "name": f"htcp-backoff-{variant}",
         "topology": {"pairs": 12, "access_rate": "1Gbps", "bottleneck_rate": "10Gbps", "rtt": rtt, "buffer": 1000},
         "workload": {"duration": "60s", "stagger": "2s", "align_end": True, "start_jitter": "10ms"},
         "protocol": {"variant": "htcp" if variant == LINUX_HTCP else variant},
-        "host": {"kernel": kernel},
+        "host": {"kernel": kernel, "tso_defer": tso_defer},
         "measure": {"window": "all-active", "tcp_interval": "10ms"},
         "seed": 1,
     }
@@ -69,29 +69,60 @@ def events(flow) -> list[tuple[float, float]]:
     ]
 
 
-def report(variant: str, rtt: str, kernel: str, hz: int | None) -> None:
-    trace, m, wall = run(variant, rtt, kernel, hz)
+#: Backoffs less than this apart belong to one congestion episode (one overflow of the
+#: bottleneck's queue: its flows enter recovery within a round trip or two of it).
+EPISODE_GAP_S = 0.1
+
+
+def episodes(times_flows: list[tuple[float, int]]) -> list[set[int]]:
+    """The flows that backed off in each congestion episode: backoffs (time, flow) grouped
+    while each follows the one before by less than EPISODE_GAP_S."""
+    out: list[set[int]] = []
+    last = -np.inf
+    for t, fid in sorted(times_flows):
+        if t - last >= EPISODE_GAP_S:
+            out.append(set())
+        out[-1].add(fid)
+        last = t
+    return out
+
+
+def report(variant: str, rtt: str, kernel: str, hz: int | None, tso_defer: bool = True) -> None:
+    trace, m, wall = run(variant, rtt, kernel, hz, tso_defer)
     flows, tcp, link = trace.flows.to_pandas(), trace.tcp.to_pandas(), trace.link.to_pandas()
     start = flows.start.max()
     window = link[(link.link == "bottleneck") & (link.t >= start)]
     betas = [b for _, g in tcp.groupby("flow_id") for t, b in events(g.sort_values("t")) if t > start]
     hist = np.histogram(betas, bins=BETA_BINS)[0].tolist()
     print(
-        f"{variant} at {rtt}, {kernel} host{'' if hz is None else f' at HZ {hz}'} ({wall:.0f} s): "
+        f"{variant} at {rtt}, {kernel} host{'' if hz is None else f' at HZ {hz}'}{'' if tso_defer else ', no TSO deferral'} "
+        f"({wall:.0f} s): "
         f"flow mean {m['mean_flow_goodput_mbps']:.1f} Mbit/s, Jain {m['jain_index']:.3f}, "
         f"bottleneck {window.throughput_mbps.mean():.0f} Mbit/s, queue {window.queue_pkts.mean():.0f} pkts; "
         f"drops {int(link.drops.sum())}, retransmissions {int(flows.retransmissions.sum())}"
     )
     if betas:
         print(f"  backoffs with all active: {len(betas)}, median β {np.median(betas):.3f}; per bin {BETA_BINS[1:-1]}: {hist}")
+        eps = episodes([(t, fid) for fid, g in tcp.groupby("flow_id") for t, _ in events(g.sort_values("t")) if t > start])
+        sizes = np.array([len(e) for e in eps])
+        print(
+            f"  congestion episodes: {len(eps)} ({len(eps) / (window.t.max() - start):.2f} a second), flows backing off in "
+            f"each: mean {sizes.mean():.1f}, median {np.median(sizes):.0f}, per count 1-{sizes.max()}: "
+            f"{np.bincount(sizes)[1:].tolist()}; bottleneck queue empty in {100 * (window.queue_pkts == 0).mean():.0f} % "
+            f"of its samples"
+        )
     for fid, g in tcp.groupby("flow_id"):
         g = g.sort_values("t")
         ev = events(g)
         if not ev:
             continue
         first = ev[0][0]
-        before, after = g[g.t < first].srtt_ms.max(), g[g.t >= first + 0.5].srtt_ms.max()
-        print(f"  flow {fid:2d}: first loss {first:6.2f} s, largest srtt before {before:5.2f} ms, after {after:5.2f} ms")
+        pre = g[g.t < first]
+        before, after = pre.srtt_ms.max(), g[g.t >= first + 0.5].srtt_ms.max()
+        print(
+            f"  flow {fid:2d}: first loss {first:6.2f} s, largest srtt before {before:5.2f} ms, after {after:5.2f} ms; "
+            f"before it cwnd up to {pre.cwnd.max():.0f}, in flight up to {pre.in_flight.max():.0f} segments"
+        )
 
 
 def main() -> None:
@@ -100,9 +131,10 @@ def main() -> None:
     ap.add_argument("--variants", nargs="+", default=["htcp", "cubic"])
     ap.add_argument("--kernel", default="linux6", help="the host's sender model (host.kernel): linux6 or linux2006")
     ap.add_argument("--hz", type=int, help="the host's timer frequency (the simulator's tcp.hz; default 250)")
+    ap.add_argument("--no-tso-defer", action="store_true", help="the sender without TSO deferral (host.tso_defer: false)")
     args = ap.parse_args()
     for v in args.variants:
-        report(v, args.rtt, args.kernel, args.hz)
+        report(v, args.rtt, args.kernel, args.hz, not args.no_tso_defer)
 
 
 if __name__ == "__main__":

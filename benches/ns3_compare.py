@@ -15,16 +15,24 @@ goodput over its own ceiling, the goodput of a full bottleneck:
 * xferlab: r_TP = C·MSS/(MTU + 38), Ethernet framing on the wire (``ideal_goodput_mbps``);
 * ns-3: C·MSS/(MTU + 2), a point-to-point link carries IP packets and a 2-byte PPP header.
 
+With ``--kernel`` (root) each case also runs on the netns backend, real Linux TCP on this
+host (the same resolved scenario; the kernel's ceiling is xferlab's, HTB counting wire
+bytes), and a second table puts the three side by side: where the two simulators disagree,
+which one the kernel is nearer.
+
 Runs are kept under ``results/ns3/<case>/`` (the resolved scenario, the simulator's trace,
-ns-3's JSON) for ``--trace``; ``--reuse`` takes ns-3's result from there when its scenario
-is unchanged.
+ns-3's JSON, the kernel's trace and metrics) for ``--trace``; ``--reuse`` takes ns-3's and
+the kernel's results from there when the scenario is unchanged.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -172,6 +180,45 @@ def run_ns3(resolved: dict, folder: Path, reuse: bool, extra: tuple[str, ...] = 
     return json.loads(result.read_text())
 
 
+#: Attempts at a kernel run whose emulation was not clean (its delay line late). A void run (a
+#: BPF congestion control given an impossible window) the netns backend makes again itself.
+KERNEL_ATTEMPTS = 3
+
+
+def run_kernel(s: scenario.Scenario, resolved: dict, folder: Path, reuse: bool) -> dict:
+    """The netns backend (real Linux TCP, root) on the resolved scenario: {"metrics",
+    "unclean", "attempts", "error"}, stored as ``netns.json`` (its Trace in ``netns/``) and
+    taken from there with ``reuse`` when the scenario is unchanged. A run whose emulation
+    was not clean is made again, up to KERNEL_ATTEMPTS, and the last kept, flagged; one the
+    backend refused (void on each of its own attempts) is recorded with the reason."""
+    stored = folder / "netns.json"
+    text = json.dumps(resolved, sort_keys=True, indent=1)
+    if reuse and stored.exists():
+        old = json.loads(stored.read_text())
+        if old.get("resolved") == text:
+            return old
+    shutil.rmtree(folder / "netns", ignore_errors=True)
+    for attempt in range(1, KERNEL_ATTEMPTS + 1):
+        try:
+            trace = backends.get("netns").run(s, resolved)
+        except backends.BackendError as e:  # void three times in a row (the backend's own retries)
+            out = {"metrics": None, "unclean": False, "error": str(e)}
+            break
+        trace.write(folder / "netns")
+        unclean = bool(trace.provenance.stats.get("delay_line_late"))
+        out = {"metrics": metrics.compute(trace), "unclean": unclean, "error": None}
+        if not unclean:
+            break
+        print(
+            f"{resolved['name']}: kernel run {attempt} of {KERNEL_ATTEMPTS}: its emulation was not clean",
+            file=sys.stderr,
+            flush=True,
+        )
+    out |= {"attempts": attempt, "resolved": text}
+    stored.write_text(json.dumps(out, default=float))
+    return out
+
+
 def ns3_trace(res: dict, resolved: dict) -> Trace:
     """ns-3's result as a Trace (the schema every backend writes), for ``metrics.compute``."""
     gi, li, mss = res["goodput_interval_s"], res["link_interval_s"], resolved["mss"]
@@ -249,6 +296,12 @@ class Row:
     ns3_res: dict
     ceiling_sim: float
     ceiling_ns3: float
+    kernel: dict | None = None  # run_kernel's, with --kernel
+
+    @property
+    def util_kernel(self) -> float | None:
+        m = (self.kernel or {}).get("metrics")
+        return None if m is None else m["aggregate_goodput_mbps"] / self.ceiling_sim
 
     @property
     def util_sim(self) -> float | None:
@@ -264,14 +317,15 @@ class Row:
         return None if u is None else (self.util_ns3 - u) / u
 
 
-def run_case(case: Case, reuse: bool, extra: tuple[str, ...] = ()) -> Row:
+def run_case(case: Case, reuse: bool, extra: tuple[str, ...] = (), kernel: bool = False) -> Row:
     s = scenario.from_dict(case.data, case.name)
     resolved = scenario.resolve(s)
     folder = RESULTS / (case.name + ("+diag" if extra else ""))
     res = run_ns3(resolved, folder, reuse, extra)
     m_ns3 = metrics.compute(ns3_trace(res, resolved))
     m_sim, wall, refusal = run_sim(s, resolved, folder)
-    return Row(case, m_sim, refusal, wall, m_ns3, res, resolved["ideal_goodput_mbps"], ns3_ceiling_mbps(resolved))
+    k = run_kernel(s, resolved, folder, reuse) if kernel else None
+    return Row(case, m_sim, refusal, wall, m_ns3, res, resolved["ideal_goodput_mbps"], ns3_ceiling_mbps(resolved), k)
 
 
 # ----------------------------------------------------------------------------- the table
@@ -314,6 +368,75 @@ def render(rows: list[Row], notes: dict[str, str]) -> str:
     return "\n".join(out)
 
 
+def _rel(x: float | None, ref: float | None) -> str:
+    """x against the reference, relative, bold beyond TOLERANCE."""
+    if x is None or not ref:
+        return "—"
+    d = f"{100 * (x / ref - 1):+.1f} %"
+    return f"**{d}**" if abs(x / ref - 1) > TOLERANCE else d
+
+
+def nearer(r: Row) -> str:
+    """Which simulator's utilisation is nearer the kernel's."""
+    k, x, n = r.util_kernel, r.util_sim, r.util_ns3
+    if k is None or x is None:
+        return "—"
+    dx, dn = abs(x - k), abs(n - k)
+    return "both" if abs(dx - dn) < 0.005 else ("xferlab" if dx < dn else "ns-3")
+
+
+def kernel_tally(rows: list[Row]) -> str:
+    """How many cases each simulator holds within TOLERANCE of the kernel's utilisation, and
+    which one the kernel sides with where the two simulators are more than TOLERANCE apart."""
+    ran = [r for r in rows if r.util_kernel is not None and r.util_sim is not None]
+    clean = [r for r in ran if not r.kernel["unclean"]]
+    within = lambda u, r: abs(u / r.util_kernel - 1) <= TOLERANCE  # noqa: E731
+    apart = [r for r in clean if r.diff is not None and abs(r.diff) > TOLERANCE]
+    sides = {s: sum(nearer(r) == s for r in apart) for s in ("xferlab", "ns-3", "both")}
+    return (
+        f"Of {len(clean)} cases with a clean kernel run ({len(ran) - len(clean)} unclean left out), xferlab is within "
+        f"{100 * TOLERANCE:.0f} % of the kernel's utilisation in {sum(within(r.util_sim, r) for r in clean)}, ns-3 in "
+        f"{sum(within(r.util_ns3, r) for r in clean)}. Where the two simulators are more than {100 * TOLERANCE:.0f} % apart "
+        f"({len(apart)} cases) the kernel is nearer xferlab in {sides['xferlab']}, ns-3 in {sides['ns-3']}"
+        + (f", as near both in {sides['both']}" if sides["both"] else "")
+        + "."
+    )
+
+
+def _refusal(error: str) -> str:
+    """Why the kernel has no run of a case, short enough for a table cell."""
+    if "impossible window" in error:
+        return "void three times (a BPF congestion control's impossible window, docs/bpf-cc.md)"
+    return error if len(error) <= 100 else error[:99] + "…"
+
+
+def render_kernel(rows: list[Row]) -> str:
+    """The three side by side: each simulator's utilisation against the kernel's."""
+    out = [
+        "| scenario | variant | utilisation, kernel | xferlab | ns-3 | xferlab − kernel | ns-3 − kernel "
+        "| Jain, kernel | xferlab | ns-3 | drops, kernel | timeouts, kernel | nearer the kernel |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for r in rows:
+        if r.kernel is None:
+            continue
+        m = r.kernel.get("metrics")
+        if m is None:
+            out.append(
+                f"| {r.case.label} | {r.case.data['protocol']['variant']} | no run: {_refusal(r.kernel['error'])} |" + " |" * 10
+            )
+            continue
+        k = _pct(r.util_kernel) + (" (unclean)" if r.kernel["unclean"] else "")
+        jain = lambda mm: "—" if mm is None else f"{mm['jain_index']:.3f}"  # noqa: E731
+        to = m.get("timeouts")
+        out.append(
+            f"| {r.case.label} | {r.case.data['protocol']['variant']} | {k} | {_pct(r.util_sim)} | {_pct(r.util_ns3)} | "
+            f"{_rel(r.util_sim, r.util_kernel)} | {_rel(r.util_ns3, r.util_kernel)} | {jain(m)} | {jain(r.sim)} | "
+            f"{jain(r.ns3)} | {m['bottleneck_drops']} | {'—' if to is None else to} | {nearer(r)} |"
+        )
+    return "\n".join(out) + "\n\n" + kernel_tally(rows)
+
+
 def write_section(body: str) -> None:
     """Replaces the generated part of VALIDATION.md's ns-3 section (creating the section at
     the end of the file the first time); the hand-written prose around it stays."""
@@ -333,8 +456,8 @@ def write_section(body: str) -> None:
 
 
 def trace_case(name: str) -> None:
-    """Prints, per second, each simulator's mean cwnd, bottleneck drops and goodput of one
-    stored case, and draws them (results/ns3/<case>/compare.png)."""
+    """Prints, per second, each simulator's (and the kernel's, if it ran) mean cwnd, bottleneck
+    drops and goodput of one stored case, and draws them (results/ns3/<case>/compare.png)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -348,6 +471,8 @@ def trace_case(name: str) -> None:
     series = {"ns-3": ns3}
     if (folder / "sim" / "flows.parquet").exists():
         series = {"xferlab": Trace.read(folder / "sim"), **series}
+    if (folder / "netns" / "flows.parquet").exists():
+        series["kernel"] = Trace.read(folder / "netns")
     fig, axes = plt.subplots(len(series) + 2, 1, figsize=(10, 3 * (len(series) + 2)), sharex=True)
     summary = {}
     for i, (label, tr) in enumerate(series.items()):
@@ -399,6 +524,11 @@ def main() -> int:
     ap.add_argument("--no-write", action="store_true", help="print the table, leave VALIDATION.md alone")
     ap.add_argument("--trace", metavar="CASE", help="compare cwnd, drops and goodput of one stored case")
     ap.add_argument(
+        "--kernel",
+        action="store_true",
+        help="also run each case on the netns backend (real Linux TCP; root, one case at a time, a quiet machine)",
+    )
+    ap.add_argument(
         "--ns3-arg",
         action="append",
         default=[],
@@ -411,24 +541,39 @@ def main() -> int:
     if args.trace:
         trace_case(args.trace)
         return 0
+    if args.kernel and args.jobs > 1:
+        ap.error("--kernel runs one case at a time (the emulation needs the machine to itself): drop --jobs")
+    if args.kernel and os.geteuid() != 0:
+        ap.error("--kernel needs root (the netns backend builds network namespaces)")
     subprocess.run([str(BUILD), "build"], check=True, stdout=subprocess.DEVNULL)
     cases = [c for g in (args.groups or list(GROUPS)) for c in GROUPS[g](args.quick)]
     if args.only:
         cases = [c for c in cases if re.search(args.only, c.name)]
     t0 = time.perf_counter()
-    with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+    one = lambda c: run_case(c, args.reuse, tuple(args.ns3_arg), args.kernel)  # noqa: E731
+    # One at a time in the main thread (the netns backend stops its emulation cleanly on
+    # SIGTERM only there); several ns-3 runs at a time in a pool.
+    with ThreadPoolExecutor(max_workers=args.jobs) if args.jobs > 1 else contextlib.nullcontext() as pool:
         rows = []
-        for row in pool.map(lambda c: run_case(c, args.reuse, tuple(args.ns3_arg)), cases):
+        for row in pool.map(one, cases) if pool else map(one, cases):
             rows.append(row)
             d = "not simulated" if row.diff is None else f"{100 * row.diff:+.1f} %"
+            k = (
+                ""
+                if row.kernel is None
+                else f"  kernel {_pct(row.util_kernel):>8s}" + (" unclean" if row.kernel["unclean"] else "")
+            )
             print(
-                f"{row.case.name:28s} util xferlab {_pct(row.util_sim):>8s}  ns-3 {_pct(row.util_ns3):>8s}  {d:>14s}"
+                f"{row.case.name:28s} util xferlab {_pct(row.util_sim):>8s}  ns-3 {_pct(row.util_ns3):>8s}  {d:>14s}{k}"
                 f"  (ns-3 {row.ns3_res['wall_s']:.0f} s)",
                 flush=True,
             )
     total = time.perf_counter() - t0
     notes = yaml.safe_load(NOTES_FILE.read_text()) if NOTES_FILE.exists() else {}
     table_ = render(rows, notes or {})
+    if args.kernel:
+        table_ += "\n\nBeside the kernel (`--kernel`: the netns backend, real Linux TCP on this machine, one run per case):\n\n"
+        table_ += render_kernel(rows)
     print(table_)
     ns3_wall = sum(r.ns3_res["wall_s"] for r in rows)
     print(f"\n{len(rows)} cases in {total:.0f} s (ns-3 runs: {ns3_wall:.0f} s of CPU)")
@@ -436,10 +581,12 @@ def main() -> int:
         return 0
     version = rows[0].ns3_res["ns3_version"] if rows else "?"
     groups = "".join(f"{g} " for g in args.groups)
-    flags = f"--jobs {args.jobs}" + (" --reuse" if args.reuse else "")
+    flags = f"--jobs {args.jobs}" + (" --reuse" if args.reuse else "") + (" --kernel" if args.kernel else "")
     cost = f"{len(rows)} cases, {total / 60:.0f} min wall, ns-3 {ns3_wall / 60:.0f} min of CPU"
     if args.reuse:  # ns-3's side may come from results/ns3/ (its CPU time is when it ran)
-        cost += " when its stored results were made; unchanged scenarios reuse them"
+        cost += " when its stored results were made; unchanged scenarios reuse them" + (
+            ", and the kernel's runs" if args.kernel else ""
+        )
     body = (
         f"Command: `.venv/bin/python benches/ns3_compare.py {groups}{flags}` ({cost}), "
         f"{time.strftime('%Y-%m-%d')}. ns-3 {version} (the `ns3` wheel from PyPI); machine: {machine()}.\n\n{table_}"

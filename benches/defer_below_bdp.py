@@ -1,0 +1,119 @@
+"""Does the sender hold data back (TSO deferral) while its path is not full? Kernel and simulator.
+
+    sudo .venv/bin/python benches/defer_below_bdp.py [--case db1-10ms-reno] [--duration 15s] [--no-kernel]
+
+One case of benches/ns3_compare.py's dumbbell group, shortened, on the netns backend with the
+TCP_INFO sampler every 2 ms beside it (benches/fidelity_tcpinfo.py, by lookup), and on the
+simulator with TCP samples every 2 ms, with and without TSO deferral (`host.tso_defer`) and on
+the emulated configuration (fidelity.emulated). After the first 3 s it prints, per run, the
+utilisation and the bottleneck drops, and how far the flow's data in flight falls short of
+its window (cwnd − in flight, segments) in the samples whose window is below the path's BDP
+(the bottleneck idle part of each saw-tooth, where data held back is link time lost) and in
+those above it (a queue holds, nothing is lost by waiting), and the segments per ACK.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import signal
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "python"))
+
+import fidelity  # noqa: E402
+import ns3_compare  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+from xferlab import backends, metrics, scenario  # noqa: E402
+from xferlab.backends import sim  # noqa: E402
+
+#: Samples before this are left out (slow start and the first loss).
+SKIP_S = 3.0
+
+
+def shortfall(df: pd.DataFrame, bdp: float) -> str:
+    """cwnd − in flight below and above the BDP: median and 90th percentile, and the share of
+    samples below it."""
+    gap = df.cwnd - df.in_flight
+    below = df.cwnd < bdp
+    q = lambda g: f"{np.percentile(g, 50):.0f}/{np.percentile(g, 90):.0f}" if len(g) else "—"  # noqa: E731
+    share = f"{100 * below.mean():.0f} % of samples below"
+    return f"cwnd − in flight (median/90th) below the BDP {q(gap[below])}, above {q(gap[~below])} ({share})"
+
+
+def run_line(label: str, m: dict, r: dict) -> str:
+    """A run's label, utilisation and bottleneck drops."""
+    return f"{label:22s} util {100 * m['aggregate_goodput_mbps'] / r['ideal_goodput_mbps']:5.1f} %, drops {m['bottleneck_drops']}"
+
+
+def case_data(name: str, duration: str) -> dict:
+    cases = {c.name: c for c in ns3_compare.GROUPS["dumbbell"](False)}
+    if name not in cases:
+        raise SystemExit(f"error: no case {name!r}; cases: {', '.join(cases)}")
+    d = copy.deepcopy(cases[name].data)
+    d["workload"]["duration"] = duration
+    d["measure"]["tcp_interval"] = "2ms"
+    return d
+
+
+def kernel(d: dict, bdp: float) -> None:
+    s = scenario.from_dict(d, d["name"])
+    r = scenario.resolve(s)
+    csv = ROOT / "results" / f".defer-{d['name']}.csv"
+    csv.parent.mkdir(parents=True, exist_ok=True)
+    sampler = fidelity.start_sampler(csv, "--flows", "1", "--discover", "inf")
+    try:
+        tr = backends.get("netns").run(s, r)
+    finally:
+        sampler.send_signal(signal.SIGTERM)
+        sampler.wait(timeout=10)
+    m = metrics.compute(tr)
+    df = pd.read_csv(csv)
+    csv.unlink()
+    key = df.groupby(["ns", "sport", "dport"]).data_segs_out.max().idxmax()  # the data connection, not iperf3's control
+    f = df[(df.ns == key[0]) & (df.sport == key[1]) & (df.dport == key[2])]
+    f = f[(f.t_ns - f.t_ns.min()) / 1e9 > SKIP_S]
+    per_ack = (f.data_segs_out.iloc[-1] - f.data_segs_out.iloc[0]) / max(1, f.segs_in.iloc[-1] - f.segs_in.iloc[0])
+    late = " (emulation late)" if tr.provenance.stats.get("delay_line_late") else ""
+    print(f"{run_line('kernel' + late, m, r)}; {shortfall(f, bdp)}; {per_ack:.2f} segments per ACK")
+
+
+def simulated(d: dict, bdp: float) -> None:
+    for label, host, emulate in (
+        ("sim", {}, False),
+        ("sim, no deferral", {"tso_defer": False}, False),
+        ("sim, emulated", {}, True),
+    ):
+        dd = copy.deepcopy(d)
+        dd["host"] = host
+        s = scenario.from_dict(dd, dd["name"])
+        r = scenario.resolve(s)
+        cfg = sim.sim_config(r)
+        tr = sim.run_config(fidelity.emulated(cfg) if emulate else cfg, r)
+        m = metrics.compute(tr)
+        t = tr.df("tcp")
+        t = t[t.t > SKIP_S]
+        per_ack = tr.df("flows").segments_sent.sum() / max(1, t.acks_in.max())
+        print(f"{run_line(label, m, r)}; {shortfall(t, bdp)}; {per_ack:.2f} segments per ACK")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--case", default="db1-10ms-reno", help="a case of ns3_compare.py's dumbbell group")
+    ap.add_argument("--duration", default="15s")
+    ap.add_argument("--no-kernel", action="store_true", help="the simulator only (no root needed)")
+    args = ap.parse_args()
+    d = case_data(args.case, args.duration)
+    r = scenario.resolve(scenario.from_dict(d, d["name"]))
+    bdp = r["bdp_packets"]
+    print(f"{args.case}, {args.duration}; the path's BDP {bdp:.0f} packets")
+    if not args.no_kernel:
+        kernel(d, bdp)
+    simulated(d, bdp)
+
+
+if __name__ == "__main__":
+    main()

@@ -4,12 +4,14 @@
 
 One case of benches/ns3_compare.py's dumbbell group, shortened, on the netns backend with the
 TCP_INFO sampler every 2 ms beside it (benches/fidelity_tcpinfo.py, by lookup), and on the
-simulator with TCP samples every 2 ms, with and without TSO deferral (`host.tso_defer`) and on
-the emulated configuration (fidelity.emulated). After the first 3 s it prints, per run, the
+simulator with TCP samples every 2 ms, with and without TSO deferral (`host.tso_defer`), and on
+the emulated configuration (fidelity.emulated) with its default receivers and with Linux's
+ACK rules (reads "linux"). After the first 3 s it prints, per run, the
 utilisation and the bottleneck drops, and how far the flow's data in flight falls short of
 its window (cwnd − in flight, segments) in the samples whose window is below the path's BDP
 (the bottleneck idle part of each saw-tooth, where data held back is link time lost) and in
-those above it (a queue holds, nothing is lost by waiting), and the segments per ACK.
+those above it (a queue holds, nothing is lost by waiting), and the segments per ACK (the
+kernel's in each part too).
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ def shortfall(df: pd.DataFrame, bdp: float) -> str:
 
 def run_line(label: str, m: dict, r: dict) -> str:
     """A run's label, utilisation and bottleneck drops."""
-    return f"{label:22s} util {100 * m['aggregate_goodput_mbps'] / r['ideal_goodput_mbps']:5.1f} %, drops {m['bottleneck_drops']}"
+    return f"{label:26s} util {100 * m['aggregate_goodput_mbps'] / r['ideal_goodput_mbps']:5.1f} %, drops {m['bottleneck_drops']}"
 
 
 def case_data(name: str, duration: str) -> dict:
@@ -79,20 +81,27 @@ def kernel(d: dict, bdp: float) -> None:
     per_ack = (f.data_segs_out.iloc[-1] - f.data_segs_out.iloc[0]) / max(1, f.segs_in.iloc[-1] - f.segs_in.iloc[0])
     late = " (emulation late)" if tr.provenance.stats.get("delay_line_late") else ""
     print(f"{run_line('kernel' + late, m, r)}; {shortfall(f, bdp)}; {per_ack:.2f} segments per ACK")
+    # Segments per ACK in each part: the data sent and the ACKs got between samples.
+    sent, got, below = f.data_segs_out.diff(), f.segs_in.diff(), f.cwnd.shift() < bdp
+    ratio = lambda m: sent[m].sum() / max(1, got[m].sum())  # noqa: E731
+    split = f"below the BDP {ratio(below):.2f}, above {ratio(~below):.2f}"
+    print(f"{'':26s} segments per ACK {split}")
 
 
 def simulated(d: dict, bdp: float) -> None:
-    for label, host, emulate in (
-        ("sim", {}, False),
-        ("sim, no deferral", {"tso_defer": False}, False),
-        ("sim, emulated", {}, True),
-    ):
+    runs = (
+        ("sim", {}, None),
+        ("sim, no deferral", {"tso_defer": False}, None),
+        ("sim, emulated", {}, fidelity.READS),
+        ("sim, emulated, Linux ACKs", {}, "linux"),
+    )
+    for label, host, reads in runs:
         dd = copy.deepcopy(d)
         dd["host"] = host
         s = scenario.from_dict(dd, dd["name"])
         r = scenario.resolve(s)
         cfg = sim.sim_config(r)
-        tr = sim.run_config(fidelity.emulated(cfg) if emulate else cfg, r)
+        tr = sim.run_config(cfg if reads is None else fidelity.emulated(cfg, reads=reads), r)
         m = metrics.compute(tr)
         t = tr.df("tcp")
         t = t[t.t > SKIP_S]

@@ -376,13 +376,18 @@ def _rel(x: float | None, ref: float | None) -> str:
     return f"**{d}**" if abs(x / ref - 1) > TOLERANCE else d
 
 
+#: Two simulators whose distances to the kernel's utilisation differ by less than this (half
+#: a point of utilisation) are as near it.
+AS_NEAR = 0.005
+
+
 def nearer(r: Row) -> str:
-    """Which simulator's utilisation is nearer the kernel's."""
+    """Which simulator's utilisation is nearer the kernel's ("both": within AS_NEAR)."""
     k, x, n = r.util_kernel, r.util_sim, r.util_ns3
     if k is None or x is None:
         return "—"
     dx, dn = abs(x - k), abs(n - k)
-    return "both" if abs(dx - dn) < 0.005 else ("xferlab" if dx < dn else "ns-3")
+    return "both" if abs(dx - dn) < AS_NEAR else ("xferlab" if dx < dn else "ns-3")
 
 
 def kernel_tally(rows: list[Row]) -> str:

@@ -6,7 +6,8 @@ One case of benches/ns3_compare.py's dumbbell group, shortened, on the netns bac
 TCP_INFO sampler every 2 ms beside it (benches/fidelity_tcpinfo.py, by lookup), and on the
 simulator with TCP samples every 2 ms, with and without TSO deferral (`host.tso_defer`), and on
 the emulated configuration (fidelity.emulated) with its default receivers and with Linux's
-ACK rules (reads "linux"). After the first 3 s it prints, per run, the
+ACK rules (reads "linux"), and with ``--wakeups`` on the plain simulator with Linux's ACK rules
+and its receiving applications reading later. After the first 3 s it prints, per run, the
 utilisation and the bottleneck drops, and how far the flow's data in flight falls short of
 its window (cwnd − in flight, segments) in the samples whose window is below the path's BDP
 (the bottleneck idle part of each saw-tooth, where data held back is link time lost) and in
@@ -48,7 +49,7 @@ def shortfall(df: pd.DataFrame, bdp: float) -> str:
 
 def run_line(label: str, m: dict, r: dict) -> str:
     """A run's label, utilisation and bottleneck drops."""
-    return f"{label:26s} util {100 * m['aggregate_goodput_mbps'] / r['ideal_goodput_mbps']:5.1f} %, drops {m['bottleneck_drops']}"
+    return f"{label:32s} util {100 * m['aggregate_goodput_mbps'] / r['ideal_goodput_mbps']:5.1f} %, drops {m['bottleneck_drops']}"
 
 
 def case_data(name: str, duration: str) -> dict:
@@ -85,22 +86,26 @@ def kernel(d: dict, bdp: float) -> None:
     sent, got, below = f.data_segs_out.diff(), f.segs_in.diff(), f.cwnd.shift() < bdp
     ratio = lambda m: sent[m].sum() / max(1, got[m].sum())  # noqa: E731
     split = f"below the BDP {ratio(below):.2f}, above {ratio(~below):.2f}"
-    print(f"{'':26s} segments per ACK {split}")
+    print(f"{'':32s} segments per ACK {split}")
 
 
-def simulated(d: dict, bdp: float) -> None:
-    runs = (
-        ("sim", {}, None),
-        ("sim, no deferral", {"tso_defer": False}, None),
-        ("sim, emulated", {}, fidelity.READS),
-        ("sim, emulated, Linux ACKs", {}, "linux"),
-    )
-    for label, host, reads in runs:
+def simulated(d: dict, bdp: float, wakeups_us: list[float]) -> None:
+    runs = [
+        ("sim", {}, None, None),
+        ("sim, no deferral", {"tso_defer": False}, None, None),
+        ("sim, emulated", {}, fidelity.READS, None),
+        ("sim, emulated, Linux ACKs", {}, "linux", None),
+    ]
+    runs += [(f"sim, Linux ACKs, reads {w:g} µs", {}, None, w) for w in wakeups_us]
+    for label, host, reads, wakeup_us in runs:
         dd = copy.deepcopy(d)
         dd["host"] = host
         s = scenario.from_dict(dd, dd["name"])
         r = scenario.resolve(s)
         cfg = sim.sim_config(r)
+        if wakeup_us is not None:  # the receivers' reads later (noise.app_wakeup_ns, a uniform mean)
+            cfg["tcp"]["linux_acks"] = True
+            cfg["noise"]["app_wakeup_ns"] = int(wakeup_us * 1000)
         tr = sim.run_config(cfg if reads is None else fidelity.emulated(cfg, reads=reads), r)
         m = metrics.compute(tr)
         t = tr.df("tcp")
@@ -114,6 +119,14 @@ def main() -> None:
     ap.add_argument("--case", default="db1-10ms-reno", help="a case of ns3_compare.py's dumbbell group")
     ap.add_argument("--duration", default="15s")
     ap.add_argument("--no-kernel", action="store_true", help="the simulator only (no root needed)")
+    ap.add_argument(
+        "--wakeups",
+        nargs="*",
+        type=float,
+        default=[],
+        metavar="US",
+        help="also the plain simulator with Linux's ACK rules and its receivers reading this many µs after the data",
+    )
     args = ap.parse_args()
     d = case_data(args.case, args.duration)
     r = scenario.resolve(scenario.from_dict(d, d["name"]))
@@ -121,7 +134,7 @@ def main() -> None:
     print(f"{args.case}, {args.duration}; the path's BDP {bdp:.0f} packets")
     if not args.no_kernel:
         kernel(d, bdp)
-    simulated(d, bdp)
+    simulated(d, bdp, args.wakeups)
 
 
 if __name__ == "__main__":

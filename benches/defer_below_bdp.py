@@ -21,6 +21,7 @@ import argparse
 import copy
 import signal
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -74,11 +75,11 @@ def kernel(d: dict, bdp: float) -> None:
         sampler.send_signal(signal.SIGTERM)
         sampler.wait(timeout=10)
     m = metrics.compute(tr)
-    df = pd.read_csv(csv)
-    csv.unlink()
-    key = df.groupby(["ns", "sport", "dport"]).data_segs_out.max().idxmax()  # the data connection, not iperf3's control
-    f = df[(df.ns == key[0]) & (df.sport == key[1]) & (df.dport == key[2])]
-    f = f[(f.t_ns - f.t_ns.min()) / 1e9 > SKIP_S]
+    f = fidelity.netns_samples(csv, 1, time.monotonic_ns())  # the data connection's, from its first data
+    csv.unlink(missing_ok=True)
+    if f is None:
+        raise SystemExit("error: the TCP_INFO sampler saw no data connection of the kernel's run")
+    f = f[f.t > SKIP_S]
     per_ack = (f.data_segs_out.iloc[-1] - f.data_segs_out.iloc[0]) / max(1, f.segs_in.iloc[-1] - f.segs_in.iloc[0])
     late = " (emulation late)" if tr.provenance.stats.get("delay_line_late") else ""
     print(f"{run_line('kernel' + late, m, r)}; {shortfall(f, bdp)}; {per_ack:.2f} segments per ACK")

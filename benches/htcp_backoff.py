@@ -92,7 +92,9 @@ def report(variant: str, rtt: str, kernel: str, hz: int | None, tso_defer: bool 
     flows, tcp, link = trace.flows.to_pandas(), trace.tcp.to_pandas(), trace.link.to_pandas()
     start = flows.start.max()
     window = link[(link.link == "bottleneck") & (link.t >= start)]
-    betas = [b for _, g in tcp.groupby("flow_id") for t, b in events(g.sort_values("t")) if t > start]
+    ordered = {fid: g.sort_values("t") for fid, g in tcp.groupby("flow_id")}
+    per_flow = {fid: (g, events(g)) for fid, g in ordered.items()}  # each flow's samples and backoffs
+    betas = [b for _, ev in per_flow.values() for t, b in ev if t > start]
     hist = np.histogram(betas, bins=BETA_BINS)[0].tolist()
     print(
         f"{variant} at {rtt}, {kernel} host{'' if hz is None else f' at HZ {hz}'}{'' if tso_defer else ', no TSO deferral'} "
@@ -103,7 +105,7 @@ def report(variant: str, rtt: str, kernel: str, hz: int | None, tso_defer: bool 
     )
     if betas:
         print(f"  backoffs with all active: {len(betas)}, median β {np.median(betas):.3f}; per bin {BETA_BINS[1:-1]}: {hist}")
-        eps = episodes([(t, fid) for fid, g in tcp.groupby("flow_id") for t, _ in events(g.sort_values("t")) if t > start])
+        eps = episodes([(t, fid) for fid, (_, ev) in per_flow.items() for t, _ in ev if t > start])
         sizes = np.array([len(e) for e in eps])
         print(
             f"  congestion episodes: {len(eps)} ({len(eps) / (window.t.max() - start):.2f} a second), flows backing off in "
@@ -111,9 +113,7 @@ def report(variant: str, rtt: str, kernel: str, hz: int | None, tso_defer: bool 
             f"{np.bincount(sizes)[1:].tolist()}; bottleneck queue empty in {100 * (window.queue_pkts == 0).mean():.0f} % "
             f"of its samples"
         )
-    for fid, g in tcp.groupby("flow_id"):
-        g = g.sort_values("t")
-        ev = events(g)
+    for fid, (g, ev) in per_flow.items():
         if not ev:
             continue
         first = ev[0][0]

@@ -9,6 +9,7 @@ netns backend (this host's kernel), compared metric by metric.
     .venv/bin/python benches/fidelity.py --repeat-of RUN       # the stored kernel runs judged against RUN's
     .venv/bin/python benches/fidelity.py --kernel-runs RUN...  # the simulator against the median of several matrices' kernel runs
     .venv/bin/python benches/fidelity.py --kernel-runs RUN... --seeds 1 2 3 4 5   # ...and its median over seeds, spreads
+    .venv/bin/python benches/fidelity.py --kernel-runs RUN... --controls   # ...and how the tests judge worse simulators
     .venv/bin/python benches/fidelity.py --archive NAME        # keep the stored kernel run: benches/fidelity-runs/NAME.json.gz
 
 The matrix: 7 variants × RTT 10, 50, 200 ms × buffer 0.2 and 1 BDP × 1 and 4 flows, hosts
@@ -1197,6 +1198,14 @@ def seeded_side(job: tuple[Case, int, dict | None, str, bool]) -> dict:
     return {**out["duration"], "makespan_s": out["volume"]["makespan_s"]}
 
 
+def mapped(fn, work: list, jobs: int = 1) -> list:
+    """``fn`` over ``work`` in ``jobs`` processes (1: in this one), in order."""
+    if jobs <= 1:
+        return [fn(job) for job in work]
+    with ProcessPoolExecutor(jobs) as pool:
+        return list(pool.map(fn, work))
+
+
 def seeded_sides(cases: list[Case], seeds: list[int], starts_from: Path, jobs: int = 1) -> dict[str, list[dict]]:
     """Each case's simulator figures with each of ``seeds`` (seeded_side), its flows
     started as in the kernel run ``starts_from``; ``jobs`` processes (1: in this one)."""
@@ -1204,11 +1213,7 @@ def seeded_sides(cases: list[Case], seeds: list[int], starts_from: Path, jobs: i
     for case in cases:
         starts = starts_from_kernel(starts_from, case)
         work += [(case, seed, starts, READS, TSO_DEFER) for seed in seeds]
-    if jobs > 1:
-        with ProcessPoolExecutor(jobs) as pool:
-            figures = list(pool.map(seeded_side, work))
-    else:
-        figures = [seeded_side(job) for job in work]
+    figures = mapped(seeded_side, work, jobs)
     out: dict[str, list[dict]] = {}
     for (case, *_), got in zip(work, figures, strict=True):
         out.setdefault(case.key, []).append(got)
@@ -1251,19 +1256,140 @@ def spreads(kernel: dict[str, list[dict]], sims: dict[str, list[dict]], at_least
     return "; ".join(parts)
 
 
-def against_runs(runs_: list[Path], cases: list[Case], seeds: list[int] | None = None, jobs: int = 1) -> str:
+def held_out_verdicts(kernel: dict[str, list[dict]], sims: dict[str, dict], at_least: int = 3) -> tuple[list, list, list]:
+    """The range test made fair: in each case with ``at_least`` kernel runs, each run in turn
+    is held out, and both it and the simulator (``sims``: one figure set per case) are judged
+    against the range of the others (within_range): each metric within its tolerance of one
+    of them or between them. Both sides face the same references, so the two tallies say
+    whether the simulator stands among the kernel's runs as often as one of them does.
+    Returns the held-out kernel runs' verdicts, the simulator's against the same ranges, and
+    the simulator's against the range of all of each case's runs (cases missing from
+    ``sims``: the kernel's verdicts only)."""
+    self_oks, sim_oks, all_oks = [], [], []
+    for key, runs in kernel.items():
+        if len(runs) < at_least:
+            continue
+        for k, run in enumerate(runs):
+            others = runs[:k] + runs[k + 1 :]
+            self_oks.append(within_range(run | {"drops": 0, "retransmissions": 0}, others) | {"retx": None})
+            if key in sims:
+                sim_oks.append(within_range(sims[key], others))
+        if key in sims:
+            all_oks.append(within_range(sims[key], runs))
+    return self_oks, sim_oks, all_oks
+
+
+def held_out(kernel: dict[str, list[dict]], sims: dict[str, dict], at_least: int = 3) -> str:
+    """held_out_verdicts, told, with the cases where the simulator is outside the range of
+    all of the case's runs."""
+    self_oks, sim_oks, all_oks = held_out_verdicts(kernel, sims, at_least)
+    n = sum(len(r) >= at_least for r in kernel.values())
+    return (
+        f"Held out, in the {n} cases with at least {at_least} kernel runs (each run in turn judged against "
+        "the range of the case's other runs, each metric within its tolerance of one of them or between them): "
+        f"{tally(self_oks).replace('cases hold', 'held-out kernel runs hold')}; the simulator against the same "
+        f"ranges: {tally(sim_oks).replace(' cases hold', ' hold')}. The simulator against the range of all of a "
+        f"case's runs: {tally(all_oks)}; outside it: {outside_range(kernel, sims, at_least)}"
+    )
+
+
+def outside_range(kernel: dict[str, list[dict]], sims: dict[str, dict], at_least: int = 3) -> str:
+    """The cases where ``sims`` is outside the range of the case's kernel runs (within_range),
+    each with the metrics missed: the simulator's figure and the kernel's range."""
+    names = {"goodput": ("goodput", "{:.1f} Mbit/s"), "jain": ("Jain", "{:.3f}")}
+    names |= {"ss_exit": ("exit", "{:.0f}"), "completion": ("completion", "{:.2f} s")}
+    out = []
+    for key, runs in kernel.items():
+        if len(runs) < at_least or key not in sims:
+            continue
+        missed = []
+        for k, good in within_range(sims[key], runs).items():
+            if good is not False:
+                continue
+            if k not in COMPARED:
+                missed.append("retransmissions")
+                continue
+            name, fmt = names[k]
+            values = [r[COMPARED[k]] for r in runs if r.get(COMPARED[k]) is not None]
+            lo, hi = fmt.format(min(values)).split()[0], fmt.format(max(values))
+            missed.append(f"{name} {fmt.format(sims[key][COMPARED[k]])} against {lo}–{hi}")
+        if missed:
+            out.append(f"`{key}` ({'; '.join(missed)})")
+    return ", ".join(out) or "none"
+
+
+def passed(oks: list[dict]) -> int:
+    """How many of ``oks`` (verdicts) hold every tolerance that applies."""
+    return sum(all(g is not False for g in ok.values()) for ok in oks)
+
+
+#: The power of the tests: simulators known to differ from the table's, judged as it is
+#: (`--controls`). Each is a change to run_sim's arguments, or "swap": each case run with
+#: another variant's law (Reno for the others, CUBIC for Reno and BBR).
+CONTROLS = {
+    "the emulation not modelled (plain hosts)": {"plain": True},
+    "without TSO deferral": {"tso_defer": False},
+    "without host noise": {"noise": False},
+    "another variant's law": "swap",
+}
+
+
+def control_side(job: tuple[Case, str, dict | None]) -> dict:
+    """A case's simulator figures (seed 1, flows started at ``starts``) under the control
+    named (CONTROLS). One picklable argument: a pool's job."""
+    case, name, starts = job
+    change = CONTROLS[name]
+    if change == "swap":
+        other = {"reno": "cubic", "bbr": "cubic"}.get(case.variant, "reno")
+        case, change = Case(other, case.rtt_ms, case.buffer, case.flows), {}
+    out = {k: run_sim(case, k, seed=1, starts_s=(starts or {}).get(k), **change) for k in ("duration", "volume")}
+    return {**out["duration"], "makespan_s": out["volume"]["makespan_s"]}
+
+
+def controls(kernel: dict[str, list[dict]], sims: dict[str, dict], starts_from: Path, jobs: int = 1) -> str:
+    """The table's simulator (``sims``) and each of CONTROLS judged three ways: against the
+    median of the kernel's runs, held out (held_out_verdicts) and against the range of all
+    of a case's runs; the held-out kernel runs beside them. A test that passes a control as
+    often as the table's simulator cannot tell the two apart."""
+    keys = [k for k, runs in kernel.items() if len(runs) >= 3 and k in sims]
+    cases = {c.key: c for c in matrix()}
+    work = [(cases[k], name, starts_from_kernel(starts_from, cases[k])) for name in CONTROLS for k in keys]
+    figures = mapped(control_side, work, jobs)
+    models = {"the table's simulator (seed 1)": {k: sims[k] for k in keys}}
+    for (case, name, _), got in zip(work, figures, strict=True):
+        models.setdefault(name, {})[case.key] = got
+    kernel = {k: kernel[k] for k in keys}
+    self_oks, *_ = held_out_verdicts(kernel, {})
+    rows = [
+        f"| simulator | against the median (of {len(keys)} cases) | held out (of {len(self_oks)}) "
+        f"| against the range (of {len(keys)}) |",
+        "|---|---:|---:|---:|",
+    ]
+    for name, figs in models.items():
+        median = passed([verdict(figs[k], median_run(kernel[k])) for k in keys])
+        _, sim_oks, all_oks = held_out_verdicts(kernel, figs)
+        rows.append(f"| {name} | {median} | {passed(sim_oks)} | {passed(all_oks)} |")
+    rows.append(f"| (the held-out kernel runs themselves) | | {passed(self_oks)} | |")
+    return "\n".join(rows)
+
+
+def against_runs(
+    runs_: list[Path], cases: list[Case], seeds: list[int] | None = None, jobs: int = 1, with_controls: bool = False
+) -> str:
     """The simulator (this matrix's stored side, run if missing) against the median of the
     kernel runs in ``runs_`` (archives or results directories), and, for reference, each
     kernel run against the median of the others: how often one run of the kernel holds the
     tolerances against its own median. With ``seeds``, also the median of the simulator's
     runs with those seeds (flows started as in the last kernel run) against the same
-    medians, and each side's run-to-run spread (spreads)."""
+    medians, and each side's run-to-run spread (spreads). Then the held-out test
+    (held_out), and ``with_controls`` the tests' power (controls)."""
     kernel = {c.key: [r for d in runs_ if (r := kernel_run(d, c)) is not None] for c in cases}
     judged = [c for c in cases if len(kernel[c.key]) >= 2]
-    sim_oks, self_oks = [], []
+    sim_oks, self_oks, sim_figures = [], [], {}
     for case in judged:
         runs = kernel[case.key]
-        sim_oks.append(verdict(sim_side(case, runs_[-1]), median_run(runs)))
+        sim_figures[case.key] = sim_side(case, runs_[-1])
+        sim_oks.append(verdict(sim_figures[case.key], median_run(runs)))
         for k, run in enumerate(runs):
             others = median_run(runs[:k] + runs[k + 1 :])
             self_oks.append(verdict(run | {"drops": 0, "retransmissions": 0}, others) | {"retx": None})
@@ -1288,6 +1414,18 @@ def against_runs(runs_: list[Path], cases: list[Case], seeds: list[int] | None =
             "\n\nRun to run ((max − min) / median over a case's kernel runs, and over its seeds), in the cases with "
             f"at least three kernel runs: {spreads(kernel, sims)}."
         )
+    text += f"\n\n{held_out(kernel, sim_figures)}."
+    if seeds:
+        # The seeds' own check (retransmissions against drops) is in their tally above.
+        medians = {c.key: median_run(sims[c.key]) | {"retransmissions": 0, "drops": 0} for c in judged}
+        _, _, all_oks = held_out_verdicts(kernel, medians)
+        text += (
+            f"\n\nThe median of the simulator's seeds against the range of all of a case's runs: {tally(all_oks)}; "
+            f"outside it: {outside_range(kernel, medians)}."
+        )
+    if with_controls:
+        text += "\n\nThe tests' power, cases each simulator holds every tolerance in:\n\n"
+        text += controls(kernel, sim_figures, runs_[-1], jobs)
     return text
 
 
@@ -1353,6 +1491,9 @@ def main() -> int:
         metavar="N",
         help="with --kernel-runs: also the median of the simulator's runs with these seeds",
     )
+    ap.add_argument(
+        "--controls", action="store_true", help="with --kernel-runs: also judge simulators known to differ (CONTROLS)"
+    )
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="processes for --seeds' simulator runs")
     ap.add_argument("--from-table", metavar="REV", help="with --archive: the kernel run VALIDATION.md's table showed at git REV")
     ap.add_argument("--archive", metavar="NAME", help=f"keep the stored kernel run in {ARCHIVE.relative_to(ROOT)}/NAME.json.gz")
@@ -1376,7 +1517,7 @@ def main() -> int:
         print(f"kept in {archive(args.archive).relative_to(ROOT)}")
         return 0
     if args.kernel_runs:
-        text = against_runs(args.kernel_runs, select(matrix(), args.only), args.seeds, args.jobs)
+        text = against_runs(args.kernel_runs, select(matrix(), args.only), args.seeds, args.jobs, args.controls)
         print(text)
         if not args.no_write and not args.only:
             write("fidelity_runs", text)

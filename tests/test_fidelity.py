@@ -545,6 +545,11 @@ def test_the_simulator_s_median_over_seeds_is_judged_against_the_kernel_s_median
     assert "goodput: over 10 % in 1 of 1 cases on the kernel and 1 of 1 on the simulator" in lines[3]
     assert "(mean spread 0.238 and 0.401)" in lines[3]
     assert "slow-start exit: over 10 % in 0 of 1 cases" in lines[3]
+    # The seeds' median (212 Mbit/s, 14.15 s) is inside the kernel's range (200-250, 12-16 s);
+    # seed 1 (160 Mbit/s, 18.75 s) is outside it.
+    assert "`cubic:200:0.2bdp:1` (goodput 160.0 Mbit/s against 200.0–250.0 Mbit/s; completion 18.75 s" in lines[4]
+    assert lines[5].startswith("The median of the simulator's seeds against the range of all of a case's runs: **1 of 1")
+    assert lines[5].endswith("outside it: none.")
 
 
 def test_a_simulator_side_stored_with_other_reads_is_made_again(tmp_path, monkeypatch):
@@ -664,3 +669,55 @@ def test_ack_free_stretches_are_counted_per_flow_and_second_after_slow_start():
     per_s = fidelity_events.ack_gaps(pd.concat(flows))
     assert fidelity_events.ACK_GAP_LEVELS_S == (0.002, 0.004, 0.01, 0.02)
     assert per_s == pytest.approx([2 / 4, 2 / 4, 1 / 4, 1 / 4])  # two flows, 2 s each
+
+
+def test_held_out_kernel_runs_and_the_simulator_face_the_same_ranges():
+    run = lambda g: {"goodput_mbps": g, "jain": 1.0, "ss_ssthresh": None, "makespan_s": 3000 / g}  # noqa: E731
+    kernel = {"reno:50:1.0bdp:1": [run(200.0), run(240.0), run(260.0)]}
+    sims = {"reno:50:1.0bdp:1": run(250.0) | {"retransmissions": 5, "drops": 5}}
+    text = fidelity.held_out(kernel, sims)
+    # 200 is 17 % below the others' range (240-260) and 260 is 8 % above theirs (200-240):
+    # one kernel run of three stands among its fellows. 250 is within 5 % of 240 or
+    # between the others in all three ranges.
+    assert "**1 of 3 held-out kernel runs hold every tolerance** (goodput ±5 %: 1/3" in text
+    assert "the simulator against the same ranges: **3 of 3 hold" in text
+    assert "against the range of all of a case's runs: **1 of 1 cases hold every tolerance**" in text
+    assert text.endswith("outside it: none")
+    # 180 Mbit/s is outside every range, and the case is named with the kernel's range.
+    low = fidelity.held_out(kernel, {k: v | {"goodput_mbps": 180.0} for k, v in sims.items()})
+    assert "**0 of 3 hold every tolerance**" in low
+    assert low.endswith("outside it: `reno:50:1.0bdp:1` (goodput 180.0 Mbit/s against 200.0–260.0 Mbit/s)")
+    # A case with fewer than three kernel runs has no held-out test.
+    assert "in the 0 cases" in fidelity.held_out({k: v[:2] for k, v in kernel.items()}, sims)
+
+
+def test_the_controls_show_whether_the_tests_tell_a_worse_simulator_apart(tmp_path, monkeypatch):
+    case = fidelity.Case("htcp", 50, "1.0bdp", 1)
+    duration = {"jain": 1.0, "retransmissions": 5, "drops": 5, "ss_ssthresh": 2500.0}
+    kernel = (240.0, 250.0, 262.0)
+    runs = _archived_runs(tmp_path, case, [(duration | {"goodput_mbps": g}, {"makespan_s": 3000 / g}) for g in kernel])
+    made = []
+
+    def sim(case, kind, seed=None, starts_s=None, reads=None, tso_defer=None, plain=False, noise=True):
+        made.append((case.variant, seed, plain, noise, tso_defer))
+        # Reno's law (the swapped control) carries 180 Mbit/s, the plain hosts 230, the rest 251.
+        g = 180.0 if case.variant == "reno" else 230.0 if plain else 251.0
+        return {"goodput_mbps": g, "jain": 1.0, "retransmissions": 5, "drops": 5, "ss_ssthresh": 2450.0} | {
+            "makespan_s": 3000 / g
+        }
+
+    monkeypatch.setattr(fidelity, "run_sim", sim)
+    monkeypatch.setitem(fidelity.RUNNERS, "sim", sim)
+    text = fidelity.against_runs(runs, [case], with_controls=True)
+    rows = {line.split(" | ")[0].strip("| "): line for line in text.splitlines() if line.startswith("| ")}
+    # The table's simulator (251) is within 5 % of the median (250) and of every range.
+    assert rows["the table's simulator (seed 1)"].endswith("| 1 | 3 | 1 |")
+    # Plain hosts (230): 8 % below the median, 4.2 % below 240 (its completion 4.3 % longer):
+    # it stands in the two ranges that keep the 240 Mbit/s run and in the whole range, so
+    # ranges tell it apart less than the median does. Reno's law (180) misses everything.
+    assert rows["the emulation not modelled (plain hosts)"].endswith("| 0 | 2 | 1 |")
+    assert rows["another variant's law"].endswith("| 0 | 0 | 0 |")
+    # Held out, 240 is 4 % below 250 and 262 is 4.8 % above 250: all three kernel runs stand.
+    assert rows["(the held-out kernel runs themselves)"].endswith("| | 3 | |")
+    assert ("reno", 1, False, True, None) in made and ("htcp", 1, True, True, None) in made
+    assert ("htcp", 1, False, True, False) in made and ("htcp", 1, False, False, None) in made

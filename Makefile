@@ -54,3 +54,18 @@ clean:
 ns3: build
 	benches/ns3/build.sh
 	$(PY) benches/ns3_compare.py --jobs 2
+
+# Every table of VALIDATION.md in one command (root, a quiet machine, many hours: the
+# simulator's tables, seed 001's Tables 2 and 3 (hours), the netns tables and the fidelity
+# matrix's kernel run (70 min), ns-3 with the kernel beside it (about an hour), then the
+# matrix judged against every archived unobserved kernel run (KERNEL_RUNS) with the seeds'
+# median and the controls (the simulator's flows start as in the last run named). Stored
+# results under results/ are reused where a script allows.
+KERNEL_RUNS = $(foreach r,2026-11-28b 2026-11-28c 2026-11-28d 2026-11-28e 2026-11-29 2026-11-29b \
+	2026-12-01 2026-12-02 2026-12-06,benches/fidelity-runs/$(r).json.gz)
+.PHONY: validation
+validation: build
+	$(PY) benches/validate.py --all
+	benches/ns3/build.sh
+	$(PY) benches/ns3_compare.py dumbbell --jobs 2 --reuse --kernel
+	$(PY) benches/fidelity.py --kernel-runs $(KERNEL_RUNS) --seeds 1 2 3 4 5 --jobs 2 --controls

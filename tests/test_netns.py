@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 from xferlab import engine, scenario
-from xferlab.backends import netns
+from xferlab.backends import linktable, netns
 from xferlab.backends.base import BackendError
 from xferlab.netns import bpfcc, host
 
@@ -195,7 +195,7 @@ def test_a_late_link_sample_starts_no_sliver_of_an_interval():
     stamps = [3.4, 3.5, 3.6, 3.855, 3.85525, 4.0, 4.1]
     counters = lambda t: {"bytes": int(rate * t), "packets": int(rate * t / 1514), "drops": 0, "qlen": 1}  # noqa: E731
     samples = [(t, {"bottleneck": counters(t)}) for t in stamps]
-    link = netns.link_table(samples, ("bottleneck",), 0.1, False).to_pandas()
+    link = linktable.link_table(samples, ("bottleneck",), 0.1, False).to_pandas()
     assert link["t"].round(3).tolist() == [3.4, 3.5, 3.6, 3.9, 4.0]
     # The late interval keeps its own length (255 ms); the sliver goes into the next row.
     assert link["throughput_mbps"].max() < 200 * 1500 / 1514 * 1.001

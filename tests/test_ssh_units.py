@@ -90,9 +90,9 @@ def test_clock_offset_is_the_fastest_probe_and_start_times_follow_it():
 
 
 def test_the_journal_undoes_newest_first_and_names_what_failed():
-    j = journal.new("s0", "run1")
+    j = journal.new("s0", "0123abcd")
     j["entries"] = [
-        journal.workdir("/tmp/xferlab-ssh-run1-s0"),
+        journal.workdir("/tmp/xferlab-ssh-0123abcd-s0"),
         journal.sysctl("net.ipv4.tcp_rmem", "4096 131072 6291456"),
         journal.route("10.0.0.2", None),
         journal.qdisc("eth1"),
@@ -100,10 +100,13 @@ def test_the_journal_undoes_newest_first_and_names_what_failed():
     script = journal.undo_script(j).splitlines()
     assert script[0].startswith("{ [ ! -e /sys/class/net/eth1 ] || tc qdisc del dev eth1 root")
     assert "printf '%s\\n' '4096 131072 6291456' > /proc/sys/net/ipv4/tcp_rmem" in script[2]
-    assert script[3].startswith("{ for f in /tmp/xferlab-ssh-run1-s0/*.pid") and "rm -rf /tmp/xferlab-ssh-run1-s0" in script[3]
+    assert script[3].startswith("{ for f in /tmp/xferlab-ssh-0123abcd-s0/*.pid")
+    assert "rm -rf -- /tmp/xferlab-ssh-0123abcd-s0" in script[3]
     out = f'{journal.FAILED} {{"kind": "qdisc"}}\nother\n'
     assert journal.failures(out) == ['{"kind": "qdisc"}']
-    assert journal.loads(journal.dumps(j)) == j and journal.loads("") is None
+    assert journal.loads(journal.dumps(j)) == j
+    with pytest.raises(journal.JournalError, match="not JSON"):
+        journal.loads("")
 
 
 def test_facts_and_the_plan_of_a_router_with_a_configured_qdisc():
@@ -115,14 +118,14 @@ def test_facts_and_the_plan_of_a_router_with_a_configured_qdisc():
             "sysctl.net.ipv4.tcp_wmem=4096 16384 4194304",
             "sysctl.net.ipv4.tcp_no_metrics_save=0",
             "sysctl.net.ipv4.tcp_available_congestion_control=reno cubic",
-            "route.10.0.0.2=10.0.0.2 via 10.0.1.254 dev eth0 src 10.0.1.1 uid 0",
-            "exact.10.0.0.2=",
-            "qdisc.eth1=qdisc fq_codel 0: root refcnt 2 limit 10240p",
-            "qdisc.eth2=qdisc htb 1: root refcnt 2 r2q 10 default 0x1",
+            "route.0=10.0.0.2 via 10.0.1.254 dev eth0 src 10.0.1.1 uid 0",
+            "exact.0=",
+            "qdisc.0=qdisc fq_codel 0: root refcnt 2 limit 10240p",
+            "qdisc.1=qdisc htb 1: root refcnt 2 r2q 10 default 0x1",
             "offload.eth1.generic-segmentation-offload=on",
         ]
     )
-    f = facts.parse("h", text)
+    f = facts.parse("h", text, ["10.0.0.2"], ["eth1", "eth2"])
     assert f.routes["10.0.0.2"] == {"get": {"via": "10.0.1.254", "dev": "eth0", "src": "10.0.1.1"}, "exact": None}
     needs = plan.Needs(sock_buf_bytes=8 << 20, congestion_controls=["cubic"], peers=["10.0.0.2"], quickack=True)
     whats = [c.what for c in plan.changes(f, needs, modprobe=False)]
@@ -148,18 +151,23 @@ def test_facts_and_the_plan_of_a_router_with_a_configured_qdisc():
 def test_link_log_and_status_parsing():
     log = "\n".join(
         [
-            "T 1000",
-            "D right",
-            "qdisc htb 1: root refcnt 2 r2q 10 default 0x1",
-            " Sent 999 bytes 9 pkt (dropped 0, overlimits 0 requeues 0)",
-            "qdisc pfifo 10: parent 1:1 limit 167p",
-            " Sent 3028 bytes 2 pkt (dropped 1, overlimits 0 requeues 0)",
-            " backlog 1514b 1p requeues 0",
-            "T 2000",
-            "D right",
+            "S 1000 35000 right 10000 htb 999 9 0 0 0",
+            "S 1000 35000 right 100000 pfifo 3028 2 1 1 1514",
+            "S 1000 35000 left 100000 pfifo 100 1 0 0 0",
+            "S 2000 41000 right 100000 pfifo 6056 4 1 0 0",
+            "S 3000 41000 right 100000 pfifo 90",  # cut off by the sampler's stop
         ]
     )
-    assert launch.parse_link_log(log) == [(1000, {"right": {"bytes": 3028, "packets": 2, "drops": 1, "qlen": 1}})]
+    assert launch.parse_link_log(log) == [
+        (
+            1000,
+            {
+                "right": {"bytes": 3028, "packets": 2, "drops": 1, "qlen": 1},
+                "left": {"bytes": 100, "packets": 1, "drops": 0, "qlen": 0},
+            },
+        ),
+        (2000, {"right": {"bytes": 6056, "packets": 4, "drops": 1, "qlen": 0}}),
+    ]
     assert launch.parse_status("flow0 0 123\nflow1 -15 456\nnoise") == {"flow0": (0, 123), "flow1": (-15, 456)}
 
 
@@ -217,15 +225,15 @@ def test_a_token_bucket_holds_its_flow_alone_and_is_undone():
             _sh("ip", "link", "set", "lo", "up", ns=ns)
         root = "tc qdisc add dev {0} root handle 1: htb default 1 && tc class add dev {0} parent 1: classid 1:1 htb rate 200mbit"
         _sh("sh", "-c", root.format(va), ns=a)
-        f = facts.parse(a, _sh("sh", ns=a, stdin=facts.script(["10.203.0.2"], [], [], "/nonexistent")))
+        f = facts.parse(a, _sh("sh", ns=a, stdin=facts.script(["10.203.0.2"], [], [])), ["10.203.0.2"])
         assert f.routes["10.203.0.2"]["get"]["dev"] == va and f.hooks == {va: 0} and not f.ifbs
         bucket = plan.Bucket("10.203.0.2", 5301, 20e6, 20_000_000 // 8 // 250 + 1514, 1514, 1000)
         changes = plan.changes(f, plan.Needs(buckets=[bucket]), modprobe=False)
         assert [c.undo for c in changes] == [journal.link(plan.IFB), journal.clsact(va)]
-        j = journal.new(a, "test")
+        j = journal.new("s0", "0000beef")
         j["entries"] = [c.undo for c in changes]
         _sh("sh", "-c", " && ".join(c.command for c in changes), ns=a)
-        again = facts.parse(a, _sh("sh", ns=a, stdin=facts.script(["10.203.0.2"], [], [], "/nonexistent")))
+        again = facts.parse(a, _sh("sh", ns=a, stdin=facts.script(["10.203.0.2"], [], [])), ["10.203.0.2"])
         with pytest.raises(plan.PlanError, match="a device xl-ifb exists already"):
             plan.changes(again, plan.Needs(buckets=[bucket]), modprobe=False)
         limited, free = _goodput_mbps(a, b, 5301), _goodput_mbps(a, b, 5302)
@@ -234,7 +242,7 @@ def test_a_token_bucket_holds_its_flow_alone_and_is_undone():
         assert 15 < limited <= 20, (limited, free)
         assert free > 4 * limited, (limited, free)
         assert journal.failures(_sh("sh", ns=a, stdin=journal.undo_script(j))) == []
-        after = facts.parse(a, _sh("sh", ns=a, stdin=facts.script(["10.203.0.2"], [va], [], "/nonexistent")))
+        after = facts.parse(a, _sh("sh", ns=a, stdin=facts.script(["10.203.0.2"], [va], [])), ["10.203.0.2"], [va])
         assert after.hooks == {va: 0} and not after.ifbs and after.qdiscs[va].startswith("qdisc htb 1: root")
     finally:
         for ns in (a, b):
@@ -242,16 +250,16 @@ def test_a_token_bucket_holds_its_flow_alone_and_is_undone():
 
 
 def test_a_token_bucket_is_refused_where_it_could_not_be_undone():
-    text = "tool.tc=/usr/sbin/tc\nroute.10.0.0.2=10.0.0.2 dev eth0 src 10.0.0.1\nhooks.eth0=1\nifb=ifb0"
+    text = "tool.tc=/usr/sbin/tc\nroute.0=10.0.0.2 dev eth0 src 10.0.0.1\nhooks.eth0=1\nifb=ifb0"
     b4 = plan.Bucket("10.0.0.2", 5201, 1e7, 6514, 1514, 1000)
     with pytest.raises(plan.PlanError, match="eth0 has a clsact or ingress qdisc configured"):
-        plan.changes(facts.parse("s0", text), plan.Needs(buckets=[b4]), modprobe=False)
+        plan.changes(facts.parse("s0", text, ["10.0.0.2"]), plan.Needs(buckets=[b4]), modprobe=False)
+    without_tc = facts.parse("s0", text.replace("tool.tc=/usr/sbin/tc\n", ""), ["10.0.0.2"])
     with pytest.raises(plan.PlanError, match="need tc, which the host lacks"):
-        plan.changes(facts.parse("s0", text.replace("tool.tc=/usr/sbin/tc\n", "")), plan.Needs(buckets=[b4]), modprobe=False)
-    v6 = "tool.tc=/usr/sbin/tc\nroute.fd00::2=fd00::2 dev eth1 src fd00::1"
-    (ifb, redirect) = plan.changes(
-        facts.parse("s0", v6), plan.Needs(buckets=[plan.Bucket("fd00::2", 5202, 1e7, 6514, 1514, 1000)]), modprobe=False
-    )
+        plan.changes(without_tc, plan.Needs(buckets=[b4]), modprobe=False)
+    v6 = "tool.tc=/usr/sbin/tc\nroute.0=fd00::2 dev eth1 src fd00::1"
+    v6_bucket = plan.Bucket("fd00::2", 5202, 1e7, 6514, 1514, 1000)
+    (ifb, redirect) = plan.changes(facts.parse("s0", v6, ["fd00::2"]), plan.Needs(buckets=[v6_bucket]), modprobe=False)
     assert "protocol ipv6 prio 1 u32 match ip6 dport 5202 0xffff flowid 1:100" in ifb.command
     assert redirect.command.startswith("tc qdisc add dev eth1 clsact && tc filter add dev eth1 egress protocol ipv6")
 

@@ -351,20 +351,23 @@ def _transfer_rows(d: _Data, info: RunInfo, win: Window) -> list[dict]:
             done = fl["completion_time"].notna().all()
             row["completion_time_s"] = float((fl["start"] + fl["completion_time"]).max() - start) if done else None
         row.update(_deadline(info, int(pair), start, row.get("completion_time_s")))
-        t_ideal = transfers_in[int(pair)].ideal_completion_s if int(pair) in transfers_in else None
-        if t_ideal is not None:
-            row["ideal_completion_time_s"] = t_ideal
-            ct = row.get("completion_time_s")
-            row["completion_deficiency"] = deficiency(ct, t_ideal) if ct is not None else None
+        if "planned_completion_s" not in row:
+            t_ideal = transfers_in[int(pair)].ideal_completion_s if int(pair) in transfers_in else None
+            if t_ideal is not None:
+                row["ideal_completion_time_s"] = t_ideal
+                ct = row.get("completion_time_s")
+                row["completion_deficiency"] = deficiency(ct, t_ideal) if ct is not None else None
         rows.append(row)
     return rows
 
 
 def _deadline(info: RunInfo, pair: int, start: float, completion: float | None) -> dict:
-    """A request's deadline (seed 001), whether its transfer met it and by how much:
-    lateness = completion − deadline, from the start of the run (negative: early)."""
+    """A request's plan (seed 001): its deadline, whether its transfer met it and by how much
+    (lateness = completion − deadline, from the start of the run; negative: early), and its
+    deficiency against its own plan: (T − T_plan) / T_plan with both times from the planned
+    start — fair sharing from its own start is not what a ViFi or spaghetti plan promised."""
     plan = info.plan
-    req = next((r for r in plan.requests if r.pair == pair), None) if plan else None
+    req = next((r for r in plan.requests if r.pair == pair and r.admitted), None) if plan else None
     if req is None:
         return {}
     out = {"release_s": req.release_s, "deadline_s": req.deadline_s, "planned_completion_s": req.completion_s}
@@ -372,6 +375,9 @@ def _deadline(info: RunInfo, pair: int, start: float, completion: float | None) 
     if req.deadline_s is not None:
         out["lateness_s"] = end - req.deadline_s if end is not None else None
         out["deadline_met"] = end is not None and end <= req.deadline_s + 1e-9
+    planned = req.completion_s - req.start_s
+    out["ideal_completion_time_s"] = planned
+    out["completion_deficiency"] = deficiency(end - req.start_s, planned) if end is not None else None
     return out
 
 
@@ -436,10 +442,15 @@ def _losses(d: _Data, info: RunInfo, win: Window, reasons: dict) -> dict:
         "bottleneck_drops": _sum_or_none(d.link["drops"]),
         "bottleneck_losses": _sum_or_none(d.link["losses"]),
         "bottleneck_max_queue_pkts": _max_or_none(d.link["queue_max_pkts"]),
+        "retransmissions_beyond_drops": None,
         "packet_loss_rate": math.nan,
         "queueing_delay_ms": math.nan,
         "queueing_delay_max_ms": math.nan,
     }
+    if out["retransmissions"] is not None and out["bottleneck_drops"] is not None:
+        out["retransmissions_beyond_drops"] = max(0, out["retransmissions"] - out["bottleneck_drops"])
+    else:
+        reasons["retransmissions_beyond_drops"] = "the retransmissions or the bottleneck's drops are not known"
     if len(b) and b["drops"].notna().all():
         lost = b["drops"].sum() + (b["losses"].fillna(0).sum())
         offered = b["packets"].sum() + lost
@@ -519,22 +530,39 @@ def _distributions(d: _Data, info: RunInfo, win: Window) -> dict:
     return {"capacity_mbps": access, "bin_width_pct": 1, "flows": dists}
 
 
+#: A makespan this far below its ideal is not a measurement (the ideal is a bound no
+#: transport beats): the trace misses part of the volume, or its times are wrong.
+IMPLAUSIBLE_BELOW_IDEAL = 0.01
+
+
 def _completion(info: RunInfo, transfer_rows: list[dict]) -> dict:
+    """Completion times; the makespan and its ideal from the scenario's first planned start
+    (the first admitted release of a plan), the same on every backend: from the first actual
+    start, backends that start late got a shorter ideal (issue 48)."""
     times = [r.get("completion_time_s") for r in transfer_rows]
     stats = completion_stats(times)
     stats["incomplete"] = sum(1 for t in times if t is None)
     ends = [r["start_s"] + r["completion_time_s"] for r in transfer_rows if r.get("completion_time_s") is not None]
-    first = min(r["start_s"] for r in transfer_rows)
+    planned = [t.start_s for t in info.transfers]
+    first = min(planned) if planned else min(r["start_s"] for r in transfer_rows)
     ideal_ends = [t.start_s + t.ideal_completion_s for t in info.transfers if t.ideal_completion_s is not None]
     stats["ideal_makespan_s"] = max(ideal_ends) - first if ideal_ends else None
     if info.plan is not None:
+        first = min(r.release_s for r in info.plan.requests if r.admitted)
         stats["ideal_makespan_s"] = info.plan.ideal_makespan_s
         stats["rejected"] = sum(1 for r in info.plan.requests if not r.admitted)
         stats["deadlines_missed"] = sum(1 for r in transfer_rows if r.get("deadline_met") is False)
+    stats["implausible"] = None
     if ends and stats["incomplete"] == 0:
         stats["makespan_s"] = max(ends) - first
-        if stats["ideal_makespan_s"] is not None:
-            stats["makespan_deficiency"] = deficiency(stats["makespan_s"], stats["ideal_makespan_s"])
+        ideal = stats["ideal_makespan_s"]
+        if ideal is not None:
+            stats["makespan_deficiency"] = deficiency(stats["makespan_s"], ideal)
+            if stats["makespan_s"] < ideal * (1 - IMPLAUSIBLE_BELOW_IDEAL):
+                stats["implausible"] = (
+                    f"the makespan {stats['makespan_s']:.3f} s is below the ideal {ideal:.3f} s, a bound no transport "
+                    "beats: the trace misses part of the volume, or its times are wrong"
+                )
     return stats
 
 

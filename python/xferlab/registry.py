@@ -248,6 +248,16 @@ METRICS: dict[str, Metric] = {
             integer=True,
         ),
         _m(
+            "retransmissions_beyond_drops",
+            "retransmissions beyond the bottleneck's drops",
+            "segments",
+            4,
+            "max(0, r − bottleneck drops): packets lost elsewhere on the path, or retransmitted without being lost",
+            "xferlab (real paths: loss the bottleneck does not see)",
+            lo=0,
+            integer=True,
+        ),
+        _m(
             "packet_loss_rate",
             "packet loss rate p",
             "",

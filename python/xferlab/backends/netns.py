@@ -35,9 +35,10 @@ from ..netns import bpfcc, host, scaling
 from ..netns import topology as topo
 from ..netns import watch as sockwatch
 from ..netns.qstats import QdiscReader
-from ..trace import Provenance, Trace, table
+from ..trace import Provenance, Trace
 from . import xfer_plan
 from .base import BackendError, Progress
+from .linktable import link_table
 
 NAME = "netns"
 BASE_PORT = 5201
@@ -165,51 +166,6 @@ class _Sampler(threading.Thread):
     def table(self, interval: float) -> pa.Table:
         links = ("bottleneck", "reverse") if self.reverse else ("bottleneck",)
         return link_table(self.samples, links, interval, self.random_loss)
-
-
-def link_table(samples: list[tuple[float, dict]], links: tuple[str, ...], interval: float, random_loss: bool) -> pa.Table:
-    """The Trace's link table from the sampler's ``samples`` ((time, {link: counters})):
-    counters between consecutive samples, at t = the earlier sample's tick. A sample the
-    starved sampler took late, off its ticks, starts no row of its own when it rounds to
-    the next row's tick: that row then spans both intervals, so that no two rows share a
-    time and none covers a sliver of one (whose few packets would read as a rate above
-    the link's)."""
-    rows = []
-    for name in links:
-        prev, last = None, None  # last: this link's last row (its tick, its first sample)
-        for t, stats in samples:
-            q = stats.get(name)
-            if q is None:
-                continue
-            if prev is not None:
-                tick = round(prev[0] / interval)
-                start = prev
-                if last is not None and last[0] == tick:
-                    rows.pop()  # the last row is at this tick too: one row spans both
-                    start = last[1]
-                last = (tick, start)
-                rows.append(_link_row(name, tick * interval, start, (t, q), random_loss))
-            prev = (t, q)
-    return table("link", rows)
-
-
-def _link_row(name: str, tick: float, start: tuple[float, dict], end: tuple[float, dict], random_loss: bool) -> dict:
-    """One row of the link table: the qdisc's counters from ``start`` to ``end`` ((time, counters))."""
-    (t0, q0), (t1, q1) = start, end
-    packets = max(0, q1["packets"] - q0["packets"])
-    # qdiscs count frames (IP + 14 bytes of Ethernet header); the Trace counts IP bytes.
-    ip_bytes = max(0, q1["bytes"] - q0["bytes"] - constants.ETH_HEADER * packets)
-    return {
-        "t": tick,
-        "link": name,
-        "bytes": ip_bytes,
-        "packets": packets,
-        "throughput_mbps": ip_bytes * 8 / max(t1 - t0, 1e-9) / 1e6,
-        "drops": max(0, q1["drops"] - q0["drops"]),
-        "losses": None if random_loss else 0,
-        "queue_pkts": int(q0.get("qlen", 0)),
-        "queue_max_pkts": None,
-    }
 
 
 class _Terminated(Exception):

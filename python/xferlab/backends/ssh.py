@@ -47,9 +47,9 @@ from ..netns import topology
 from ..remote import clock, facts, hosts, launch, plan
 from ..remote.inventory import Inventory, InventoryError
 from ..remote.inventory import load as load_inventory
-from ..remote.shell import RemoteError
-from ..trace import Provenance, Trace, table
-from . import netns, xfer_plan
+from ..remote.shell import RemoteError, cmd
+from ..trace import Provenance, Trace
+from . import linktable, netns, xfer_plan
 from .base import BackendError, Progress
 
 NAME = "ssh"
@@ -60,13 +60,15 @@ POLL_S = 0.25
 #: The poll interval while flows wait for another pair's end (signalled starts).
 SIGNAL_POLL_S = 0.05
 IPERF3_MIN_INTERVAL = 0.1
+#: The calibration transfer's report interval (sender and receiver), and the span of
+#: consecutive intervals its goodput is judged over (the best such span).
+CALIBRATION_INTERVAL_S = 0.25
+CALIBRATION_WINDOW_S = 1.0
 #: Pings of the idle path that give its RTT at calibration (the smallest).
 PINGS = 5
 #: Background sources and sinks are started to last this much past the scenario's end; the
 #: run stops them (SIGTERM: they print their totals) once the transfers are done.
 BACKGROUND_SLACK_S = 60
-#: What a link sample row's ``losses`` cannot tell on a real router (nothing drops at random there).
-NO_RANDOM_LOSS = 0
 
 
 @dataclass
@@ -78,6 +80,7 @@ class _Flow:
     dst_addr: str
     port: int
     rtt_s: float
+    inventory_pair: int  # the senders[k] → receivers[k] it runs on (reversed for reverse traffic)
 
     @property
     def name(self) -> str:
@@ -196,9 +199,11 @@ class _Run:
         self.inv, self.inv_path, self.r, self.progress = inv, inv_path, resolved, progress
         self.say = _say(progress)
         self.run_id = uuid.uuid4().hex[:8]
+        self.warnings: list[str] = []
         self.flows = self._flows()
         self.background = self._background()
-        self.bed = hosts.Testbed(inv, inv.used(resolved["pairs"] + len(self.background)), self.run_id, inv_path)
+        used = max([resolved["pairs"] + len(self.background)] + [f.inventory_pair + 1 for f in self.flows])
+        self.bed = hosts.Testbed(inv, inv.used(used), self.run_id, inv_path)
         self.step = "connect"
         self.facts: dict = {}
         self.offsets: dict[str, clock.Offset] = {}
@@ -209,19 +214,35 @@ class _Run:
         self.logs: Path | None = None
         self.restored: hosts.Restored | None = None
         self.signalled: str | None = None
-        self.warnings: list[str] = []
         self.step_s: dict[str, float] = {}  # how long each step took
 
     def _flows(self) -> list[_Flow]:
         out = []
         for f in self.r["flows"]:
-            k = f["pair"]
+            k = self._inventory_pair(f)
             a, b = self.inv.senders[k], self.inv.receivers[k]
             src, dst = (a, b) if f.get("role", "transfer") == "transfer" else (b, a)
-            rtt = self.r["pair_paths"][k]["rtt_s"] if self.r.get("pair_paths") else self.r["rtt_s"]
+            rtt = self.r["pair_paths"][f["pair"]]["rtt_s"] if self.r.get("pair_paths") else self.r["rtt_s"]
             port = self.inv.options.base_port + f["flow_id"]
-            out.append(_Flow(f, src, dst, self.inv.hosts[src].data, self.inv.hosts[dst].data, port, rtt))
+            out.append(_Flow(f, src, dst, self.inv.hosts[src].data, self.inv.hosts[dst].data, port, rtt, k))
+        shared = sum(1 for f in self.r["flows"] if f.get("role") == "reverse" and self._inventory_pair(f) < self.r["pairs"])
+        if shared:
+            self.warnings.append(
+                f"{shared} reverse source(s) run on the scenario's own pairs (receiver → sender), sharing their access "
+                "links: the inventory has no pair left for each (on netns each has a host pair of its own)"
+            )
         return out
+
+    def _inventory_pair(self, f: dict) -> int:
+        """The inventory pair a flow runs on: its own for a transfer; for the j-th reverse
+        source, the j-th pair after the scenario's and the background's when the inventory has
+        it, else the scenario's pair j mod pairs (receiver → sender)."""
+        if f.get("role", "transfer") != "reverse":
+            return f["pair"]
+        pairs = self.r["pairs"]
+        j = f["pair"] - pairs  # the resolved scenario's reverse sources follow its pairs
+        own = pairs + len(self.r.get("background") or []) + j
+        return own if own < self.inv.pairs else j % pairs
 
     def _background(self) -> list[_Background]:
         """The background sources on pairs pairs, pairs + 1, …; their ports follow the
@@ -237,9 +258,14 @@ class _Run:
         """The background sources' and sinks' hosts."""
         return {h for b in self.background for h in (b.src, b.dst)}
 
+    def _own_xfer_hosts(self) -> set[str]:
+        """The hosts that run this build's xfer (deployed even where one is installed): the
+        background sources and sinks (``xfer onoff``) and the router's link sampler (``xfer qstats``)."""
+        return self._background_hosts() | ({self.inv.router.host} if self.inv.router is not None else set())
+
     def _xfer_hosts(self) -> set[str]:
-        """The hosts that run xfer: volume-bound flows' ends, background sources and sinks."""
-        return {h for f in self.flows if f.tool == "xfer" for h in (f.src, f.dst)} | self._background_hosts()
+        """The hosts that run xfer: volume-bound flows' ends, background sources and sinks, the router."""
+        return {h for f in self.flows if f.tool == "xfer" for h in (f.src, f.dst)} | self._own_xfer_hosts()
 
     # ------------------------------------------------------------------ the event loop
 
@@ -277,17 +303,22 @@ class _Run:
         try:
             return await self.steps()
         except (RemoteError, plan.PlanError, _Refused, BackendError) as e:
-            error = f"{self.step}: {e}"
+            # A step that failed because its hosts were undone under it says so.
+            lost = await self.bed.verify() if isinstance(e, RemoteError) and self.step in ("run", "collect") else None
+            error = f"{self.step}: {lost or e}"
         finally:
             self.restored = await _uninterrupted(self.restore(), swallow=True)
         raise BackendError(f"{error}; {self.restored.summary(self.inv_path)}")
 
     async def steps(self) -> _Measured:
         await self._timed("connect", self.connect())
+        await self._timed("take", self.take())
         await self._timed("pre-flight", self.preflight())
         await self._timed("configure", _uninterrupted(self.configure()))
         await self._timed("calibration", self.calibrate())
         m = await self._timed("run", self.run_flows())
+        if lost := await self.bed.verify():
+            raise hosts.LeaseLost(lost)
         await self._timed("collect", self.collect(m))
         return m
 
@@ -318,6 +349,11 @@ class _Run:
         except RemoteError as e:
             raise RemoteError(f"{e}; nothing was changed on any host") from None
         self.say(f"connected to {', '.join(self.bed.names)}")
+
+    async def take(self) -> None:
+        """The run's lease on every host, before anything is read or changed: one run per host."""
+        await self.bed.take()
+        self.say(f"took {', '.join(self.bed.names)} (their journals, in {self.inv.options.state_dir})")
 
     def _needs(self) -> dict[str, plan.Needs]:
         """What the scenario asks of each host (see :mod:`xferlab.remote.plan`)."""
@@ -387,7 +423,7 @@ class _Run:
             runs[f.dst].add(f.tool)
         for h in self._xfer_hosts():
             runs[h].add("xfer")
-        background = self._background_hosts()
+        ours = self._own_xfer_hosts()
         for name, f in self.facts.items():
             need = set(facts.TOOLS) | ({"tc"} if name == router else set()) | ({"iperf3"} if name != router else set())
             missing = sorted(t for t in need if t not in f.tools)
@@ -396,7 +432,7 @@ class _Run:
                     f"{name}: {', '.join(missing)} not installed (Debian: apt-get install iproute2 iperf3 util-linux)"
                 )
             if "xfer" in runs[name]:
-                if "xfer" in f.tools and name not in background:  # a source needs this build's `xfer onoff`
+                if "xfer" in f.tools and name not in ours:  # a source or the sampler needs this build's xfer
                     self.xfer[name] = f.tools["xfer"]
                 elif f.arch != platform.machine():
                     problems.append(
@@ -425,6 +461,13 @@ class _Run:
         await hosts.together(*(one(n) for n in self.bed.names))
         for name in self.bed.names:
             done = [c.what for c in self.changes[name]]
+            for c in self.changes[name]:
+                if c.undo["kind"] == "sysctl" and c.undo["key"] in ("net.ipv4.tcp_rmem", "net.ipv4.tcp_wmem"):
+                    self.warnings.append(
+                        f"{name}: {c.undo['key']} was {c.undo['previous']!r}, set to {c.what.split(' = ', 1)[1]!r} for the "
+                        "run (the scenario's BDP and buffer need it; a host left so measures its own limit, not TCP's); "
+                        "restored after"
+                    )
             kind = "static" if self.xfer_static else "linked to this machine's glibc"
             deployed = [f"xfer deployed ({kind})"] if self.xfer.get(name, "").startswith(self.bed.workdir(name)) else []
             self.say(f"configure: {name}: " + ("; ".join(done + deployed) or "nothing to change"))
@@ -454,12 +497,13 @@ class _Run:
         a, b = self.inv.senders[k], self.inv.receivers[k]
         sa, sb = self.inv.hosts[a].data, self.inv.hosts[b].data
         port = self.inv.options.base_port + len(self.flows) + k
-        server = ["iperf3", "-s", "-1", "-J", "-p", str(port), "-B", sb]
+        server = ["iperf3", "-s", "-1", "-J", "-i", f"{CALIBRATION_INTERVAL_S:g}", "-p", str(port), "-B", sb]
         await self.bed.hosts[b].run(launch.timed(self.bed.workdir(b), f"calibration{k}-server", None, server))
         await self._wait_listening({b: {port}})
         cc = variants.canonical(next(f.spec["variant"] for f in self.flows if f.spec["pair"] == k))
-        client = f"iperf3 -c {sb} -p {port} -B {sa} -t {seconds} -i 0.25 -J --get-server-output -C {cc}"
-        text = await self.bed.hosts[a].run(client, check=False, timeout=seconds + 30)
+        client = ["iperf3", "-c", sb, "-p", port, "-B", sa, "-t", seconds, "-i", CALIBRATION_INTERVAL_S, "-J"]
+        client += ["--get-server-output", "-C", cc]
+        text = await self.bed.hosts[a].run(cmd(*client), check=False, timeout=seconds + 30)
         try:
             doc = json.loads(text)
         except ValueError:
@@ -467,8 +511,7 @@ class _Run:
         if doc.get("error"):
             raise _Refused(f"pair {k}: the calibration transfer {a} → {b} failed: {doc['error']}")
         sender, receiver = ip3.sides(doc)
-        measured = receiver or sender
-        best = max((iv["sum"]["bits_per_second"] for iv in measured.get("intervals", []) if iv.get("sum")), default=0.0)
+        best = steady_goodput_bps((receiver or sender).get("intervals") or [], min(CALIBRATION_WINDOW_S, seconds / 2))
         path = (self.r.get("pair_paths") or [{}])[k] if self.r.get("pair_paths") else {}
         access = path.get("access_rate_bps") or self.r["access_rate_bps"]
         bottleneck = (self.r.get("shaper") or {}).get("rate_bps") or self.r["bottleneck_rate_bps"]
@@ -487,7 +530,8 @@ class _Run:
         """The path's RTT, idle: the smallest of a few pings (None: no ping on the host)."""
         if "ping" not in self.facts[host].tools:
             return None
-        text = await self.bed.hosts[host].run(f"ping -n -q -c {PINGS} -i 0.2 -W 2 -I {src} {dst}", check=False, timeout=30)
+        ping = cmd("ping", "-n", "-q", "-c", PINGS, "-i", "0.2", "-W", "2", "-I", src, dst)
+        text = await self.bed.hosts[host].run(ping, check=False, timeout=30)
         m = re.search(r"= ([\d.]+)/", text)
         return float(m.group(1)) / 1e3 if m else None
 
@@ -501,6 +545,13 @@ class _Run:
             problems.append(
                 f"pair {k} carried at most {got['goodput_mbps']:.1f} Mbit/s alone, the scenario needs "
                 f"{got['expected_mbps']:.1f} (tolerance {o.rate_tolerance:.0%})"
+            )
+        elif got["goodput_mbps"] > (1 + o.rate_tolerance) * got["expected_mbps"] and self.inv.router is not None:
+            problems.append(
+                f"pair {k} carried {got['goodput_mbps']:.1f} Mbit/s alone, more than the {got['expected_mbps']:.1f} its "
+                f"bottleneck allows (tolerance {o.rate_tolerance:.0%}): the router's shaping is not on this path "
+                f"(check that the route from {self.inv.senders[k]} to {self.inv.receivers[k]} leaves {self.inv.router.host} "
+                f"by {self.inv.router.bottleneck})"
             )
         elif got["goodput_mbps"] > (1 + o.rate_tolerance) * got["expected_mbps"]:
             self.warnings.append(
@@ -656,7 +707,9 @@ class _Run:
         devices = [router.bottleneck] + ([router.reverse] if router.reverse else [])
         at = clock.host_time_ns(t0_ns, 0.0, self.offsets[router.host])
         interval_ns = int(round(self.r["link_interval_s"] * 1e9))
-        await self.bed.hosts[router.host].run(launch.link_sampler(self.bed.workdir(router.host), devices, at, interval_ns))
+        duration_ns = int((self._end_s() + BACKGROUND_SLACK_S) * 1e9)
+        sampler = launch.link_sampler(self.xfer[router.host], devices, at, interval_ns, duration_ns)
+        await self.bed.hosts[router.host].run(launch.timed(self.bed.workdir(router.host), "link", None, sampler))
 
     async def _poll(self, m: _Measured, names_by_host: dict[str, list[str]]) -> None:
         lost = self.bed.lost()
@@ -718,9 +771,9 @@ class _Run:
 
     async def _failure(self, f: _Flow, status: int) -> str:
         w = self.bed.workdir(f.src)
-        err = await self.bed.hosts[f.src].run(
-            f"tail -c 400 {w}/{f.name}.err; grep -h '\"error\"' {w}/{f.name}.out | tail -n 1", check=False
-        )
+        errors = cmd("grep", "-h", '"error"', f"{w}/{f.name}.out")
+        tail = cmd("tail", "-c", "400", f"{w}/{f.name}.err") + f"; {errors} | tail -n 1"
+        err = await self.bed.hosts[f.src].run(tail, check=False)
         tail = " ".join(err.split()) or "no message"
         return f"flow {f.spec['flow_id']} ({f.tool} {f.src} → {f.dst}) failed with exit status {status}: {tail}"
 
@@ -755,10 +808,18 @@ class _Run:
     async def collect(self, m: _Measured) -> None:
         """Brings each host's folder back into ``logs/<host>/`` (the run folder keeps it)."""
         self.logs = Path(tempfile.mkdtemp(prefix="xferlab-ssh-logs-"))
-        skip = "--exclude=./xfer --exclude=./xfer.key --exclude=./xfer-root"
+        try:
+            await self._collect(m)
+        except BaseException:
+            shutil.rmtree(self.logs, ignore_errors=True)
+            self.logs = None
+            raise
+
+    async def _collect(self, m: _Measured) -> None:
+        skip = ["--exclude=./xfer", "--exclude=./xfer.key", "--exclude=./xfer-root"]
 
         async def one(name: str) -> None:
-            data = await self.bed.hosts[name].read_bytes(f"tar cf - -C {self.bed.workdir(name)} {skip} .")
+            data = await self.bed.hosts[name].read_bytes(cmd("tar", "cf", "-", "-C", self.bed.workdir(name), *skip, "."))
             dest = self.logs / name
             dest.mkdir()
             with tarfile.open(fileobj=io.BytesIO(data)) as tar:
@@ -783,7 +844,7 @@ class _Run:
 
     def _link_samples(self, m: _Measured) -> None:
         router = self.inv.router
-        text = _read_text(self.logs / router.host / "link.log")
+        text = _read_text(self.logs / router.host / "link.out")
         off = self.offsets[router.host]
         for t_ns, q in launch.parse_link_log(text):
             t = (t_ns - round(off.offset_s * 1e9) - m.t0_ns) / 1e9
@@ -796,6 +857,8 @@ class _Run:
         (hosts, clocks, start errors, calibration, changes and their restoration) as provenance."""
         try:
             tables, errors = self._tables(m), self._start_errors(m)
+            regularity = linktable.sampling(m.link, "bottleneck", self.r["link_interval_s"]) if self.inv.router else None
+            implausible = linktable.plausibility(tables["link"], tables["flows"], self.r, regularity)
             stats = {
                 "run_id": self.run_id,
                 "hosts": {n: {**self.facts[n].dump(), "clock": self.offsets[n].dump()} for n in self.bed.names},
@@ -811,11 +874,13 @@ class _Run:
                 "background_bytes": [int(v["sent"].get("bytes", 0)) for v in m.background.values()],
                 "background_received_bytes": [int(v["received"].get("bytes", 0)) for v in m.background.values()],
                 "steps_s": self.step_s,
+                "link_sampling": regularity,
+                "implausible": implausible,
             }
             provenance = Provenance(
                 producer=NAME,
                 setup=self._setup_rows(errors, stats),
-                warnings=self.warnings + m.warnings,
+                warnings=self.warnings + m.warnings + implausible,
                 unknown=self._unknown(tables["tcp"]),
                 stats=stats,
             )
@@ -863,31 +928,10 @@ class _Run:
         return tables
 
     def _link_table(self, m: _Measured) -> pa.Table:
-        """Counters between consecutive samples of the router's queues, at t = the earlier one
-        (on the link interval's grid); bytes are IP bytes (a qdisc counts 14 more per packet)."""
-        interval, rows = self.r["link_interval_s"], []
-        for name in ("bottleneck", "reverse"):
-            series = [(t, q[name]) for t, q in m.link if name in q]
-            for (t0, a), (t1, b) in zip(series, series[1:], strict=False):
-                k = round(t0 / interval)
-                if k < 0 or t1 <= t0:
-                    continue
-                packets = max(0, b["packets"] - a["packets"])
-                ip_bytes = max(0, b["bytes"] - a["bytes"] - constants.ETH_HEADER * packets)
-                rows.append(
-                    {
-                        "t": k * interval,
-                        "link": name,
-                        "bytes": ip_bytes,
-                        "packets": packets,
-                        "throughput_mbps": ip_bytes * 8 / (t1 - t0) / 1e6,
-                        "drops": max(0, b["drops"] - a["drops"]),
-                        "losses": NO_RANDOM_LOSS,
-                        "queue_pkts": a["qlen"],
-                        "queue_max_pkts": None,
-                    }
-                )
-        return table("link", rows)
+        """The router's counters on the link interval's grid (:func:`linktable.resampled`);
+        random losses elsewhere on a real path are not observed (null)."""
+        links = ("bottleneck", "reverse") if self.inv.router and self.inv.router.reverse else ("bottleneck",)
+        return linktable.resampled(m.link, links, self.r["link_interval_s"], losses=None)
 
     def _start_errors(self, m: _Measured) -> dict:
         per_flow = {}
@@ -927,6 +971,15 @@ class _Run:
         for k, c in sorted(self.calibration.items()):
             rtt = f"RTT {c['rtt_ms']:.2f} ms idle" if c["rtt_ms"] is not None else "RTT not measured"
             rows.append((f"calibration pair {k}", f"{c['goodput_mbps']:.1f} Mbit/s alone, {rtt}"))
+        if stats.get("link_sampling"):
+            ls = stats["link_sampling"]
+            rows.append(
+                (
+                    "link samples",
+                    f"{ls['samples']} on the router's clock, asked every {ls['asked_ms']:g} ms: mean {ls['mean_ms']:.2f} ms, "
+                    f"largest gap {ls['max_ms']:.1f} ms (the link table is on the interval's grid)",
+                )
+            )
         n = sum(len(cs) for cs in self.changes.values())
         rows.append(("host changes", f"{n} change(s) on {len(self.changes)} host(s), restored after the run"))
         if self.background:
@@ -947,12 +1000,34 @@ class _Run:
             for key in ("link.throughput_mbps", "link.drops", "link.queue_pkts", "bottleneck_drops", "queueing_delay_max_ms"):
                 unknown[key] = why
         else:
+            why = "a real path's random losses are not observed (retransmissions_beyond_drops: what the drops do not explain)"
+            unknown["link.losses"] = unknown["bottleneck_losses"] = why
             unknown["link.queue_max_pkts"] = (
                 "the router's queue is sampled at the link interval, not its largest value in between"
             )
             unknown["bottleneck_max_queue_pkts"] = "the router's queue is sampled, not its largest value"
             unknown["queueing_delay_max_ms"] = "the router's queue is sampled, not its largest value"
         return unknown
+
+
+def steady_goodput_bps(intervals: list[dict], window_s: float) -> float:
+    """The best goodput of a transfer over ``window_s`` of consecutive full report intervals
+    (iperf3's JSON ``intervals``): a short last interval (iperf3's tail, tens of ms) and a
+    single interval's burst are not the path's rate."""
+    spans = [iv.get("sum") or {} for iv in intervals]
+    full = max((float(x.get("seconds") or 0) for x in spans), default=0.0)
+    rows = [(float(x["seconds"]), float(x.get("bytes") or 0)) for x in spans if float(x.get("seconds") or 0) >= 0.9 * full > 0]
+    best = 0.0
+    for i in range(len(rows)):
+        seconds = bytes_ = 0.0
+        for dt, b in rows[i:]:
+            seconds, bytes_ = seconds + dt, bytes_ + b
+            if seconds >= window_s - 1e-9:
+                best = max(best, bytes_ * 8 / seconds)
+                break
+    if best == 0.0 and rows:  # a transfer shorter than the window: its whole
+        best = sum(b for _, b in rows) * 8 / sum(dt for dt, _ in rows)
+    return best
 
 
 def _host(addr: str) -> str:

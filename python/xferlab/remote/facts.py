@@ -1,7 +1,6 @@
 """What a host is, read in one command: kernel, tools, congestion controls, TCP sysctls, the
 routes to its peers (with their devices' offloads and clsact/ingress qdiscs), the root qdiscs
-and offloads of its devices, its ifb devices, and whether it still holds the journal of an
-unfinished run.
+and offloads of its devices, its ifb devices.
 
 The host needs a POSIX shell and the usual Linux tools (``ip``, ``ss``, ``tc`` on a router,
 ``setsid``, GNU ``date``); ``ethtool`` and ``modprobe`` are optional. No Python.
@@ -12,6 +11,8 @@ from __future__ import annotations
 import re
 import shlex
 from dataclasses import dataclass, field
+
+from .grammar import host_route
 
 #: Tools the backend uses on every host, on the router, and optionally.
 TOOLS = ("sh", "date", "sleep", "setsid", "ss", "ip", "tar", "cat", "kill")
@@ -43,7 +44,6 @@ class Facts:
     offloads: dict[str, dict[str, bool]] = field(default_factory=dict)  # device → {tso: on?, …}
     hooks: dict[str, int] = field(default_factory=dict)  # a peer's device → its clsact/ingress qdiscs
     ifbs: set[str] = field(default_factory=set)  # the host's ifb devices
-    journal: bool = False  # an unfinished run's journal is on the host
 
     @property
     def available_cc(self) -> list[str]:
@@ -65,9 +65,10 @@ class Facts:
 _OFFLOADS_FN = 'offl() { ethtool -k "$1" 2>/dev/null | sed -n "s/^\\([a-z-]*offload\\): \\(on\\|off\\).*/offload.$1.\\1=\\2/p"; }'
 
 
-def script(peers: list[str], devices: list[str], modules: list[str], journal_path: str) -> str:
+def script(peers: list[str], devices: list[str], modules: list[str]) -> str:
     """The shell script that prints a host's facts, one ``key=value`` per line: for each peer
-    the route to it and the offloads of its device, for each device its root qdisc and offloads."""
+    (by its index: no value of the inventory is ever part of a key) the route to it and the
+    offloads of its device, for each device its root qdisc and offloads."""
     lines = [_OFFLOADS_FN, 'echo "kernel=$(uname -r)"', 'echo "arch=$(uname -m)"']
     for t in TOOLS + ROUTER_TOOLS + OPTIONAL_TOOLS:
         lines.append(f'p=$(command -v {t} 2>/dev/null) && echo "tool.{t}=$p"')
@@ -75,24 +76,24 @@ def script(peers: list[str], devices: list[str], modules: list[str], journal_pat
     for k in SYSCTLS:
         lines.append(f"echo \"sysctl.{k}=$(cat /proc/sys/{k.replace('.', '/')} 2>/dev/null | tr '\\t' ' ')\"")
     for m in modules:
-        lines.append(f'modinfo -n tcp_{m} >/dev/null 2>&1 && echo "loadable={m}"')
-    for p in peers:
+        lines.append(f'modinfo -n {shlex.quote("tcp_" + m)} >/dev/null 2>&1 && echo "loadable={shlex.quote(m)}"')
+    for i, p in enumerate(peers):
         q = shlex.quote(p)
-        lines.append(f'r=$(ip -o route get {q} 2>/dev/null | head -n 1); echo "route.{p}=$r"')
-        lines.append(f'echo "exact.{p}=$(ip -o route show exact {q}/32 2>/dev/null | head -n 1)"')
+        lines.append(f'r=$(ip -o route get {q} 2>/dev/null | head -n 1); echo "route.{i}=$r"')
+        lines.append(f'echo "exact.{i}=$(ip -o route show exact {shlex.quote(host_route(p))} 2>/dev/null | head -n 1)"')
         lines.append('d=$(echo "$r" | sed -n \'s/.* dev \\([^ ]*\\).*/\\1/p\'); [ -n "$d" ] && offl "$d"')
         hooks = "tc qdisc show dev \"$d\" 2>/dev/null | grep -cE '^qdisc (clsact|ingress) '"
         lines.append(f'[ -n "$d" ] && echo "hooks.$d=$({hooks})"')
-    for d in devices:
+    for j, d in enumerate(devices):
         q = shlex.quote(d)
-        lines.append(f'echo "qdisc.{d}=$(tc qdisc show dev {q} root 2>/dev/null | head -n 1)"')
+        lines.append(f'echo "qdisc.{j}=$(tc qdisc show dev {q} root 2>/dev/null | head -n 1)"')
         lines.append(f"offl {q}")
     lines.append("ip -o link show type ifb 2>/dev/null | sed -n 's/^[0-9]*: \\([^:@]*\\).*/ifb=\\1/p'")
-    lines.append(f'[ -e {shlex.quote(journal_path)} ] && echo "journal=present"')
     return "\n".join(lines) + "\ntrue\n"
 
 
-def parse(host: str, text: str) -> Facts:
+def parse(host: str, text: str, peers: list[str] = (), devices: list[str] = ()) -> Facts:
+    """The facts :func:`script` printed (``peers`` and ``devices``: the lists it was given)."""
     f = Facts(host)
     for line in text.splitlines():
         key, _, value = line.partition("=")
@@ -109,12 +110,12 @@ def parse(host: str, text: str) -> Facts:
             f.sysctls[key[7:]] = " ".join(value.split())
         elif key == "loadable":
             f.loadable.add(value)
-        elif key.startswith("route."):
-            f.routes.setdefault(key[6:], {})["get"] = route_get(value)
-        elif key.startswith("exact."):
-            f.routes.setdefault(key[6:], {})["exact"] = value or None
-        elif key.startswith("qdisc."):
-            f.qdiscs[key[6:]] = value
+        elif key.startswith("route.") and (peer := _nth(peers, key[6:])):
+            f.routes.setdefault(peer, {})["get"] = route_get(value)
+        elif key.startswith("exact.") and (peer := _nth(peers, key[6:])):
+            f.routes.setdefault(peer, {})["exact"] = value or None
+        elif key.startswith("qdisc.") and (dev := _nth(devices, key[6:])):
+            f.qdiscs[dev] = value
         elif key.startswith("offload."):
             dev, _, feature = key[8:].rpartition(".")
             if feature in OFFLOADS:
@@ -123,9 +124,11 @@ def parse(host: str, text: str) -> Facts:
             f.hooks[key[6:]] = int(value) if value.isdigit() else 0
         elif key == "ifb":
             f.ifbs.add(value)
-        elif key == "journal":
-            f.journal = True
     return f
+
+
+def _nth(names, index: str) -> str | None:
+    return names[int(index)] if index.isdigit() and int(index) < len(names) else None
 
 
 def route_get(line: str) -> dict:

@@ -19,7 +19,6 @@ problem, naming the field (:class:`InventoryError`).
 
 from __future__ import annotations
 
-import ipaddress
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -27,11 +26,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 
 from .. import datafile
 from ..units import parse_duration
+from . import grammar
+from .grammar import DEVICE, NAME
 
-#: Host names in an inventory: what a report and a log folder are named after.
-NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"
-#: A network device name (Linux: at most 15 bytes, no '/' or whitespace).
-DEVICE = r"^[A-Za-z0-9_.:@-]{1,15}$"
 #: OpenSSH's fingerprint forms: ``SHA256:<43 base64 chars>`` (``ssh-keygen -l``).
 FINGERPRINT = r"^SHA256:[A-Za-z0-9+/]{43}=?$"
 MAX_ERRORS_SHOWN = 20
@@ -64,7 +61,7 @@ def _path(value: Any, info: ValidationInfo) -> Path | None:
 class Access(_Model):
     """How to log in: the fields a host takes from ``defaults`` unless it gives its own."""
 
-    user: str = Field("root", pattern=r"^[A-Za-z_][A-Za-z0-9_.-]{0,31}$")
+    user: str = Field("root", pattern=grammar.USER)
     port: int = Field(22, ge=1, le=65535)
     #: private key file; none: the SSH agent's keys and ~/.ssh's defaults (asyncssh)
     key: Path | None = None
@@ -75,7 +72,7 @@ class Access(_Model):
 
 class HostSpec(Access):
     #: where SSH reaches the host (name or address): the control plane
-    ssh: str = Field(pattern=r"^[^\s/@]{1,253}$")
+    ssh: str = Field(pattern=grammar.SSH_HOST)
     #: the host's address on the path the experiment measures: the data plane
     data: str
     #: the host key's fingerprint, pinned (``ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub``)
@@ -84,10 +81,7 @@ class HostSpec(Access):
     @field_validator("data")
     @classmethod
     def _address(cls, v: str) -> str:
-        try:
-            return str(ipaddress.ip_address(v))
-        except ValueError:
-            raise ValueError(f"not an IP address: {v!r} (the data-plane address the flows use)") from None
+        return grammar.address(v, "the data-plane address the flows use")
 
     @model_validator(mode="after")
     def _checked(self) -> HostSpec:
@@ -123,10 +117,22 @@ class Options(_Model):
     #: first TCP port of the flows' servers (one port per flow)
     base_port: int = Field(5201, ge=1024, le=65000)
     #: where each host keeps the run's files (a folder per run, removed afterwards)
-    workdir: str = Field("/tmp", pattern=r"^/[^\s'\"\\]*$")
-    #: where each host keeps the journal of what the backend changed (for `xferlab cleanup`)
-    state_dir: str = Field("/var/tmp/xferlab-ssh", pattern=r"^/[^\s'\"\\]*$")
+    workdir: str = "/tmp"
+    #: where each host keeps the journal of what the backend changed (for `xferlab cleanup`),
+    #: which is also the lease a run holds on the host: a folder of the login's, 0700, that
+    #: no one else can write to (docs/ssh.md, Security)
+    state_dir: str = "/var/lib/xferlab/ssh"
     connect_timeout: Annotated[float, "s"] = 10.0
+
+    @field_validator("workdir", "state_dir")
+    @classmethod
+    def _folder(cls, v: Any, info: ValidationInfo) -> str:
+        if not isinstance(v, str):
+            raise ValueError(f"expected a folder's absolute path, got {v!r}")
+        p = grammar.path(v, info.field_name)
+        if p == "/":
+            raise ValueError(f"{info.field_name} must be a folder below /, not / itself")
+        return p
 
     @field_validator("calibration", "connect_timeout", mode="before")
     @classmethod

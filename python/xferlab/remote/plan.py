@@ -26,8 +26,12 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass, field
 
+from pydantic import ValidationError
+
 from . import journal
 from .facts import Facts, default_qdisc
+from .grammar import host_route
+from .shell import cmd
 
 
 class PlanError(Exception):
@@ -47,7 +51,7 @@ class Shaping:
 
 
 #: The device a host's per-flow token buckets shape on (made by the run, deleted after).
-IFB = "xl-ifb"
+IFB = journal.IFB
 #: The first HTB class of the buckets on the ifb (``1:100``, ``1:101``…, tc's hex minors).
 BUCKET_CLASS0 = 0x100
 
@@ -105,7 +109,7 @@ def _modules(facts: Facts, needs: Needs, modprobe: bool) -> list[Change]:
         if cc in facts.available_cc:
             continue
         if modprobe and cc in facts.loadable and "modprobe" in facts.tools:
-            out.append(Change(f"load tcp_{cc}", f"modprobe tcp_{cc}", journal.module(f"tcp_{cc}")))
+            out.append(Change(f"load tcp_{cc}", cmd("modprobe", f"tcp_{cc}"), journal.module(f"tcp_{cc}")))
             continue
         how = "modprobe is not allowed (options.modprobe)" if not modprobe else f"no module tcp_{cc} to load"
         raise PlanError(
@@ -116,7 +120,11 @@ def _modules(facts: Facts, needs: Needs, modprobe: bool) -> list[Change]:
 
 def _set(facts: Facts, key: str, value: str) -> Change:
     proc = "/proc/sys/" + key.replace(".", "/")
-    return Change(f"{key} = {value}", f"printf '%s\\n' {shlex.quote(value)} > {proc}", journal.sysctl(key, facts.sysctls[key]))
+    try:
+        undo = journal.sysctl(key, facts.sysctls[key])
+    except ValidationError:
+        raise PlanError(f"{facts.host}: {key} reads {facts.sysctls[key]!r}, not a value xferlab can restore") from None
+    return Change(f"{key} = {value}", cmd("printf", "%s\\n", value) + " > " + shlex.quote(proc), undo)
 
 
 def _sysctls(facts: Facts, needs: Needs) -> list[Change]:
@@ -144,18 +152,17 @@ def _routes(facts: Facts, needs: Needs) -> list[Change]:
         via = r.get("get") or {}
         if "dev" not in via:
             raise PlanError(f"{facts.host}: no route to {peer} (its peer's data address)")
-        args = [f"{peer}/32"] + [x for k in ("via", "dev", "src") if k in via for x in (k, via[k])]
+        args = [host_route(peer)] + [x for k in ("via", "dev", "src") if k in via for x in (k, via[k])]
         args += ["initcwnd", str(needs.initial_cwnd), "rto_min", f"{needs.rto_min_ms}ms"]
         if needs.quickack:
             args += ["quickack", "1"]
         opts = f"initcwnd {needs.initial_cwnd}, rto_min {needs.rto_min_ms} ms" + (", quickack" if needs.quickack else "")
-        out.append(
-            Change(
-                f"route to {peer}: {opts}",
-                "ip route replace " + " ".join(map(shlex.quote, args)),
-                journal.route(peer, r.get("exact")),
-            )
-        )
+        exact = r.get("exact")
+        try:
+            undo = journal.route(peer, exact.split() if exact else None)
+        except ValidationError:
+            raise PlanError(f"{facts.host}: its route to {peer} ({exact!r}) is not one xferlab can put back") from None
+        out.append(Change(f"route to {peer}: {opts}", cmd("ip", "route", "replace", *args), undo))
     return out
 
 
@@ -172,23 +179,20 @@ def _shaping(facts: Facts, s: Shaping) -> list[Change]:
     on = [f for f, v in (facts.offloads.get(s.dev) or {}).items() if v]
     if on:
         # A queue of B packets must hold B wire packets, not 64 KB super-packets.
-        off = " ".join(f"{f} off" for f in on)
-        out.append(
-            Change(
-                f"{s.dev}: offloads {', '.join(on)} off", f"ethtool -K {shlex.quote(s.dev)} {off}", journal.offloads(s.dev, on)
-            )
-        )
-    dev = shlex.quote(s.dev)
+        off = cmd("ethtool", "-K", s.dev, *(w for f in on for w in (f, "off")))
+        out.append(Change(f"{s.dev}: offloads {', '.join(on)} off", off, journal.offloads(s.dev, on)))
     rate = f"{int(round(s.rate_bps))}bit"
-    cls = f"rate {rate} ceil {rate} burst {s.burst_bytes} cburst {s.burst_bytes} quantum {s.frame_bytes}"
-    cls += f" overhead {s.overhead} mtu {max(1600, s.frame_bytes + s.overhead + 64)}"
-    cmd = (
-        f"tc qdisc replace dev {dev} root handle 1: htb default 1 && "
-        f"tc class add dev {dev} parent 1: classid 1:1 htb {cls} && "
-        f"tc qdisc add dev {dev} parent 1:1 handle 10: pfifo limit {s.buffer_pkts}"
+    cls = ["rate", rate, "ceil", rate, "burst", s.burst_bytes, "cburst", s.burst_bytes, "quantum", s.frame_bytes]
+    cls += ["overhead", s.overhead, "mtu", max(1600, s.frame_bytes + s.overhead + 64)]
+    install = " && ".join(
+        [
+            cmd("tc", "qdisc", "replace", "dev", s.dev, "root", "handle", "1:", "htb", "default", "1"),
+            cmd("tc", "class", "add", "dev", s.dev, "parent", "1:", "classid", "1:1", "htb", *cls),
+            cmd("tc", "qdisc", "add", "dev", s.dev, "parent", "1:1", "handle", "10:", "pfifo", "limit", s.buffer_pkts),
+        ]
     )
     what = f"{s.dev}: bottleneck {s.rate_bps / 1e6:g} Mbit/s, pfifo {s.buffer_pkts} packets"
-    out.append(Change(what, cmd, journal.qdisc(s.dev)))
+    out.append(Change(what, install, journal.qdisc(s.dev)))
     return out
 
 
@@ -211,34 +215,33 @@ def _buckets(facts: Facts, buckets: list[Bucket]) -> list[Change]:
             f"{facts.host}: {', '.join(taken)} has a clsact or ingress qdisc configured; xferlab adds its token buckets' "
             "redirection only where there is none, which it can remove: remove it first"
         )
-    ifb = shlex.quote(IFB)
-    cmds = [f"ip link add {ifb} type ifb", f"ip link set {ifb} up", f"tc qdisc add dev {ifb} root handle 1: htb"]
+    cmds = [cmd("ip", "link", "add", IFB, "type", "ifb"), cmd("ip", "link", "set", IFB, "up")]
+    cmds.append(cmd("tc", "qdisc", "add", "dev", IFB, "root", "handle", "1:", "htb"))
     for i, b in enumerate(buckets):
         cid, rate = f"1:{BUCKET_CLASS0 + i:x}", f"{int(round(b.rate_bps))}bit"
-        cls = f"rate {rate} ceil {rate} burst {b.burst_bytes} cburst {b.burst_bytes} quantum {b.frame_bytes}"
+        cls = ["rate", rate, "ceil", rate, "burst", b.burst_bytes, "cburst", b.burst_bytes, "quantum", b.frame_bytes]
         cmds += [
-            f"tc class add dev {ifb} parent 1: classid {cid} htb {cls}",
-            f"tc qdisc add dev {ifb} parent {cid} pfifo limit {b.limit_pkts}",
-            f"tc filter add dev {ifb} parent 1: {_port_match(b)} flowid {cid}",
+            cmd("tc", "class", "add", "dev", IFB, "parent", "1:", "classid", cid, "htb", *cls),
+            cmd("tc", "qdisc", "add", "dev", IFB, "parent", cid, "pfifo", "limit", b.limit_pkts),
+            cmd("tc", "filter", "add", "dev", IFB, "parent", "1:", *_port_match(b), "flowid", cid),
         ]
     shown = ", ".join(f"port {b.port} at {b.rate_bps / 1e6:g} Mbit/s" for b in buckets)
     out = [Change(f"{IFB}: token buckets, {shown}", " && ".join(cmds), journal.link(IFB))]
     for dev, bs in by_dev.items():
-        d = shlex.quote(dev)
-        redirect = [f"tc filter add dev {d} egress {_port_match(b)} action mirred egress redirect dev {ifb}" for _, b in bs]
+        redirect = ["action", "mirred", "egress", "redirect", "dev", IFB]
+        steps = [cmd("tc", "qdisc", "add", "dev", dev, "clsact")]
+        steps += [cmd("tc", "filter", "add", "dev", dev, "egress", *_port_match(b), *redirect) for _, b in bs]
         ports = ", ".join(str(b.port) for _, b in bs)
-        out.append(
-            Change(
-                f"{dev}: port(s) {ports} through {IFB}",
-                " && ".join([f"tc qdisc add dev {d} clsact", *redirect]),
-                journal.clsact(dev),
-            )
-        )
+        try:
+            undo = journal.clsact(dev)
+        except ValidationError:
+            raise PlanError(f"{facts.host}: its device {dev!r} has a name xferlab will not write into a journal") from None
+        out.append(Change(f"{dev}: port(s) {ports} through {IFB}", " && ".join(steps), undo))
     return out
 
 
-def _port_match(b: Bucket) -> str:
+def _port_match(b: Bucket) -> list[str]:
     """A u32 filter's protocol and match on the bucket's destination port (IPv4 or IPv6)."""
     if ":" in b.peer:
-        return f"protocol ipv6 prio 1 u32 match ip6 dport {b.port} 0xffff"
-    return f"protocol ip prio 1 u32 match ip dport {b.port} 0xffff"
+        return ["protocol", "ipv6", "prio", "1", "u32", "match", "ip6", "dport", str(b.port), "0xffff"]
+    return ["protocol", "ip", "prio", "1", "u32", "match", "ip", "dport", str(b.port), "0xffff"]

@@ -10,6 +10,7 @@ a connection lost during a run are each their own error (:class:`Refused`,
 from __future__ import annotations
 
 import asyncio
+import re
 import shlex
 import warnings
 
@@ -27,6 +28,12 @@ CHANNELS = 4
 #: about KEEPALIVE_S × KEEPALIVE_COUNT seconds.
 KEEPALIVE_S = 1.0
 KEEPALIVE_COUNT = 3
+
+
+def cmd(*argv: str) -> str:
+    """A shell command line of ``argv``, every word quoted: the one way this backend turns
+    values into shell text."""
+    return " ".join(shlex.quote(str(a)) for a in argv)
 
 
 class RemoteError(Exception):
@@ -139,9 +146,17 @@ class Host:
         return res.stdout or b""
 
     async def write(self, path: str, data: bytes | str, mode: str = "600") -> None:
-        """Writes ``data`` to ``path`` on the host atomically (beside it, then renamed)."""
-        q, tmp = shlex.quote(path), shlex.quote(f"{path}.tmp")
-        command = f"umask 077 && cat > {tmp} && chmod {mode} {tmp} && mv -f {tmp} {q}"
+        """Writes ``data`` to ``path`` on the host atomically: into a new file of a name no one
+        could have prepared (``mktemp``, created exclusively, mode 600) beside it, then renamed
+        over it (a symbolic link at ``path`` is replaced, never followed)."""
+        if not re.fullmatch(r"[0-7]{3}", mode):
+            raise ValueError(f"file mode {mode!r}")
+        folder, _, name = path.rpartition("/")
+        template = f"{folder or '/'}/.{name[:40]}.XXXXXXXX"
+        command = (
+            f"umask 077 && t=$({cmd('mktemp', '--', template)}) && "
+            f'{{ cat > "$t" && chmod {mode} "$t" && mv -f -- "$t" {shlex.quote(path)} || {{ rm -f -- "$t"; false; }}; }}'
+        )
         data = data.encode() if isinstance(data, str) else data
         res = await self._run(command, data, 300.0, encoding=None)
         if res.exit_status != 0:

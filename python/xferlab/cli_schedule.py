@@ -12,16 +12,21 @@ from rich.markup import escape
 from rich.table import Table
 
 from . import scenario as sc
+from . import schedule
 from .backends import netns, xfer_plan
 from .backends.base import BackendError
 from .cli_common import console
 from .cli_common import fail as _fail
 from .report import plan_figure
 from .scenario import ScenarioError
-from .trace import RunInfo
+from .trace import PlanInfo, RunInfo
 from .units import format_duration, format_rate, format_size
 
 schedule_app = typer.Typer(no_args_is_help=True, help="Flow scheduling of transfer requests (seed 001).")
+
+
+#: Rows of the plan table on the terminal; the whole plan goes to --json.
+TABLE_ROWS = 60
 
 
 @schedule_app.command("plan")
@@ -29,49 +34,94 @@ def schedule_plan(
     scenario: Path = typer.Argument(..., help="scenario YAML file with requests (and a schedule)"),
     set_: Optional[list[str]] = typer.Option(None, "--set", "-s", help="override a field: section.field=value"),
     figure: Optional[Path] = typer.Option(None, "--figure", "-f", help="write the plan as a PNG (seed 001 fig. 6)"),
+    json_out: Optional[Path] = typer.Option(None, "--json", help="write the whole plan as JSON (run.json's plan)"),
 ):
     """Plan the requests: start, rates over time, predicted completion, admission (no run)."""
     try:
         s, _ = sc.load(scenario, set_)
-        info = RunInfo.model_validate(sc.resolve(s))
     except ScenarioError as e:
         _fail(str(e))
-    if info.plan is None:
+    if not s.requests:
         _fail(f"{scenario}: no requests to plan (add requests: [{{volume: …}}, …] and a schedule)")
-    p = info.plan
+    strategy = (s.schedule or sc.Schedule()).strategy
+    try:
+        with console.status(f"planning {len(s.requests)} requests ({strategy}){_estimate(s)}…"):
+            p = PlanInfo.model_validate(sc.plan_of(s))
+    except ScenarioError as e:
+        _fail(str(e))
+    console.print(_plan_table(p))
+    _plan_summary(p)
+    if json_out is not None:
+        _write(json_out, lambda f: f.write_text(json.dumps(p.model_dump(), indent=1)))
+        console.print(f"plan: [bold]{escape(str(json_out))}[/]")
+    if figure is not None:
+        _write(figure, lambda f: f.write_bytes(plan_figure(p)))
+        console.print(f"figure: [bold]{escape(str(figure))}[/]")
+
+
+def _estimate(s: sc.Scenario) -> str:
+    """What a long plan will take, said before it starts: multirate's linear program."""
+    if (s.schedule or sc.Schedule()).strategy != "multirate":
+        return ""
+    reqs = [schedule.Request(r.volume, r.release, r.deadline) for r in s.requests]
+    n = schedule.multirate_variables(reqs)
+    return f": a linear program of up to {n:,} variables, {schedule.multirate_seconds(n)}" if n > 10_000 else ""
+
+
+def _write(path: Path, write) -> None:
+    try:
+        write(path)
+    except OSError as e:
+        _fail(f"{path}: cannot write: {e.strerror or e}", status=2 if isinstance(e, IsADirectoryError) else 1)
+
+
+def _plan_table(p: PlanInfo) -> Table:
     t = Table(show_header=True, header_style="bold", title=f"{p.strategy} plan, enforced by {p.mechanism} ({p.sync} starts)")
     for col in ("request", "pair", "volume", "release", "deadline", "start", "rates (goodput)", "completion", "admitted"):
         t.add_column(col, justify="right")
-    for r in p.requests:
+    shown = p.requests if len(p.requests) <= TABLE_ROWS else _some(p.requests)
+    for r in shown:
         rates = ", ".join(
             f"{format_duration(g.start_s)}–{format_duration(g.end_s)}: {format_rate(g.rate_bps) if g.rate_bps else 'unlimited'}"
-            for g in r.segments
-        )
+            for g in r.segments[:4]
+        ) + (f", … ({len(r.segments)} segments)" if len(r.segments) > 4 else "")
         follows = f" (after {r.after})" if r.after is not None else ""
         t.add_row(
-            r.name or str(r.request),
+            escape(r.name) or str(r.request),
             str(r.pair),
             format_size(r.volume_bytes),
             format_duration(r.release_s),
             format_duration(r.deadline_s) if r.deadline_s is not None else "—",
             (format_duration(r.start_s) + follows) if r.start_s is not None else "—",
-            rates,
+            rates or "—",
             format_duration(r.completion_s) if r.completion_s is not None else "—",
             "yes" if r.admitted else f"[red]no[/]: {escape(r.reason)}",
         )
-    console.print(t)
+    if len(shown) < len(p.requests):
+        t.caption = f"{len(shown)} of {len(p.requests)} requests shown (the first, and the first refused); --json has all"
+    return t
+
+
+def _some(rows: list) -> list:
+    """The rows a terminal can take: the first half of the table's worth, then refused ones."""
+    head = rows[: TABLE_ROWS // 2]
+    refused = [r for r in rows[TABLE_ROWS // 2 :] if not r.admitted][: TABLE_ROWS - len(head)]
+    return sorted(head + refused, key=lambda r: r.request)
+
+
+def _plan_summary(p: PlanInfo) -> None:
+    refused = sum(1 for r in p.requests if not r.admitted)
     makespan = f"{p.makespan_s:.3f} s" if p.makespan_s is not None else "—"
     console.print(
-        f"r_TP {p.capacity_bps / 1e6:.2f} Mbit/s; planned makespan {makespan}, ideal {p.ideal_makespan_s:.3f} s"
+        f"r_TP {p.capacity_bps / 1e6:.2f} Mbit/s; {len(p.requests) - refused} of {len(p.requests)} requests admitted"
+        + (f", {refused} refused" if refused else "")
+        + f"; planned makespan {makespan}, ideal {p.ideal_makespan_s:.3f} s (admitted volume)"
         + (f"; largest load {p.congestion_factor:.3f} of r_TP" if p.congestion_factor is not None else ""),
         highlight=False,
     )
-    if figure is not None:
-        try:
-            figure.write_bytes(plan_figure(info))
-        except OSError as e:
-            _fail(f"{figure}: cannot write: {e.strerror or e}")
-        console.print(f"figure: [bold]{escape(str(figure))}[/]")
+    if any(r.deadline_s is not None for r in p.requests):
+        margin = format_duration(p.margin_s)
+        console.print(f"each request planned to end {margin} before its deadline ({p.margin})", highlight=False)
 
 
 @schedule_app.command("run")

@@ -59,6 +59,22 @@ CAMPAIGN_RUNS_MAX = Limit(100_000, "a campaign's catalog and folders; split a la
 REPETITIONS_MAX = Limit(10_000, "repetitions of one point")
 WORKERS_MAX = Limit(1024, "worker processes on one machine")
 
+# ----------------------------------------------------------------- flow scheduling (seed 001)
+
+#: Transfer requests of one scenario: each is a pair of hosts, a row of the plan and a series
+#: of the plan figure; ifs, vifi, edf and spaghetti plan them in O(n log n) (20 000 in a few
+#: seconds, docs/scheduling.md "Scale").
+REQUESTS_MAX = Limit(20_000, "each request is a pair of hosts and a row of the plan; split larger sets of requests")
+#: multirate's linear program: one variable per request and interval of its window, solved by
+#: HiGHS in bounded memory (docs/scheduling.md "Scale" gives its times).
+MULTIRATE_VARIABLES_MAX = Limit(
+    2_000_000, "the linear program's memory and solving time (about a minute for two million variables)"
+)
+#: Rate segments of a whole plan: each is a step of a rate limiter and a row of run.json.
+PLAN_SEGMENTS_MAX = Limit(2_000_000, "each segment is a step of a rate limiter and a row of the plan in run.json")
+#: A start's clock error, and a signal's processing time.
+TIME_CONTROL_MAX_S = Limit(10.0, "synchronised clocks (NTP) err by milliseconds; beyond seconds a start is not controlled")
+
 # ----------------------------------------------------------------- the simulator's speed
 
 #: Simulated packets per wall second on one core, for estimates shown to a user (the

@@ -23,7 +23,7 @@ import pandas as pd  # noqa: E402
 import yaml  # noqa: E402
 
 from . import registry, schedule  # noqa: E402
-from .trace import RunInfo, Trace  # noqa: E402
+from .trace import PlanInfo, Trace  # noqa: E402
 from .units import format_duration, format_rate, format_size  # noqa: E402
 
 #: Above this many lines a plot shows a sample of them plus the envelope.
@@ -182,33 +182,62 @@ def fig_completion(m: dict) -> bytes | None:
     return png(fig)
 
 
-def _draw_plan(ax, info: RunInfo, end_s: float = 0.0) -> None:
-    """Each request's planned rate over time as stacked rectangles (seed 001 fig. 6)."""
-    plan = info.plan
+#: Above this many requests the plan figure draws their summed load, not one band each.
+PLAN_BANDS_MAX = 40
+
+
+def _draw_plan(ax, plan: PlanInfo, end_s: float = 0.0) -> None:
+    """Each request's planned rate over time as stacked rectangles (seed 001 fig. 6), or their
+    sum when there are many; deadlines dotted; refused requests marked at their release."""
     rows = [r.model_dump() for r in plan.requests]
     steps = schedule.fluid_rates(rows, plan.capacity_bps)
-    for lo, hi, rates in steps:
-        base = 0.0
-        for k in sorted(rates):
-            ax.add_patch(plt.Rectangle((lo, base), hi - lo, rates[k] / 1e6, color=f"C{k % 10}", alpha=0.7, lw=0))
-            base += rates[k] / 1e6
-    for r in rows:
-        if r["deadline_s"] is not None:
-            ax.axvline(r["deadline_s"], color=f"C{r['request'] % 10}", ls=":", lw=1)
+    handles, names = [], []
+    admitted = [r for r in rows if r["admitted"]]
+    if len(admitted) <= PLAN_BANDS_MAX:
+        for lo, hi, rates in steps:
+            base = 0.0
+            for k in sorted(rates):
+                ax.add_patch(plt.Rectangle((lo, base), hi - lo, rates[k] / 1e6, color=f"C{k % 10}", alpha=0.7, lw=0))
+                base += rates[k] / 1e6
+        for r in rows:
+            if r["deadline_s"] is not None:
+                ax.axvline(r["deadline_s"], color=f"C{r['request'] % 10}", ls=":", lw=1)
+        handles = [plt.Rectangle((0, 0), 1, 1, color=f"C{r['request'] % 10}", alpha=0.7) for r in admitted]
+        names = [r["name"] or f"request {r['request']} (pair {r['pair']})" for r in admitted]
+    elif steps:
+        x = [t for lo, hi, _ in steps for t in (lo, hi)]
+        y = [min(sum(rates.values()), plan.capacity_bps) / 1e6 for _, _, rates in steps for _ in (0, 1)]
+        ax.fill_between(x, y, color="C0", alpha=0.7, lw=0)
+        handles, names = [plt.Rectangle((0, 0), 1, 1, color="C0", alpha=0.7)], [f"{len(admitted)} admitted requests, summed"]
+    refused = [r for r in rows if not r["admitted"]]
+    if refused:
+        mark = ax.scatter(
+            [r["release_s"] for r in refused], [plan.capacity_bps / 1e6 * 1.07] * len(refused), marker="x", color="red", zorder=5
+        )
+        for r in refused[:PLAN_BANDS_MAX]:
+            ax.annotate(r["name"] or str(r["request"]), (r["release_s"], plan.capacity_bps / 1e6 * 1.07), fontsize=6,
+                        color="red", xytext=(3, 3), textcoords="offset points")  # fmt: skip
+        handles.append(mark)
+        names.append(f"refused, at its release: {_names(refused)}")
     cap = ax.axhline(plan.capacity_bps / 1e6, color="k", ls="--", lw=0.8)
-    handles = [plt.Rectangle((0, 0), 1, 1, color=f"C{r['request'] % 10}", alpha=0.7) for r in rows if r["admitted"]]
-    names = [r["name"] or f"request {r['request']} (pair {r['pair']})" for r in rows if r["admitted"]]
     ax.legend([*handles, cap], [*names, "r_TP"], loc="upper right", fontsize=7)
     ax.set_ylim(0, plan.capacity_bps / 1e6 * 1.15)
-    ax.set_xlim(0, max([hi for _, hi, _ in steps] + [end_s]))
+    right = max([hi for _, hi, _ in steps] + [r["release_s"] for r in refused] + [end_s, 1e-3])
+    ax.set_xlim(-0.02 * right if refused else 0, right)
     ax.set_ylabel("planned goodput, Mbit/s")
     ax.set_title(f"plan: {plan.strategy}, enforced by {plan.mechanism} (seed 001 fig. 6); dotted: deadlines", fontsize=9)
 
 
-def plan_figure(info: RunInfo) -> bytes:
+def _names(rows: list[dict], shown: int = 4) -> str:
+    """A few requests by name (or number), and how many more."""
+    names = ", ".join(r["name"] or str(r["request"]) for r in rows[:shown])
+    return names + (f" and {len(rows) - shown} more" if len(rows) > shown else "")
+
+
+def plan_figure(plan: PlanInfo) -> bytes:
     """The plan alone (``xferlab schedule plan --figure``)."""
     fig, ax = plt.subplots(figsize=(8, 3))
-    _draw_plan(ax, info)
+    _draw_plan(ax, plan)
     ax.set_xlabel("time (s)")
     return png(fig)
 
@@ -219,12 +248,14 @@ def fig_plan(trace: Trace) -> bytes | None:
     if info.plan is None:
         return None
     fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(8, 5.2), sharex=True)
-    _draw_plan(ax1, info, trace.end_s)
+    _draw_plan(ax1, info.plan, trace.end_s)
     request_of = {r.pair: r.request for r in info.plan.requests}
     gp = trace.df("goodput").merge(trace.df("flows")[["flow_id", "pair"]], on="flow_id")
     by_pair = gp.groupby(["pair", "t"])["goodput_mbps"].sum().unstack(0).fillna(0.0)
     cols = [p for p in by_pair.columns if p in request_of]
-    if cols:
+    if len(cols) > PLAN_BANDS_MAX:
+        ax2.fill_between(by_pair.index + info.goodput_interval_s / 2, by_pair[cols].sum(axis=1), color="C0", alpha=0.7)
+    elif cols:
         colors = [f"C{request_of[p] % 10}" for p in cols]
         ax2.stackplot(by_pair.index + info.goodput_interval_s / 2, [by_pair[p] for p in cols], colors=colors, alpha=0.7)
     ax2.set_ylabel("goodput, Mbit/s")
@@ -420,6 +451,41 @@ def _per_pair(trace: Trace) -> str:
     return f"<h3>Per pair</h3><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
+#: Refused requests listed in a report; the rest are counted (run.json's plan has them all).
+REFUSALS_SHOWN = 100
+
+
+def _refusals(trace: Trace) -> str:
+    """The requests the plan refused, each with its reason (seed 001's admission control)."""
+    plan = trace.info.plan
+    refused = [r for r in plan.requests if not r.admitted] if plan is not None else []
+    if not refused:
+        return ""
+    head = "".join(f"<th>{h}</th>" for h in ("request", "volume", "release", "deadline", "why it was refused"))
+    body = "".join(
+        "<tr>"
+        + "".join(
+            f"<td>{html.escape(x)}</td>"
+            for x in (
+                r.name or str(r.request),
+                format_size(r.volume_bytes),
+                format_duration(r.release_s),
+                format_duration(r.deadline_s) if r.deadline_s is not None else "—",
+                r.reason,
+            )
+        )
+        + "</tr>"
+        for r in refused[:REFUSALS_SHOWN]
+    )
+    more = ""
+    if len(refused) > REFUSALS_SHOWN:
+        more = f"<p class=muted>and {len(refused) - REFUSALS_SHOWN} more (run.json, resolved.plan)</p>"
+    return (
+        f"<h3>Requests refused ({len(refused)} of {len(plan.requests)})</h3>"
+        f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>{more}"
+    )
+
+
 def render(folder: Path, trace: Trace, metrics: dict) -> Path:
     """Writes ``figures/*.png`` and a self-contained ``report.html`` into ``folder``, from the
     Trace and its metrics alone."""
@@ -451,7 +517,10 @@ def render(folder: Path, trace: Trace, metrics: dict) -> Path:
     incomplete = (m.get("completion") or {}).get("incomplete")
     if incomplete:
         parts.append(f"<p class=warn>{incomplete} transfer(s) did not complete before the run ended.</p>")
-    parts += ["<h2>Summary</h2>", _summary(m), "<h2>Setup</h2>", _kv(_setup(trace)), _per_pair(trace)]
+    implausible = (m.get("completion") or {}).get("implausible")
+    if implausible:
+        parts.append(f"<p class=warn>Implausible: {html.escape(implausible)}.</p>")
+    parts += ["<h2>Summary</h2>", _summary(m), _refusals(trace), "<h2>Setup</h2>", _kv(_setup(trace)), _per_pair(trace)]
     parts.append("<h2>Figures</h2>")
     for name, data, alt in figs:
         parts.append(img(folder, name, data, alt))

@@ -101,6 +101,7 @@ def _size_type(ceiling):
 Rate = _rate_type()
 Duration = _time_type("20s", floor=limits.TIME_MIN_S)
 Offset = _time_type("0s", inclusive=True)
+TimeControlOffset = _time_type("1ms", inclusive=True, ceiling=limits.TIME_CONTROL_MAX_S)
 _OFFSET_CHECK = _quantity(_duration, format_duration, inclusive=True, ceiling=limits.TIME_MAX_S)
 Rtt = _time_type("11.5ms", floor=limits.TIME_MIN_S, ceiling=limits.RTT_MAX_S)
 RtoMin = _time_type("200ms", floor=limits.TIME_MIN_S, ceiling=limits.RTO_MIN_MAX_S)
@@ -335,8 +336,8 @@ class TimeControl(_Model):
         "another starts when the previous sender tells it (1.5 RTT + processing); broker: through a bandwidth broker "
         "(two such hops)",
     )
-    clock_error: Offset = Field("1ms", description="clock: each start off by up to this (NTP on a LAN: 0.5–2 ms)")
-    processing: Offset = Field("0.1ms", description="signal, broker: processing time per signal")
+    clock_error: TimeControlOffset = Field("1ms", description="clock: each start off by up to this (NTP on a LAN: 0.5–2 ms)")
+    processing: TimeControlOffset = Field("0.1ms", description="signal, broker: processing time per signal")
 
 
 class Schedule(_Model):
@@ -352,6 +353,12 @@ class Schedule(_Model):
     )
     hz: int = Field(250, ge=10, le=10_000, description="timer frequency of the token bucket and the sleep timer")
     time_control: TimeControl = TimeControl()
+    margin: Offset | Literal["auto"] = Field(
+        "auto",
+        description="each request is planned to end this long before its deadline, for what a transfer costs beyond "
+        "its data time; auto: slow start's rounds to the path's window at r_TP plus one RTT, the start's clock error "
+        "or signal, and a receiver's commit (docs/scheduling.md)",
+    )
 
 
 # --- end hosts on the simulator (issue 11; read by backends/sim.py, ignored by real backends) ---
@@ -429,6 +436,8 @@ class Scenario(_Model):
             raise ValueError("schedule: there are no requests to schedule (add requests: [{volume: …}, …])")
         if not self.requests:
             return self
+        if len(self.requests) > limits.REQUESTS_MAX.value:
+            raise ValueError(limits.too_big("requests:", len(self.requests), limits.REQUESTS_MAX, " requests"))
         if self.protocol.rate_limit is not None or any(o.rate_limit is not None for o in self.workload.per_pair):
             raise ValueError("with requests, the schedule sets the rates: remove protocol.rate_limit and per_pair rate_limit")
         taken: dict[int, int] = {}
@@ -766,23 +775,54 @@ def _reverse(s: Scenario, rng: random.Random, flows: list[dict], paths: list[dic
     return n
 
 
-def _plan(s: Scenario) -> dict:
+#: What a transfer's receiver costs at its end before the transfer counts as done: xfer's
+#: commit, about 22 ms on loopback (issue 48); the margin keeps it before each deadline.
+COMMIT_S = 0.025
+
+
+def plan_margin(s: Scenario, r_tp: float) -> tuple[float, str]:
+    """The margin each request keeps before its deadline, and how it was found: the
+    schedule's, or (auto) what a start and an end cost on the slowest path — slow start's
+    rounds from the initial window to the window of r_TP, plus one RTT for the last byte and
+    its acknowledgement; the start's clock error, or its signal (1.5 RTT + processing per
+    hop); and the receiver's commit."""
+    sch = s.schedule or Schedule()
+    if sch.margin != "auto":
+        return sch.margin, "given"
+    t, w = s.topology, s.workload
+    rtt = max([t.rtt, *(o.rtt for o in w.per_pair if o.rtt is not None)])
+    window = r_tp * rtt / 8 / (t.mtu - header_bytes(t))
+    rounds = max(0, math.ceil(math.log2(max(1.0, window / s.protocol.initial_cwnd))))
+    tc = sch.time_control
+    hops = {"clock": 0, "signal": 1, "broker": 2}[tc.sync]
+    start = max(tc.clock_error, hops * (1.5 * rtt + tc.processing))
+    margin = (rounds + 1) * rtt + start + COMMIT_S
+    how = (
+        f"auto: slow start {rounds} + 1 RTT of {format_duration(rtt)}, the start {format_duration(start)}, "
+        f"the commit {format_duration(COMMIT_S)}"
+    )
+    return margin, how
+
+
+def plan_of(s: Scenario) -> dict:
     """The requests planned by the schedule's strategy (xferlab.schedule) on the bottleneck's
-    ideal goodput r_TP; refuses what no plan can serve, and a plan that admits nothing."""
+    ideal goodput r_TP, a :class:`xferlab.trace.PlanInfo`'s dict; refuses what no plan can
+    serve, and a plan that admits nothing. Needs no run: ``xferlab schedule plan`` shows it."""
     t = s.topology
     sch = s.schedule or Schedule()
     r_tp = models.ideal_rates(t.bottleneck_rate, mtu=t.mtu, header_bytes=header_bytes(t)).r_tp_mbps * 1e6
+    margin, how = plan_margin(s, r_tp)
     reqs = [schedule.Request(r.volume, r.release, r.deadline, r.priority, r.name) for r in s.requests]
     try:
-        p = schedule.plan(reqs, r_tp, sch.strategy)
+        p = schedule.plan(reqs, r_tp, sch.strategy, margin)
     except schedule.PlanError as e:
         raise ScenarioError(f"{s.name}: {e}") from None
     if not any(a.admitted for a in p.allocations):
-        why = "; ".join(f"requests[{a.request}]: {a.reason}" for a in p.allocations)
-        raise ScenarioError(f"{s.name}: the {p.strategy} plan admits no request ({why})")
+        why = "; ".join(f"requests[{a.request}]: {a.reason}" for a in p.allocations[:5])
+        more = f"; and {len(p.allocations) - 5} more" if len(p.allocations) > 5 else ""
+        raise ScenarioError(f"{s.name}: the {p.strategy} plan admits no request ({why}{more})")
     rows = []
     for a, r in zip(p.allocations, s.requests, strict=True):
-        segs = [{"start_s": x, "end_s": y, "rate_bps": z} for x, y, z in a.segments]
         rows.append(
             {
                 "request": a.request,
@@ -794,7 +834,7 @@ def _plan(s: Scenario) -> dict:
                 "admitted": a.admitted,
                 "reason": a.reason,
                 "start_s": a.start_s,
-                "segments": segs,
+                "segments": [{"start_s": x, "end_s": y, "rate_bps": z} for x, y, z in a.segments],
                 "completion_s": a.completion_s,
                 "after": a.after,
             }
@@ -805,6 +845,8 @@ def _plan(s: Scenario) -> dict:
         "sync": sch.time_control.sync,
         "capacity_bps": r_tp,
         "congestion_factor": p.congestion_factor,
+        "margin_s": margin,
+        "margin": how,
         "makespan_s": p.makespan_s,
         "ideal_makespan_s": p.ideal_makespan_s,
         "requests": rows,
@@ -924,7 +966,7 @@ def resolve(s: Scenario) -> dict:
     rng = random.Random(s.seed)
     flows, transfers, paths, plan = [], [], [], None
     if s.requests:
-        plan = _plan(s)
+        plan = plan_of(s)
         paths, transfers = _request_pairs(s, plan, rng, flows)
     else:
         for pair in range(t.pairs):

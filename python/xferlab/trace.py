@@ -281,8 +281,10 @@ class PlanInfo(_Info):
     sync: str
     capacity_bps: Rate  # r_TP, the planner's link
     congestion_factor: float | None = None
-    makespan_s: Time | None = None  # planned
-    ideal_makespan_s: Time
+    margin_s: Time = 0.0  # each request planned to end this long before its deadline
+    margin: str = ""  # how the margin was found
+    makespan_s: Time | None = None  # planned, from the first admitted release
+    ideal_makespan_s: Time  # the admitted volume at r_TP, from the first admitted release
     requests: list[RequestPlan]
 
 

@@ -201,6 +201,19 @@ def test_background_sources_run_on_the_pairs_after_the_scenarios(cli, bed, clean
     assert r.returncode == 2 and "the inventory needs 3 pairs (senders → receivers), it has 2" in r.stderr, r.stderr
 
 
+def test_reverse_traffic_runs_from_a_receiver_to_a_sender(cli, bed, clean, tmp_path):
+    """One pair and one reverse source (R = 1): the source runs on the inventory's next pair,
+    r1 → s1, through the router's reverse device; `workload.reverse` crashed the backend."""
+    out = tmp_path / "rev"
+    path = scenario(tmp_path, "rev", topology={"pairs": 1}, workload={"duration": "3s", "reverse": 1})
+    cli("run", path, "--backend", "ssh", "--inventory", bed.fast, "--out", out, "-q", check=True)
+    flows = pq.read_table(out / "trace" / "flows.parquet").to_pandas().set_index("flow_id")
+    assert flows.loc[1, "role"] == "reverse" and (flows.loc[1, "source"], flows.loc[1, "sink"]) == ("r1", "s1")
+    m = json.loads((out / "metrics.json").read_text())
+    assert m["reverse_goodput_mbps"] > 20 and m["aggregate_goodput_mbps"] > 50  # both ways, 100 Mbit/s each
+    assert_restored(bed)
+
+
 def test_a_transfer_signalled_by_another_s_end_starts_after_it_on_another_host(cli, bed, clean, tmp_path):
     """ViFi by signal on two pairs: s1's transfer waits for s0's to end. s1's clock is 3 s
     ahead, so a start read off the wrong clock would come 3 s early or late."""

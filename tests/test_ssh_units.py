@@ -7,6 +7,7 @@ import os
 import shutil
 import signal
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from xferlab import scenario as sc
 from xferlab.backends import netns, ssh
 from xferlab.remote import clock, facts, journal, launch, plan
 from xferlab.remote.inventory import InventoryError, load
+from xferlab.remote.shell import RemoteError
 
 
 def write(tmp_path, data, name="hosts.yaml"):
@@ -331,3 +333,69 @@ def test_the_run_s_processes_are_found_signalled_and_killed_in_any_login_shell(t
     while run(launch.alive(w, ["bg0", "deaf"])).split():
         assert time.monotonic() < deadline, f"{shell}: the journal's KILL left a process"
         time.sleep(0.05)
+
+
+def _inventory(tmp_path, pairs: int, router: bool = False) -> str:
+    data = good(tmp_path)
+    data["hosts"] = {f"{r}{k}": {"ssh": f"h{r}{k}", "data": f"10.0.{int(r == 'r')}.{k + 1}"} for r in "sr" for k in range(pairs)}
+    data["senders"], data["receivers"] = [f"s{k}" for k in range(pairs)], [f"r{k}" for k in range(pairs)]
+    if router:
+        data["hosts"]["gw"] = {"ssh": "hgw", "data": "10.0.9.1"}
+        data["router"] = {"host": "gw", "bottleneck": "eth1", "reverse": "eth0"}
+    return write(tmp_path, data)
+
+
+@pytest.mark.parametrize(
+    "pairs, reverse, placed, shared",
+    [
+        (2, 5, [(2, 2), (1, 1), (0, 0), (1, 1), (0, 0)], True),  # a pair of its own, then the scenario's
+        (1, 2, [(1, 1), (2, 2)], False),  # the inventory's pairs after the scenario's: one each
+    ],
+)
+def test_reverse_sources_run_on_inventory_pairs_receiver_to_sender(tmp_path, small_scenario, pairs, reverse, placed, shared):
+    """`--set workload.reverse=5` crashed (IndexError), and with one pair (KeyError 'r1')."""
+    s, _ = sc.load(small_scenario(topology={"pairs": pairs, "access_rate": "1Gbps"}, workload={"reverse": reverse}), [])
+    r = sc.resolve(s)
+    run = ssh._Run(load(_inventory(tmp_path, 3)), "hosts.yaml", r, None)
+    rev = [f for f in run.flows if not f.transfer]
+    assert len(rev) == len(placed) and [(f.src, f.dst) for f in rev] == [(f"r{a}", f"s{b}") for a, b in placed]
+    assert set(run.bed.names) >= {f.src for f in run.flows} | {f.dst for f in run.flows}
+    assert any("reverse source(s) run on the scenario's own pairs" in w for w in run.warnings) == shared
+    run._needs()  # every host the flows use has its needs
+
+
+def test_a_path_faster_than_its_bottleneck_is_refused_when_a_router_should_shape_it(tmp_path, small_scenario):
+    s, _ = sc.load(small_scenario(topology={"pairs": 1}), [])
+    got = {"goodput_mbps": 339.7, "expected_mbps": 190.0, "rtt_ms": 10.0, "expected_rtt_ms": 10.0}
+    routed = ssh._Run(load(_inventory(tmp_path, 1, router=True)), "hosts.yaml", sc.resolve(s), None)
+    (problem,) = routed._judge(0, got)
+    assert "more than the 190.0 its bottleneck allows" in problem and "leaves gw by eth1" in problem
+    alone = ssh._Run(load(_inventory(tmp_path, 1)), "hosts.yaml", sc.resolve(s), None)
+    assert alone._judge(0, got) == [] and "nothing on the path holds it" in alone.warnings[-1]
+
+
+def test_a_raised_socket_buffer_is_said_in_the_warnings():
+    text = "sysctl.net.ipv4.tcp_rmem=4096 4096 4096\nsysctl.net.ipv4.tcp_wmem=4096 16384 4194304"
+    changes = plan.changes(facts.parse("s0", text), plan.Needs(sock_buf_bytes=8 << 20), modprobe=False)
+    said = ssh.buffer_warnings("s0", changes)
+    assert said[0] == (
+        "s0: net.ipv4.tcp_rmem was '4096 4096 4096', set to '4096 4096 8388608' for the run "
+        "(the scenario's BDP and buffer need it); restored after"
+    )
+    assert len(said) == 2 and "tcp_wmem was '4096 16384 4194304'" in said[1]
+
+
+def test_a_failed_collect_leaves_no_logs_folder_on_the_controller(tmp_path, small_scenario, monkeypatch):
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    s, _ = sc.load(small_scenario(topology={"pairs": 1}), [])
+    run = ssh._Run(load(_inventory(tmp_path, 1)), "hosts.yaml", sc.resolve(s), None)
+
+    async def lost(*_):
+        raise RemoteError("r0: the connection was lost")
+
+    for h in run.bed.hosts.values():
+        monkeypatch.setattr(h, "read_bytes", lost)
+    with pytest.raises(RemoteError):
+        asyncio.run(run.collect(ssh._Measured()))
+    assert not list(tmp_path.glob("xferlab-ssh-logs-*")) and run.logs is None

@@ -126,12 +126,15 @@ def cleanup(
     inventory: Optional[Path] = typer.Option(
         None, "--inventory", "-i", help="ssh: restore these hosts from the journals of runs that did not finish"
     ),
+    force: bool = typer.Option(False, "--force", help="ssh: undo a live run's changes too (it holds its hosts)"),
 ):
     """Remove what crashed netns runs left behind (namespaces xl-*, BPF congestion controls xl_*), or
     with --inventory restore the remote hosts a killed ssh run changed."""
+    if force and inventory is None:
+        _fail("--force goes with --inventory (a live ssh run's hosts)")
     if inventory is not None:  # --- ssh backend (issue 14)
         try:
-            lines = remote_cleanup(inventory)
+            lines = remote_cleanup(inventory, force)
         except InventoryError as e:
             _fail(str(e))
         for line in lines:

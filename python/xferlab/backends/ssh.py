@@ -461,13 +461,7 @@ class _Run:
         await hosts.together(*(one(n) for n in self.bed.names))
         for name in self.bed.names:
             done = [c.what for c in self.changes[name]]
-            for c in self.changes[name]:
-                if c.undo["kind"] == "sysctl" and c.undo["key"] in ("net.ipv4.tcp_rmem", "net.ipv4.tcp_wmem"):
-                    self.warnings.append(
-                        f"{name}: {c.undo['key']} was {c.undo['previous']!r}, set to {c.what.split(' = ', 1)[1]!r} for the "
-                        "run (the scenario's BDP and buffer need it; a host left so measures its own limit, not TCP's); "
-                        "restored after"
-                    )
+            self.warnings += buffer_warnings(name, self.changes[name])
             kind = "static" if self.xfer_static else "linked to this machine's glibc"
             deployed = [f"xfer deployed ({kind})"] if self.xfer.get(name, "").startswith(self.bed.workdir(name)) else []
             self.say(f"configure: {name}: " + ("; ".join(done + deployed) or "nothing to change"))
@@ -1008,6 +1002,19 @@ class _Run:
             unknown["bottleneck_max_queue_pkts"] = "the router's queue is sampled, not its largest value"
             unknown["queueing_delay_max_ms"] = "the router's queue is sampled, not its largest value"
         return unknown
+
+
+def buffer_warnings(host: str, changes: list[plan.Change]) -> list[str]:
+    """A socket buffer limit changed for the run, said: the value it had and the one it was
+    given (a host left as it was would measure its own limit, not TCP's)."""
+    out = []
+    for c in changes:
+        if c.undo["kind"] == "sysctl" and c.undo["key"] in ("net.ipv4.tcp_rmem", "net.ipv4.tcp_wmem"):
+            out.append(
+                f"{host}: {c.undo['key']} was {c.undo['previous']!r}, set to {c.what.split(' = ', 1)[1]!r} for the run "
+                "(the scenario's BDP and buffer need it); restored after"
+            )
+    return out
 
 
 def steady_goodput_bps(intervals: list[dict], window_s: float) -> float:

@@ -2,14 +2,17 @@
 
 use crate::chunkset;
 use crate::fsinfo;
+use crate::inputfile;
 use crate::limiter::{Controller, Gate, Limiter, RateChange, RateControl, RatePlan, Targets};
+use crate::limits::{RATE_MAX_BPS, RATE_MIN_BPS};
 use crate::profile::Profile;
 use crate::proto::*;
 use crate::signal;
 use crate::sock;
+use crate::srcfile::{self, FileId, Watched};
 use crate::start::{unix_now, Schedule};
 use crate::trace;
-use crate::util::{hex, human_bytes, random_bytes};
+use crate::util::{hex, human_bytes, random_bytes, usage};
 use anyhow::{anyhow, bail, Context, Result};
 use std::fs::File;
 use std::io::{Read, Write};
@@ -52,6 +55,8 @@ pub struct SendOpts {
     /// Test hook: the senders (the server's, for a pull) stop once this many
     /// bytes went out, and wait for their connections to close.
     pub fault_stall_after: Option<u64>,
+    /// Test hook: a command run (sh -c) before each retry.
+    pub fault_before_retry: Option<String>,
     pub args: Vec<String>,
     /// `--rate-profile` (else `--rate`/`--deadline` make a one-step plan).
     pub profile: Option<Profile>,
@@ -82,14 +87,9 @@ pub enum PullDest {
 
 /// What one attempt needs from the source.
 enum Source {
-    /// A regular file whose size can be trusted: read by offset, resumable.
-    File {
-        file: Arc<File>,
-        size: u64,
-        /// Modification time when opened: a file that changes while it is
-        /// sent fails the transfer.
-        mtime: Option<std::time::SystemTime>,
-    },
+    /// A regular file whose size can be trusted: read by offset, resumable;
+    /// held to what it was when the transfer started (srcfile.rs).
+    File(Watched),
     Mem {
         size: u64,
     },
@@ -146,21 +146,22 @@ pub fn send(o: SendOpts) -> Result<()> {
     let mut trace_file = o.json.as_deref().map(TraceFile::create).transpose()?;
     let mut sched = schedule(&o)?;
     sched.before_connect();
-    let mut attempt = 0;
+    let mut attempt = Attempt { n: 0, first: None };
     let out = loop {
         let r = match &o.src {
             SrcSpec::Pull(dest) => crate::pull::pull_once(&o, dest, addr, t0),
-            _ => attempt_once(&o, addr, t0, attempt, &mut sched),
+            _ => attempt_once(&o, addr, t0, &mut attempt, &mut sched),
         };
         match r {
             Ok(out) => break out,
-            Err(e) if e.retriable && attempt < o.retries => {
-                attempt += 1;
+            Err(e) if e.retriable && attempt.n < o.retries => {
+                attempt.n += 1;
                 eprintln!(
-                    "xfer: attempt {attempt} failed: {:#}; retrying (resume)",
-                    e.err
+                    "xfer: attempt {} failed: {:#}; retrying (resume)",
+                    attempt.n, e.err
                 );
                 std::thread::sleep(Duration::from_millis(300));
+                before_retry(&o)?;
             }
             Err(e) => return Err(e.err),
         }
@@ -199,6 +200,24 @@ pub fn send(o: SendOpts) -> Result<()> {
         }
         None => Ok(()),
     }
+}
+
+/// Which attempt this is, and the source file as the first one found it.
+struct Attempt {
+    n: u32,
+    first: Option<FileId>,
+}
+
+/// Test hook (`--fault-before-retry`): a command run before a retry, e.g.
+/// one that changes the source between two attempts.
+fn before_retry(o: &SendOpts) -> Result<()> {
+    if let Some(c) = &o.fault_before_retry {
+        let st = Command::new("sh").arg("-c").arg(c).status()?;
+        if !st.success() {
+            bail!("--fault-before-retry {c:?} failed: {st}");
+        }
+    }
+    Ok(())
 }
 
 /// The start of the data as asked: the signal listener is bound here, before
@@ -245,8 +264,13 @@ impl TraceFile {
             name.to_string_lossy(),
             std::process::id()
         ));
-        let file = File::create(&tmp)
-            .with_context(|| format!("cannot write the trace {}", dest.display()))?;
+        // A new file of our own: never through a symlink planted at its name.
+        let file = std::os::unix::fs::OpenOptionsExt::custom_flags(
+            File::options().write(true).create_new(true),
+            libc::O_NOFOLLOW,
+        )
+        .open(&tmp)
+        .with_context(|| format!("cannot write the trace {}", dest.display()))?;
         Ok(TraceFile {
             tmp,
             dest: dest.to_path_buf(),
@@ -273,33 +297,9 @@ impl Drop for TraceFile {
     }
 }
 
-fn open_source(o: &SendOpts) -> Result<Source> {
+fn open_source(o: &SendOpts, attempt: &mut Attempt) -> Result<Source> {
     Ok(match &o.src {
-        SrcSpec::Path(p) => {
-            let f = File::open(p).with_context(|| format!("opening {}", p.display()))?;
-            let md = f.metadata()?;
-            if md.is_dir() {
-                bail!(
-                    "{} is a directory (use --from-cmd \"tar cf - DIR\")",
-                    p.display()
-                );
-            }
-            // A file whose size cannot be trusted (procfs and sysfs report 0
-            // or a page; an empty file may be one we do not know) is read to
-            // its end like a pipe, never cut at its stated size.
-            if md.is_file() && md.len() > 0 && !fsinfo::is_pseudo(&f) {
-                Source::File {
-                    size: md.len(),
-                    mtime: md.modified().ok(),
-                    file: Arc::new(f),
-                }
-            } else {
-                Source::Pipe {
-                    reader: Box::new(f),
-                    child: None,
-                }
-            }
-        }
+        SrcSpec::Path(p) => open_path(o, p, attempt)?,
         SrcSpec::Stdin => Source::Pipe {
             reader: Box::new(std::io::stdin()),
             child: None,
@@ -322,9 +322,69 @@ fn open_source(o: &SendOpts) -> Result<Source> {
     })
 }
 
+/// SRC as a path: a regular file of trusted size (held to what the first
+/// attempt found, see srcfile.rs), or anything else read to its end like a
+/// pipe: a file that states no size (procfs, sysfs, an empty file), a FIFO,
+/// a device. A directory or a socket is refused.
+fn open_path(o: &SendOpts, p: &std::path::Path, attempt: &mut Attempt) -> Result<Source> {
+    let md = std::fs::metadata(p).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => usage(format!("SRC {}: no such file", p.display())),
+        _ => anyhow!("SRC {}: {e}", p.display()),
+    })?;
+    let t = md.file_type();
+    if t.is_dir() {
+        return Err(usage(format!(
+            "SRC {} is a directory (send it as a pipe: --from-cmd \"tar cf - DIR\")",
+            p.display()
+        )));
+    }
+    if std::os::unix::fs::FileTypeExt::is_socket(&t) {
+        return Err(usage(format!(
+            "SRC {} is a socket, not a file",
+            p.display()
+        )));
+    }
+    if !md.is_file() && !o.quiet {
+        eprintln!(
+            "xfer: SRC {} is {}: sending what it gives until its end, in stream mode",
+            p.display(),
+            inputfile::kind(&md)
+        );
+    }
+    let f = File::open(p).with_context(|| format!("opening {}", p.display()))?;
+    let md = f.metadata()?;
+    let pseudo = fsinfo::is_pseudo(&f);
+    if !md.is_file() || pseudo {
+        return Ok(pipe(f));
+    }
+    // Procfs and sysfs state 0 or a page: those are read to their end,
+    // never cut at their stated size; so is an empty file, held to stay so.
+    if md.len() == 0 {
+        return Ok(pipe(srcfile::Unsized::new(f, p)));
+    }
+    let id = FileId::of(&md);
+    match &attempt.first {
+        Some(first) => first.unchanged(p, &md)?,
+        None => attempt.first = Some(id.clone()),
+    }
+    Ok(Source::File(Watched {
+        file: Arc::new(f),
+        path: p.to_path_buf(),
+        id,
+    }))
+}
+
+fn pipe(r: impl Read + Send + 'static) -> Source {
+    Source::Pipe {
+        reader: Box::new(r),
+        child: None,
+    }
+}
+
 fn src_id(o: &SendOpts, src: &Source) -> String {
     match (&o.src, src) {
-        (SrcSpec::Path(p), Source::File { file, size, .. }) => {
+        (SrcSpec::Path(p), Source::File(w)) => {
+            let (file, size) = (&w.file, w.id.size);
             let mt = file.metadata().ok().and_then(|m| m.modified().ok());
             let mt = mt
                 .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
@@ -349,10 +409,10 @@ pub(crate) fn connect(o: &SendOpts, addr: SocketAddr, data: bool) -> Result<TcpS
     if data {
         // Buffers must be set before connect to take part in window scaling.
         if let Some(b) = o.sndbuf {
-            s.set_send_buffer_size(b)?;
+            sock::set_buffer(&s, sock::Buffer::Send, "--sndbuf", b)?;
         }
         if let Some(b) = o.rcvbuf {
-            s.set_recv_buffer_size(b)?;
+            sock::set_buffer(&s, sock::Buffer::Receive, "--rcvbuf", b)?;
         }
         if let Some(cc) = &o.cc {
             sock::set_cc(&s, cc)?;
@@ -399,7 +459,7 @@ fn attempt_once(
     o: &SendOpts,
     addr: SocketAddr,
     t0: Instant,
-    attempt: u32,
+    attempt: &mut Attempt,
     sched: &mut Schedule,
 ) -> std::result::Result<Outcome, AttemptError> {
     let (src, req, known_size, is_file) = plan_request(o, attempt)?;
@@ -439,24 +499,24 @@ fn attempt_once(
 /// the size if known and whether the source is a resumable file.
 fn plan_request(
     o: &SendOpts,
-    attempt: u32,
+    attempt: &mut Attempt,
 ) -> std::result::Result<(Source, Request, Option<u64>, bool), AttemptError> {
-    let src = open_source(o)?;
+    let src = open_source(o, attempt)?;
     let (known_size, is_file) = match &src {
-        Source::File { size, .. } => (Some(*size), true),
+        Source::File(w) => (Some(w.id.size), true),
         Source::Mem { size } => (Some(*size), false),
         Source::Pipe { .. } => (o.expect_size.or(o.size), false),
     };
-    if let (Some(want), Source::File { size, .. } | Source::Mem { size }) = (o.expect_size, &src) {
-        if *size != want {
+    if let (Some(want), Some(size), false) = (o.expect_size, known_size, is_pipe(&src)) {
+        if size != want {
             return Err(anyhow!("the source is {size} bytes, not {want} (--expect-size)").into());
         }
     }
     let mode = match (o.mode, &src) {
         (Some(Mode::Stripe), Source::Pipe { .. }) => {
-            return Err(anyhow!(
+            return Err(usage(
                 "stripe mode needs a regular file of known size (pipes, and files that do not \
-                 state their size, such as those of /proc and /sys, are streamed)"
+                 state their size, such as those of /proc and /sys, are streamed)",
             )
             .into())
         }
@@ -464,8 +524,8 @@ fn plan_request(
         (None, Source::Pipe { .. }) => Mode::Stream,
         (None, _) => Mode::Stripe,
     };
-    if matches!(o.sink, Sink::Cmd(_)) && mode != Mode::Stream {
-        return Err(anyhow!("--to-cmd needs --mode stream").into());
+    if let (Some(rate), 0) = (o.rate_bps, attempt.n) {
+        crate::eta::announce(known_size, rate, o.chunk, o.quiet)?;
     }
     // Files resume by default; a pipe only when asked (its producer must be
     // deterministic, which only the user knows).
@@ -493,10 +553,14 @@ fn plan_request(
         pull: false,
         cc: None,
         parent_must_exist: o.parent_must_exist,
-        fault_reset_after: o.fault_reset_after.filter(|_| attempt == 0),
+        fault_reset_after: o.fault_reset_after.filter(|_| attempt.n == 0),
         fault_stall_after: None,
     };
     Ok((src, req, known_size, is_file))
+}
+
+fn is_pipe(src: &Source) -> bool {
+    matches!(src, Source::Pipe { .. })
 }
 
 /// Sends the request, reads the receiver's answer, and joins the data
@@ -597,7 +661,7 @@ struct DataRun {
     readers: Vec<std::thread::JoinHandle<Result<E2e>>>,
     senders: Vec<std::thread::JoinHandle<Result<E2e>>>,
     /// A file's identity when opened, to catch one that changes while sent.
-    watched: Option<(Arc<File>, u64, Option<std::time::SystemTime>)>,
+    watched: Option<Watched>,
 }
 
 impl DataRun {
@@ -637,7 +701,7 @@ impl DataRun {
         };
         let gates = ctl.filter(|c| c.needs_gates());
         let watched = match &r.src {
-            Source::File { file, size, mtime } => Some((file.clone(), *size, *mtime)),
+            Source::File(w) => Some(w.clone()),
             _ => None,
         };
         let w = Workers {
@@ -672,17 +736,18 @@ impl DataRun {
         mut self,
         o: &SendOpts,
     ) -> std::result::Result<(Done, Option<String>, Measured), AttemptError> {
-        let fail = failing(self.retriable);
         let (mut first_err, e2e_sum) = self.join_workers();
         let rate = self
             .controller
             .take()
             .map(Controller::stop)
             .unwrap_or_default();
-        if first_err.is_none() {
-            if let Some((f, size, mtime)) = &self.watched {
-                first_err = source_changed(f, *size, *mtime).err();
-            }
+        // A source that changed explains any other failure (a truncated file
+        // ends a read early), and is final: a retry would send another file.
+        let changed = self.watched.as_ref().and_then(|w| w.check().err());
+        let fail = failing(self.retriable && changed.is_none());
+        if changed.is_some() {
+            first_err = changed;
         }
         // The receiver commits (renames into place, lets a consumer finish)
         // only once our digest arrives and matches its own.
@@ -701,6 +766,11 @@ impl DataRun {
         // vanished. After an error it normally comes at once; the bound is
         // generous for a loaded machine and only matters for a stuck server.
         let timeout = first_err.as_ref().map(|_| Duration::from_secs(30));
+        if first_err.is_some() {
+            // No digest will come: the receiver stops waiting for one and
+            // answers at once.
+            let _ = self.ctrl.shutdown(Shutdown::Write);
+        }
         self.ctrl
             .set_read_timeout(timeout)
             .map_err(|e| fail(e.into()))?;
@@ -823,7 +893,7 @@ impl Workers<'_> {
         let n = size.div_ceil(chunk);
         let missing = chunkset::missing(have, n);
         let (file, zero) = match src {
-            Source::File { file, .. } => (Some(file), None),
+            Source::File(w) => (Some(w.file), None),
             _ => (None, Some(Arc::new(vec![0u8; o.chunk as usize]))),
         };
         let mut readers = Vec::new();
@@ -869,7 +939,9 @@ impl Workers<'_> {
         let chunk = o.chunk as usize;
         let skip = have.first().filter(|r| r.0 == 0).map(|r| r.1).unwrap_or(0);
         let (reader, mem, child): (Box<dyn Read + Send>, Option<u64>, _) = match src {
-            Source::File { file, .. } => (Box::new(SharedFile(file, 0)), None, None),
+            // Exactly the size the transfer started with: a file that grows
+            // is caught at the end (srcfile.rs), not followed for ever.
+            Source::File(w) => (Box::new(SharedFile(w.file, 0).take(w.id.size)), None, None),
             Source::Mem { size } => (Box::new(std::io::empty()), Some(size), None),
             Source::Pipe { reader, child } => (reader, None, child),
         };
@@ -927,21 +999,6 @@ fn hash_skipped(
     Ok(e2e)
 }
 
-/// Fails if a file changed (size or modification time) since it was opened:
-/// what was sent may mix old and new contents, or miss what was appended.
-fn source_changed(f: &File, size: u64, mtime: Option<std::time::SystemTime>) -> Result<()> {
-    let md = f.metadata().context("checking the source after sending")?;
-    if md.len() != size || md.modified().ok() != mtime {
-        bail!(
-            "the source changed while it was sent ({} bytes when opened, {} now); nothing was \
-             committed: send a copy that does not change (or a pipe, '-', to send a stream as read)",
-            size,
-            md.len()
-        );
-    }
-    Ok(())
-}
-
 /// Goodput target in bit/s from --rate, or from --deadline and the bytes
 /// still to send.
 pub(crate) fn target_rate(
@@ -970,7 +1027,9 @@ fn deadline_rate(remaining: u64, left: f64) -> Result<u64> {
     if left <= 0.0 {
         bail!("deadline already passed");
     }
-    Ok(((remaining as f64 * 8.0 / left).ceil() as u64).max(1000))
+    let rate = (remaining as f64 * 8.0 / left).ceil() as u64;
+    // Past the highest rate, pacing would not hold the data back anyway.
+    Ok(rate.clamp(RATE_MIN_BPS.value, RATE_MAX_BPS.value))
 }
 
 /// Pacing: aggregate goodput split evenly, scaled up by frame overhead so
@@ -1379,30 +1438,6 @@ mod tests {
         let r = deadline_rate(1 << 30, 100.0).unwrap() as f64;
         assert!((r - (1u64 << 30) as f64 * 8.0 / 99.75).abs() < 2.0);
         assert!(deadline_rate(1, -0.1).is_err());
-    }
-
-    #[test]
-    fn a_file_that_changes_is_caught() {
-        let p = std::env::temp_dir().join(format!("xfer-changed-{}", std::process::id()));
-        std::fs::write(&p, b"0123456789").unwrap();
-        let f = File::open(&p).unwrap();
-        let md = f.metadata().unwrap();
-        source_changed(&f, md.len(), md.modified().ok()).unwrap();
-        // Grows (a log being appended to).
-        std::fs::OpenOptions::new()
-            .append(true)
-            .open(&p)
-            .unwrap()
-            .write_all(b"more")
-            .unwrap();
-        let e = source_changed(&f, md.len(), md.modified().ok()).unwrap_err();
-        assert!(e.to_string().contains("changed while it was sent"), "{e}");
-        // Same size, new contents (mtime moves).
-        let md = f.metadata().unwrap();
-        let f2 = std::fs::OpenOptions::new().write(true).open(&p).unwrap();
-        f2.set_modified(md.modified().unwrap() + Duration::from_secs(1))
-            .unwrap();
-        assert!(source_changed(&f, md.len(), md.modified().ok()).is_err());
-        std::fs::remove_file(&p).unwrap();
+        assert_eq!(deadline_rate(1 << 50, 1e-3).unwrap(), RATE_MAX_BPS.value);
     }
 }

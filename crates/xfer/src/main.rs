@@ -3,9 +3,12 @@
 
 mod chunkset;
 mod client;
+mod eta;
 mod fsinfo;
+mod inputfile;
 mod journal;
 mod limiter;
+mod limits;
 mod onoff;
 mod profile;
 mod proto;
@@ -14,11 +17,12 @@ mod safepath;
 mod server;
 mod signal;
 mod sock;
+mod srcfile;
 mod start;
 mod trace;
 mod util;
 
-use anyhow::{bail, Context, Result};
+use anyhow::Result;
 use clap::{Parser, Subcommand, ValueEnum};
 use proto::{Auth, Mode, Sink};
 use std::path::PathBuf;
@@ -111,13 +115,14 @@ struct ServeArgs {
     /// Largest chunk a client may use.
     #[arg(long, default_value = "16M")]
     max_chunk: String,
-    /// Maximum concurrent sessions.
+    /// Maximum concurrent sessions (1 to 1024).
     #[arg(long, default_value_t = 16)]
-    max_sessions: usize,
+    max_sessions: u64,
     /// Maximum open connections (authenticated or not); past it, clients
-    /// are told the server is busy.
-    #[arg(long, default_value_t = 1024)]
-    max_conns: u64,
+    /// are told the server is busy [default: 1024, or what the open-file
+    /// limit leaves room for].
+    #[arg(long)]
+    max_conns: Option<u64>,
     /// Receive buffer per data socket (default: kernel autotuning).
     #[arg(long)]
     rcvbuf: Option<String>,
@@ -133,7 +138,7 @@ struct SendArgs {
     #[arg(short = 'P', long = "parallel", default_value_t = 4)]
     parallel: u32,
     /// stripe (file in N contiguous ranges) or stream (sequenced chunks);
-    /// default: stripe for files, stream for pipes.
+    /// default: stripe for files, stream for pipes and --to-cmd.
     #[arg(long, value_enum)]
     mode: Option<ModeArg>,
     /// Chunk size (unit of hashing, resume and reordering).
@@ -209,6 +214,10 @@ struct SendArgs {
     /// their connections to close (the transfer cannot finish).
     #[arg(long, hide = true)]
     fault_stall_after: Option<String>,
+    /// Test hook: a command run (sh -c) before each retry, e.g. one that
+    /// changes the source between two attempts.
+    #[arg(long, hide = true)]
+    fault_before_retry: Option<String>,
     #[command(flatten)]
     plan: PlanArgs,
 }
@@ -299,7 +308,12 @@ impl PlanArgs {
         }
         let connect_ahead = match self.connect_ahead.trim() {
             "0" | "0s" => std::time::Duration::ZERO,
-            d => util::parse_duration(d).map_err(|e| usage(format!("--connect-ahead: {e}")))?,
+            d => limits::duration(
+                "--connect-ahead",
+                d,
+                limits::ZERO_S,
+                limits::CONNECT_AHEAD_MAX_S,
+            )?,
         };
         signal::check_token(&self.signal_token)?;
         Ok(Plan {
@@ -309,7 +323,7 @@ impl PlanArgs {
             start_at: self
                 .start_at
                 .as_deref()
-                .map(start::parse_start_at)
+                .map(|t| start::start_time(t, start::unix_now()))
                 .transpose()?,
             connect_ahead,
             start_after_signal: self.start_after_signal,
@@ -324,29 +338,37 @@ impl PlanArgs {
 }
 
 fn load_auth(key_file: &Option<PathBuf>, insecure: bool) -> Result<Auth> {
+    use util::usage;
     match (key_file, insecure) {
-        (Some(_), true) => bail!("--key-file and --insecure are mutually exclusive"),
+        (Some(_), true) => Err(usage("--key-file and --insecure are mutually exclusive")),
         (Some(p), false) => {
-            let k =
-                std::fs::read(p).with_context(|| format!("reading key file {}", p.display()))?;
+            let k = inputfile::read_key(p, limits::KEY_FILE_MAX_BYTES)?;
             let k = k.trim_ascii().to_vec();
             if k.len() < 16 {
-                bail!(
-                    "key in {} is too short (need at least 16 bytes)",
+                return Err(usage(format!(
+                    "--key-file {}: the key is too short (need at least 16 bytes)",
                     p.display()
-                );
+                )));
             }
             Ok(Auth::Key(k))
         }
         (None, true) => Ok(Auth::Insecure),
-        (None, false) => bail!("no key: pass --key-file FILE (or --insecure, loopback only)"),
+        (None, false) => Err(usage(
+            "no key: pass --key-file FILE (or --insecure, loopback only)",
+        )),
     }
 }
 
-fn bytes_opt(s: &Option<String>) -> Result<Option<usize>> {
+/// An optional socket buffer size, checked.
+fn buffer_opt(flag: &str, s: &Option<String>) -> Result<Option<usize>> {
     s.as_deref()
-        .map(|x| util::parse_size(x).map(|v| v as usize))
+        .map(|x| limits::socket_buffer(flag, x))
         .transpose()
+}
+
+/// An optional transfer size, checked.
+fn volume_opt(flag: &str, s: &Option<String>) -> Result<Option<u64>> {
+    s.as_deref().map(|x| limits::volume(flag, x)).transpose()
 }
 
 /// HOST:PORT[:PATH], with [v6] hosts.
@@ -406,22 +428,30 @@ fn run_onoff(a: OnoffArgs) -> Result<()> {
 
 /// `xfer serve`: the options checked, then the daemon.
 fn serve(a: ServeArgs) -> Result<()> {
-    let max_chunk = util::parse_size(&a.max_chunk)?;
-    if max_chunk < proto::MIN_CHUNK as u64 || max_chunk > proto::MAX_CHUNK as u64 {
-        bail!("--max-chunk must be between 4K and 16M");
-    }
-    if a.max_conns < 2 {
-        bail!("--max-conns must be at least 2 (a control and a data connection)");
-    }
+    let max_chunk = limits::size(
+        "--max-chunk",
+        &a.max_chunk,
+        limits::CHUNK_MIN,
+        limits::CHUNK_MAX,
+    )?;
+    let max_sessions = limits::count("--max-sessions", a.max_sessions, 1, limits::SESSIONS_MAX)?;
+    let max_conns = limits::max_conns(a.max_conns, max_sessions)?;
+    let rcvbuf = buffer_opt("--rcvbuf", &a.rcvbuf)?;
+    let listen: std::net::SocketAddr = a.listen.parse().map_err(|_| {
+        util::usage(format!(
+            "--listen {:?} is not IP:PORT (examples: 0.0.0.0:7447, [::1]:0)",
+            a.listen
+        ))
+    })?;
     server::serve(server::ServeOpts {
-        listen: a.listen,
+        listen,
         root: a.root,
         auth: load_auth(&a.key_file, a.insecure)?,
         allow_cmd: a.allow_cmd,
         max_chunk: max_chunk as u32,
-        max_sessions: a.max_sessions,
-        max_conns: a.max_conns,
-        rcvbuf: bytes_opt(&a.rcvbuf)?,
+        max_sessions: max_sessions as usize,
+        max_conns,
+        rcvbuf,
     })
 }
 
@@ -430,62 +460,69 @@ fn serve(a: ServeArgs) -> Result<()> {
 fn send(a: SendArgs) -> Result<()> {
     let (src, dest) = source_and_dest(&a)?;
     let Some((host, port, path)) = parse_remote(&dest) else {
-        bail!("DEST {dest:?} must be HOST:PORT:/path or HOST:PORT (local copies: use cp)");
+        return Err(util::usage(format!(
+            "DEST {dest:?} must be HOST:PORT:/path or HOST:PORT (local copies: use cp)"
+        )));
     };
     let (sink, parent_must_exist) = sink_of(&a, &src, &dest, path)?;
-    if a.parallel == 0 || a.parallel > 128 {
-        bail!("-P must be between 1 and 128");
-    }
-    let chunk = util::parse_size(&a.chunk)?;
-    if chunk < 4096 || chunk > proto::MAX_CHUNK as u64 {
-        bail!("--chunk must be between 4K and 16M");
-    }
-    let interval = util::parse_duration(&a.interval)?;
-    if interval.as_millis() < 10 {
-        bail!("--interval must be at least 10ms");
+    let streams = limits::count("-P", a.parallel.into(), 1, limits::STREAMS_MAX)? as u32;
+    let chunk = limits::size("--chunk", &a.chunk, limits::CHUNK_MIN, limits::CHUNK_MAX)?;
+    let interval = limits::duration(
+        "--interval",
+        &a.interval,
+        limits::INTERVAL_MIN_S,
+        limits::INTERVAL_MAX_S,
+    )?;
+    let retries = limits::count("--retries", a.retries.into(), 0, limits::RETRIES_MAX)? as u32;
+    let rate_bps = a
+        .rate
+        .as_deref()
+        .map(|r| limits::rate("--rate", r))
+        .transpose()?;
+    let deadline = a
+        .deadline
+        .as_deref()
+        .map(|d| limits::duration("--deadline", d, limits::ZERO_S, limits::TRANSFER_TIME_MAX_S))
+        .transpose()?;
+    let mode = mode_of(&a)?;
+    if let Some(j) = &a.json {
+        inputfile::check_result_path("--json", j)?;
     }
     let auth = load_auth(&a.key_file, a.insecure)?;
     let plan = a
         .plan
-        .parse(a.rate.is_some() || a.deadline.is_some(), &auth)?;
-    let size = |o: &Option<String>| o.as_deref().map(util::parse_size).transpose();
+        .parse(rate_bps.is_some() || deadline.is_some(), &auth)?;
     client::send(client::SendOpts {
         src,
         host,
         port,
         sink,
-        streams: a.parallel,
-        mode: a.mode.map(|m| match m {
-            ModeArg::Stripe => Mode::Stripe,
-            ModeArg::Stream => Mode::Stream,
-        }),
+        streams,
+        mode,
         chunk: chunk as u32,
-        rate_bps: a.rate.as_deref().map(util::parse_rate).transpose()?,
-        deadline: a
-            .deadline
-            .as_deref()
-            .map(util::parse_duration)
-            .transpose()?,
-        size: size(&a.size)?,
+        rate_bps,
+        deadline,
+        size: volume_opt("--size", &a.size)?,
         cc: a.cc,
-        sndbuf: bytes_opt(&a.sndbuf)?,
-        rcvbuf: bytes_opt(&a.rcvbuf)?,
+        sndbuf: buffer_opt("--sndbuf", &a.sndbuf)?,
+        rcvbuf: buffer_opt("--rcvbuf", &a.rcvbuf)?,
         hash: !a.no_hash,
         resume: match (a.no_resume, a.resume) {
             (true, _) => Some(false),
             (_, true) => Some(true),
             _ => None,
         },
-        retries: a.retries,
+        retries,
         auth,
         json: a.json,
         interval,
         progress: !a.no_progress,
         quiet: a.quiet,
-        expect_size: size(&a.expect_size)?,
+        expect_size: volume_opt("--expect-size", &a.expect_size)?,
         parent_must_exist,
-        fault_reset_after: size(&a.fault_reset_after)?,
-        fault_stall_after: size(&a.fault_stall_after)?,
+        fault_reset_after: volume_opt("--fault-reset-after", &a.fault_reset_after)?,
+        fault_stall_after: volume_opt("--fault-stall-after", &a.fault_stall_after)?,
+        fault_before_retry: a.fault_before_retry,
         args: std::env::args().collect(),
         profile: plan.profile,
         limiter: plan.limiter,
@@ -498,6 +535,23 @@ fn send(a: SendArgs) -> Result<()> {
     })
 }
 
+/// The mode asked for. A `--to-cmd` consumer reads the data in order, so
+/// it always goes in stream mode, whatever the source.
+fn mode_of(a: &SendArgs) -> Result<Option<Mode>> {
+    let mode = a.mode.map(|m| match m {
+        ModeArg::Stripe => Mode::Stripe,
+        ModeArg::Stream => Mode::Stream,
+    });
+    match (&a.to_cmd, mode) {
+        (Some(_), Some(Mode::Stripe)) => Err(util::usage(
+            "--to-cmd feeds a command its input in order, which is stream mode: leave out \
+             --mode stripe",
+        )),
+        (Some(_), _) => Ok(Some(Mode::Stream)),
+        (None, m) => Ok(m),
+    }
+}
+
 /// SRC and DEST from the positional arguments: a send (file, stdin, mem:SIZE or
 /// --from-cmd) or a pull (SRC = HOST:PORT:/path, where the send-only options are refused).
 fn source_and_dest(a: &SendArgs) -> Result<(client::SrcSpec, String)> {
@@ -506,11 +560,13 @@ fn source_and_dest(a: &SendArgs) -> Result<(client::SrcSpec, String)> {
     };
     Ok(match (&a.from_cmd, a.args.as_slice()) {
         (Some(c), [d]) => (client::SrcSpec::Cmd(c.clone()), d.clone()),
-        (Some(_), _) => bail!("with --from-cmd give only DEST"),
+        (Some(_), _) => return Err(util::usage("with --from-cmd give only DEST")),
         // Pull: SRC is on the server, DEST is local (or stdout).
         (None, [s, d]) if is_remote(s) => {
             if is_remote(d) {
-                bail!("SRC and DEST are both remote; one must be local");
+                return Err(util::usage(
+                    "SRC and DEST are both remote; one must be local",
+                ));
             }
             refuse_for_pull(a)?;
             let local = if d == "-" {
@@ -524,16 +580,22 @@ fn source_and_dest(a: &SendArgs) -> Result<(client::SrcSpec, String)> {
             let src = if s == "-" {
                 client::SrcSpec::Stdin
             } else if let Some(n) = s.strip_prefix("mem:") {
-                client::SrcSpec::Mem(util::parse_size(n)?)
+                client::SrcSpec::Mem(limits::volume("mem:", n)?)
             } else {
                 client::SrcSpec::Path(PathBuf::from(s))
             };
             if d == "-" {
-                bail!("DEST - (stdout) needs a remote SRC (HOST:PORT:/path)");
+                return Err(util::usage(
+                    "DEST - (stdout) needs a remote SRC (HOST:PORT:/path)",
+                ));
             }
             (src, d.clone())
         }
-        (None, _) => bail!("usage: xfer send SRC DEST (or --from-cmd CMD DEST)"),
+        (None, _) => {
+            return Err(util::usage(
+                "usage: xfer send SRC DEST (or --from-cmd CMD DEST)",
+            ))
+        }
     })
 }
 
@@ -547,10 +609,13 @@ fn refuse_for_pull(a: &SendArgs) -> Result<()> {
         (a.json.is_some(), "--json"),
         (a.expect_size.is_some(), "--expect-size"),
         (a.fault_reset_after.is_some(), "--fault-reset-after"),
+        (a.fault_before_retry.is_some(), "--fault-before-retry"),
         (a.plan.given().is_some(), a.plan.given().unwrap_or_default()),
     ];
     if let Some((_, name)) = bad.iter().find(|b| b.0) {
-        bail!("{name} does not apply to a pull (SRC = HOST:PORT:/path)");
+        return Err(util::usage(format!(
+            "{name} does not apply to a pull (SRC = HOST:PORT:/path)"
+        )));
     }
     Ok(())
 }
@@ -573,7 +638,7 @@ fn sink_of(
                 return Ok((Sink::Path(p), false));
             }
             if matches!(src, client::SrcSpec::Pull(_)) {
-                bail!("remote path {dest:?} names no file");
+                return Err(util::usage(format!("remote path {dest:?} names no file")));
             }
             // scp-like: DIR/ is an existing directory, and the file goes inside it under
             // the source's name.
@@ -583,9 +648,15 @@ fn sink_of(
         (None, Some(c), false) => (Sink::Cmd(c), false),
         (None, None, true) => (Sink::Discard, false),
         (None, None, false) => {
-            bail!("DEST {dest:?} has no path: add :/path, --to-cmd or --discard")
+            return Err(util::usage(format!(
+                "DEST {dest:?} has no path: add :/path, --to-cmd or --discard"
+            )))
         }
-        _ => bail!("give exactly one of a DEST path, --to-cmd or --discard"),
+        _ => {
+            return Err(util::usage(
+                "give exactly one of a DEST path, --to-cmd or --discard",
+            ))
+        }
     })
 }
 
@@ -597,10 +668,10 @@ fn into_dir_name(src: &client::SrcSpec, dest: &str) -> Result<String> {
     };
     match name {
         Some(n) if n != "." && n != ".." => Ok(n),
-        _ => bail!(
+        _ => Err(util::usage(format!(
             "DEST {dest:?} ends in '/' (a directory), but the source has no file name to \
              give the file there: name the file after the '/'"
-        ),
+        ))),
     }
 }
 

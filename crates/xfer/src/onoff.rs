@@ -13,6 +13,7 @@
 //! (bytes of IP packets). The sink prints `{"packets", "bytes"}` received
 //! (bytes of payload).
 
+use crate::limits::{seconds_within, RATE_MAX_BPS, TIME_MAX_S, TIME_MIN_S, ZERO_S};
 use crate::util::usage;
 use anyhow::{Context, Result};
 use std::net::{SocketAddr, UdpSocket};
@@ -83,15 +84,18 @@ impl Source {
         if !(self.rate_bps.is_finite() && self.rate_bps > 0.0) {
             return Err(usage("--rate must be a positive number of bit/s"));
         }
-        if !(self.mean_on > 0.0
-            && self.mean_off >= 0.0
-            && self.mean_on.is_finite()
-            && self.mean_off.is_finite())
-        {
-            return Err(usage(
-                "--mean-on must be positive and --mean-off at least 0 (seconds)",
-            ));
+        if self.rate_bps > RATE_MAX_BPS.value as f64 {
+            return Err(usage(format!(
+                "--rate {} is out of range: at most {} bit/s ({})",
+                num(self.rate_bps),
+                RATE_MAX_BPS.value,
+                RATE_MAX_BPS.reason
+            )));
         }
+        let on = self.mean_on;
+        seconds_within("--mean-on", &num(on), on, TIME_MIN_S, TIME_MAX_S)?;
+        let off = self.mean_off;
+        seconds_within("--mean-off", &num(off), off, ZERO_S, TIME_MAX_S)?;
         if self.size == 0 || self.size > 65_507 {
             return Err(usage("--size must be 1 to 65507 bytes of UDP payload"));
         }
@@ -134,14 +138,11 @@ impl Source {
                 switch += draws.period(if on { self.mean_on } else { self.mean_off });
             }
             if on {
-                credit += (now - last).as_secs_f64() * per_s;
-                while credit >= 1.0 {
-                    match sock.send(&payload) {
-                        Ok(_) => sent.packets += 1,
-                        Err(_) => sent.send_errors += 1, // the host's queue is full: lost
-                    }
-                    credit -= 1.0;
-                }
+                // A host that cannot keep up sends what it can: the credit
+                // of a late wake-up is bounded, never a backlog that outlives
+                // the duration.
+                credit = (credit + (now - last).as_secs_f64() * per_s).min(per_s * 0.1 + 1.0);
+                credit = send_credit(&sock, &payload, credit, &mut sent, end);
             } else {
                 credit = 0.0;
             }
@@ -153,11 +154,41 @@ impl Source {
     }
 }
 
-fn check_duration(d: f64) -> Result<()> {
-    if !(d.is_finite() && d >= 0.0) {
-        return Err(usage("--duration must be a number of seconds"));
+/// Sends the datagrams `credit` allows (stopping at `end` or a stop
+/// signal, checked every few thousand); returns the credit left.
+fn send_credit(
+    sock: &UdpSocket,
+    payload: &[u8],
+    mut credit: f64,
+    sent: &mut Sent,
+    end: Instant,
+) -> f64 {
+    let mut n = 0u32;
+    while credit >= 1.0 {
+        match sock.send(payload) {
+            Ok(_) => sent.packets += 1,
+            Err(_) => sent.send_errors += 1, // the host's queue is full: lost
+        }
+        credit -= 1.0;
+        n = n.wrapping_add(1);
+        if n % 4096 == 0 && (STOP.load(Ordering::SeqCst) || Instant::now() >= end) {
+            return 0.0;
+        }
     }
-    Ok(())
+    credit
+}
+
+fn check_duration(d: f64) -> Result<()> {
+    seconds_within("--duration", &num(d), d, ZERO_S, TIME_MAX_S).map(|_| ())
+}
+
+/// A number as given on the command line: `1e300`, not three hundred digits.
+fn num(v: f64) -> String {
+    if v != 0.0 && v.is_finite() && !(1e-4..1e15).contains(&v.abs()) {
+        format!("{v:e}")
+    } else {
+        v.to_string()
+    }
 }
 
 /// Takes datagrams on `listen` until `duration` s have passed or a stop
@@ -245,5 +276,45 @@ mod tests {
         s.rate_bps = 1e6;
         s.size = 70_000;
         assert!(s.run().unwrap_err().to_string().contains("--size"));
+        // Numbers that would hang the source or overflow its clock.
+        s.size = 1472;
+        for (rate, on, off, dur, want) in [
+            (
+                1e300,
+                1.0,
+                1.0,
+                1.0,
+                "--rate 1e300 is out of range: at most",
+            ),
+            (
+                1e6,
+                1e-300,
+                1.0,
+                1.0,
+                "--mean-on 1e-300 is out of range: at least",
+            ),
+            (
+                1e6,
+                1.0,
+                1e300,
+                1.0,
+                "--mean-off 1e300 is out of range: at most",
+            ),
+            (
+                1e6,
+                1.0,
+                1.0,
+                1e300,
+                "--duration 1e300 is out of range: at most 1000000 s",
+            ),
+            (1e6, 1.0, 1.0, f64::NAN, "--duration NaN is not a number"),
+        ] {
+            (s.rate_bps, s.mean_on, s.mean_off, s.duration) = (rate, on, off, dur);
+            let e = s.run().unwrap_err();
+            assert!(e.downcast_ref::<crate::util::UsageError>().is_some());
+            assert!(e.to_string().starts_with(want), "{e}");
+        }
+        let e = sink("127.0.0.1:0".parse().unwrap(), 1e300).unwrap_err();
+        assert!(e.to_string().contains("--duration"), "{e}");
     }
 }

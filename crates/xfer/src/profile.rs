@@ -5,6 +5,8 @@
 //! `0s:R`. This module parses and checks plans, and splits what the receiver
 //! counted over the steps (the achieved goodput per step).
 
+use crate::inputfile::read_small;
+use crate::limits::{rate_value, PROFILE_FILE_MAX_BYTES, RATE_MAX_BPS, RATE_MIN_BPS};
 use crate::util::{parse_rate, usage};
 use anyhow::Result;
 use serde::Deserialize;
@@ -78,7 +80,12 @@ impl Profile {
     }
 
     fn from_file(path: &str) -> std::result::Result<Profile, String> {
-        let text = std::fs::read(path).map_err(|e| format!("cannot read {path:?}: {e}"))?;
+        let text = read_small(
+            "the plan",
+            std::path::Path::new(path),
+            PROFILE_FILE_MAX_BYTES,
+        )
+        .map_err(|e| format!("{e:#}"))?;
         let rows: Vec<FileStep> = serde_json::from_slice(&text).map_err(|e| {
             format!("{path:?} is not a JSON list of {{\"t\": s, \"rate_bps\": x}}: {e}")
         })?;
@@ -87,11 +94,14 @@ impl Profile {
         }
         let mut steps = Vec::with_capacity(rows.len());
         for (i, r) in rows.iter().enumerate() {
-            let rate_ok = r.rate_bps == 0.0 || (r.rate_bps >= 1000.0 && r.rate_bps < 1e15);
+            let rate_ok = r.rate_bps == 0.0
+                || (r.rate_bps >= RATE_MIN_BPS.value as f64
+                    && r.rate_bps <= RATE_MAX_BPS.value as f64);
             if !rate_ok {
                 return Err(format!(
-                    "{path:?} step {i}: rate_bps {} must be 0 (pause) or at least 1000",
-                    r.rate_bps
+                    "{path:?} step {i}: rate_bps {} must be 0 (pause) or between 1000 and {} \
+                     ({})",
+                    r.rate_bps, RATE_MAX_BPS.value, RATE_MAX_BPS.reason
                 ));
             }
             steps.push(Step {
@@ -227,7 +237,8 @@ fn parse_step_rate(s: &str) -> std::result::Result<u64, String> {
             .map(|_| 0)
             .map_err(|_| format!("unknown rate unit in {t:?} (bit/s: k, M, G)"));
     }
-    parse_rate(t).map_err(|e| format!("{e}"))
+    let v = parse_rate(t).map_err(|e| format!("{e}"))?;
+    rate_value("rate", t, v).map_err(|e| format!("{e}"))
 }
 
 #[cfg(test)]
@@ -275,7 +286,9 @@ mod tests {
         assert!(err("0s:0,1s:0").contains("every rate is 0"));
         assert!(err("0s:1M,,2s:3M").contains("not TIME:RATE"));
         assert!(err("0s").contains("not TIME:RATE"));
-        assert!(err("0s:12").contains("at least 1k"));
+        assert!(err("0s:12").contains("rate 12 is out of range: at least 1 kbit/s"));
+        assert!(err("0s:1M,1s:20T").contains("rate 20T is out of range: at most 10 Tbit/s"));
+        assert!(err("@/dev/zero").contains("/dev/zero is a character device"));
         assert!(err("@/nonexistent/plan.json").contains("cannot read"));
     }
 
@@ -295,6 +308,7 @@ mod tests {
             r#"[]"#,
             r#"[{"t": 0, "rate": 1e6}]"#,
             r#"[{"t": 0, "rate_bps": 10}]"#,
+            r#"[{"t": 0, "rate_bps": 1e14}]"#,
             r#"[{"t": 0, "rate_bps": 1e6}, {"t": 0, "rate_bps": 2e6}]"#,
             r#"{"t": 0}"#,
         ] {

@@ -108,6 +108,9 @@ pub(crate) fn pull_once(
     let (mut ctrl, size) = open_session(o, addr, &session, mode, remote)?;
     let conns = join_streams(o, addr, &session)?;
     let data_start = Instant::now();
+    if let Some(r) = o.rate_bps {
+        crate::eta::announce(Some(size), r, o.chunk, o.quiet)?;
+    }
     let rate_bps = target_rate(o, Some(size), t0)?;
     let pacing = rate_bps.map(|r| pacing_per_socket(o, r));
     send_msg(&mut ctrl, &Start { pacing })?;
@@ -339,23 +342,52 @@ fn open_part(dest: &std::path::Path, remote: &str) -> Result<Part> {
     if dest.is_dir() {
         bail!("{} is a directory", dest.display());
     }
+    // The rename at the end would replace a device, a FIFO or a symlink.
+    crate::inputfile::check_result_path("DEST", dest)?;
     let name = dest
         .file_name()
         .ok_or_else(|| anyhow!("{} names no file", dest.display()))?;
     let tmp = dest.with_file_name(format!(".{}.xfer-part", name.to_string_lossy()));
-    let file = File::options()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(&tmp)
-        .with_context(|| format!("creating {}", tmp.display()))?;
+    let file = open_tmp(&tmp)?;
     Ok(Part {
         tmp,
         dest: dest.to_path_buf(),
         file,
         committed: AtomicBool::new(false),
     })
+}
+
+/// The temporary file, new or a stale one of ours (a killed pull's), emptied.
+/// Its name is predictable, so in a folder others may write to it could be a
+/// symlink or a hard link to someone's file: never followed, never emptied
+/// unless it is a plain file of this user's with one link.
+fn open_tmp(tmp: &std::path::Path) -> Result<File> {
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    let file = File::options()
+        .read(true)
+        .write(true)
+        .create(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(tmp)
+        .map_err(|e| match e.raw_os_error() {
+            Some(libc::ELOOP) => anyhow!(
+                "{} is in the way: a symlink (remove it, or pull elsewhere)",
+                tmp.display()
+            ),
+            _ => anyhow::Error::new(e).context(format!("creating {}", tmp.display())),
+        })?;
+    let md = file.metadata()?;
+    // SAFETY: geteuid has no failure mode and touches no memory.
+    let me = unsafe { libc::geteuid() };
+    if !md.is_file() || md.uid() != me || md.nlink() != 1 {
+        bail!(
+            "{} is in the way: not a plain file of this user's (remove it, or pull elsewhere)",
+            tmp.display()
+        );
+    }
+    file.set_len(0)
+        .with_context(|| format!("emptying {}", tmp.display()))?;
+    Ok(file)
 }
 
 /// Reads one data stream until its END frame, verifying every chunk.

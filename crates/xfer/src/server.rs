@@ -20,7 +20,7 @@ use std::sync::{mpsc, Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 pub struct ServeOpts {
-    pub listen: String,
+    pub listen: std::net::SocketAddr,
     pub root: PathBuf,
     pub auth: Auth,
     pub allow_cmd: bool,
@@ -56,11 +56,7 @@ pub fn serve(opts: ServeOpts) -> Result<()> {
     unsafe {
         libc::mallopt(libc::M_MMAP_THRESHOLD, 1 << 20);
     }
-    let root = std::fs::canonicalize(&opts.root)
-        .with_context(|| format!("root directory {}", opts.root.display()))?;
-    if !root.is_dir() {
-        bail!("root {} is not a directory", root.display());
-    }
+    let root = check_root(&opts.root)?;
     let listener = listen(&opts)?;
     // Tests and scripts read this line to learn the port (readiness signal).
     println!("xfer: listening on {}", listener.local_addr()?);
@@ -78,20 +74,35 @@ pub fn serve(opts: ServeOpts) -> Result<()> {
     Ok(())
 }
 
+/// `--root`, canonical: a directory that exists (else a usage error).
+fn check_root(given: &std::path::Path) -> Result<PathBuf> {
+    let root = std::fs::canonicalize(given).map_err(|e| {
+        let msg = format!("--root {}: {e}", given.display());
+        match e.kind() {
+            std::io::ErrorKind::NotFound => crate::util::usage(msg),
+            _ => anyhow!(msg),
+        }
+    })?;
+    let md = std::fs::metadata(&root)?;
+    if !md.is_dir() {
+        return Err(crate::util::usage(format!(
+            "--root {} is {}, not a directory",
+            given.display(),
+            crate::inputfile::kind(&md)
+        )));
+    }
+    Ok(root)
+}
+
 /// The listening socket (`--insecure` only on loopback; `--rcvbuf` set before any
 /// handshake fixes the window scale).
 fn listen(opts: &ServeOpts) -> Result<TcpListener> {
-    let addr: std::net::SocketAddr = opts.listen.parse().with_context(|| {
-        format!(
-            "invalid listen address {:?} (example: 0.0.0.0:7447)",
-            opts.listen
-        )
-    })?;
+    let addr = opts.listen;
     if matches!(opts.auth, Auth::Insecure) && !addr.ip().is_loopback() {
-        bail!(
+        return Err(crate::util::usage(format!(
             "--insecure is only allowed on a loopback address; use --key-file to listen on {}",
             addr.ip()
-        );
+        )));
     }
     let sock = socket2::Socket::new(
         socket2::Domain::for_address(addr),
@@ -102,7 +113,7 @@ fn listen(opts: &ServeOpts) -> Result<TcpListener> {
     if let Some(b) = opts.rcvbuf {
         // Set on the listener so accepted sockets inherit it before the
         // handshake fixes the window scale.
-        sock.set_recv_buffer_size(b)?;
+        crate::sock::set_buffer(&sock, crate::sock::Buffer::Receive, "--rcvbuf", b)?;
     }
     sock.bind(&addr.into())
         .with_context(|| format!("binding {addr}"))?;
@@ -128,6 +139,9 @@ fn accept_loop(srv: &Arc<Server>, listener: TcpListener) {
             Ok(c) => c,
             Err(e) => {
                 eprintln!("xfer: accept: {e}");
+                // Out of descriptors (EMFILE, ENFILE) the error repeats until
+                // a connection ends: wait rather than spin.
+                std::thread::sleep(Duration::from_millis(100));
                 continue;
             }
         };
@@ -665,19 +679,34 @@ fn verdict(session: &Session) -> (Result<()>, bool) {
 }
 
 /// A consumer is killed on failure (it must not mistake a truncated stream
-/// for a complete one); on success, closing its stdin ends its input.
+/// for a complete one); on success, closing its stdin ends its input. A
+/// consumer that failed is named with its exit status, also when its exit is
+/// what broke the stream ("consumer stopped reading").
 fn finish_consumer(session: &Session, child: Option<Child>, result: Result<()>) -> Result<()> {
     let Some(mut c) = child else {
         return result;
     };
+    let mut ended_early = None;
     if result.is_err() {
+        ended_early = c.try_wait().ok().flatten();
         let _ = c.kill();
     }
     session.output.lock().unwrap().take();
-    match c.wait() {
-        Ok(st) if !st.success() && result.is_ok() => Err(anyhow!("consumer command failed: {st}")),
-        Err(e) if result.is_ok() => Err(anyhow!("waiting for consumer: {e}")),
-        _ => result,
+    let cmd = match &session.req.sink {
+        Sink::Cmd(c) => c.as_str(),
+        _ => "",
+    };
+    let failed = |st: std::process::ExitStatus, when: &str| {
+        anyhow!("the consumer command {cmd:?} failed{when} ({st})")
+    };
+    match (c.wait(), result) {
+        (Ok(st), Ok(())) if !st.success() => Err(failed(st, "")),
+        (Err(e), Ok(())) => Err(anyhow!("waiting for consumer: {e}")),
+        (_, Err(e)) => match ended_early {
+            Some(st) if !st.success() => Err(failed(st, " before it read all its input")),
+            _ => Err(e),
+        },
+        (Ok(_), Ok(())) => Ok(()),
     }
 }
 

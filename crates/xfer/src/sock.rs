@@ -126,6 +126,43 @@ pub fn window_clamp<S: AsRawFd>(s: &S) -> Option<u32> {
     (rc == 0 && v >= 0).then_some(v as u32)
 }
 
+/// Which buffer `set_buffer` sets.
+#[derive(Clone, Copy, PartialEq)]
+pub enum Buffer {
+    Send,
+    Receive,
+}
+
+/// Sets a socket buffer (`--sndbuf`, `--rcvbuf`: `flag`) to `bytes` and
+/// says once per process when the kernel gave less (it caps SO_SNDBUF and
+/// SO_RCVBUF at net.core.wmem_max and rmem_max, without an error).
+pub fn set_buffer(s: &socket2::Socket, which: Buffer, flag: &str, bytes: usize) -> Result<()> {
+    static SAID: [std::sync::atomic::AtomicBool; 2] = [
+        std::sync::atomic::AtomicBool::new(false),
+        std::sync::atomic::AtomicBool::new(false),
+    ];
+    let (got, sysctl) = match which {
+        Buffer::Send => {
+            s.set_send_buffer_size(bytes)?;
+            (s.send_buffer_size()?, "net.core.wmem_max")
+        }
+        Buffer::Receive => {
+            s.set_recv_buffer_size(bytes)?;
+            (s.recv_buffer_size()?, "net.core.rmem_max")
+        }
+    };
+    // The kernel reports twice what it keeps for data (the rest is overhead).
+    let said = &SAID[which as usize];
+    if got / 2 < bytes && !said.swap(true, std::sync::atomic::Ordering::SeqCst) {
+        eprintln!(
+            "xfer: warning: {flag} {}: the kernel gave {} ({sysctl} caps it; raise it with sysctl)",
+            crate::util::human_bytes(bytes as u64),
+            crate::util::human_bytes(got as u64 / 2)
+        );
+    }
+    Ok(())
+}
+
 #[derive(Debug, Clone, Copy, Default)]
 pub struct TcpSample {
     pub cwnd: u32,

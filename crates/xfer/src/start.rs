@@ -4,6 +4,7 @@
 //! signal.rs). Either way the session is set up first, so the wait ends in
 //! data, not in handshakes.
 
+use crate::limits::{START_AHEAD_MAX_S, START_LATE_MAX_S};
 use crate::signal::SignalListener;
 use crate::util::usage;
 use anyhow::Result;
@@ -133,20 +134,75 @@ pub fn unix_now() -> f64 {
 }
 
 /// `--start-at`: Unix seconds (`1795366694.250`) or RFC 3339
-/// (`2026-11-22T16:58:14.25Z`, `2026-11-22 17:58:14+01:00`).
+/// (`2026-11-22T16:58:14.25Z`, `2026-11-22 17:58:14+01:00`), held against
+/// the clock's `now`: a time up to `START_LATE_MAX_S` past starts at once
+/// (saying how late, see `Schedule`); one further past, or further ahead
+/// than `START_AHEAD_MAX_S`, is refused, saying by how much.
+pub fn start_time(s: &str, now: f64) -> Result<f64> {
+    let t = parse_start_at(s)?;
+    let (late, ahead) = (now - t, t - now);
+    if late > START_LATE_MAX_S.value {
+        return Err(usage(format!(
+            "--start-at {s} is in the past: {} ago (the clock reads {}); give a time to \
+             come, or leave --start-at out to start now",
+            human_duration(late),
+            rfc3339(now)
+        )));
+    }
+    if ahead > START_AHEAD_MAX_S.value {
+        return Err(usage(format!(
+            "--start-at {s} is {} ahead, more than {} ({})",
+            human_duration(ahead),
+            human_duration(START_AHEAD_MAX_S.value),
+            START_AHEAD_MAX_S.reason
+        )));
+    }
+    Ok(t)
+}
+
+/// A `--start-at` as written, before it is held against the clock.
 pub fn parse_start_at(s: &str) -> Result<f64> {
     let t = s.trim();
-    let unix = if t.contains('-') || t.contains(':') {
-        parse_rfc3339(t)
-    } else {
-        t.parse::<f64>().ok()
+    let unix = match t.parse::<f64>() {
+        Ok(v) => Some(v),
+        Err(_) => parse_rfc3339(t),
     };
     match unix {
-        Some(v) if v.is_finite() && v > 0.0 && v < 1e11 => Ok(v),
+        Some(v) if v.is_finite() && v.abs() < 1e11 => Ok(v),
         _ => Err(usage(format!(
             "--start-at {s:?} is neither Unix seconds (1795366694.250) nor RFC 3339 \
              (2026-11-22T16:58:14.250Z)"
         ))),
+    }
+}
+
+/// Unix time `t` as RFC 3339 in UTC, to the second (H. Hinnant's
+/// civil_from_days, the inverse of `days_from_civil`).
+pub fn rfc3339(t: f64) -> String {
+    let secs = t.floor() as i64;
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + (m <= 2) as i64;
+    let (h, mi, sec) = (rem / 3600, rem / 60 % 60, rem % 60);
+    format!("{y:04}-{m:02}-{d:02}T{h:02}:{mi:02}:{sec:02}Z")
+}
+
+/// A span of time the way a person reads it: `2.5 s`, `12 min 5 s`,
+/// `3 h 12 min`, `6 days 4 h`.
+pub fn human_duration(s: f64) -> String {
+    let whole = s.round() as u64;
+    match s {
+        _ if s < 60.0 => format!("{s:.1} s"),
+        _ if s < 3600.0 => format!("{} min {} s", whole / 60, whole % 60),
+        _ if s < 86_400.0 => format!("{} h {} min", whole / 3600, whole / 60 % 60),
+        _ => format!("{} days {} h", whole / 86_400, whole / 3600 % 24),
     }
 }
 
@@ -310,7 +366,8 @@ mod tests {
         for bad in [
             "",
             "soon",
-            "-5",
+            "-",
+            "inf",
             "2026-02-30T00:00:00Z",
             "2026-11-22T25:00:00Z",
             "2026-11-22T15:38:14",
@@ -324,6 +381,39 @@ mod tests {
                 "{bad}"
             );
         }
+    }
+
+    #[test]
+    fn a_time_long_past_or_far_ahead_is_refused_saying_by_how_much() {
+        let now = 1795366694.25; // 2026-11-22T16:58:14.25Z
+        assert_eq!(rfc3339(now), "2026-11-22T16:58:14Z");
+        assert_eq!(rfc3339(951_868_800.0), "2000-03-01T00:00:00Z");
+        assert_eq!(rfc3339(-1.0), "1969-12-31T23:59:59Z");
+        let said = |s: &str| {
+            let e = start_time(s, now).unwrap_err();
+            assert!(e.downcast_ref::<crate::util::UsageError>().is_some(), "{s}");
+            e.to_string()
+        };
+        let e = said("2026-11-22T13:46:14.25Z");
+        assert_eq!(
+            e,
+            "--start-at 2026-11-22T13:46:14.25Z is in the past: 3 h 12 min ago (the clock \
+             reads 2026-11-22T16:58:14Z); give a time to come, or leave --start-at out to \
+             start now"
+        );
+        assert!(
+            said("0").contains("in the past: 20779 days"),
+            "{}",
+            said("0")
+        );
+        assert!(said("-5").contains("in the past"));
+        assert!(said("1969-07-20T20:17:40Z").contains("in the past"));
+        assert!(said("2027-11-22T16:58:14Z").contains("365 days 0 h ahead, more than 11 days 13 h"));
+        // Late by less than the bound: accepted (it starts at once, saying so).
+        assert_eq!(start_time("1795366654.25", now).unwrap(), 1795366654.25);
+        assert_eq!(start_time("1795366994.25", now).unwrap(), 1795366994.25);
+        assert_eq!(human_duration(2.54), "2.5 s");
+        assert_eq!(human_duration(725.0), "12 min 5 s");
     }
 
     #[test]

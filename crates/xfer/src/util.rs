@@ -4,7 +4,7 @@ use anyhow::{bail, Context, Result};
 use std::io::Read;
 use std::time::Duration;
 
-/// Sizes are bytes; K/M/G/T suffixes are binary (KiB, MiB, ...), matching how
+/// Sizes are bytes; K/M/G/T/P suffixes are binary (KiB, MiB, ...), matching how
 /// people think about file and chunk sizes.
 pub fn parse_size(s: &str) -> Result<u64> {
     let t = s.trim();
@@ -19,6 +19,7 @@ pub fn parse_size(s: &str) -> Result<u64> {
         "m" => 1 << 20,
         "g" => 1 << 30,
         "t" => 1 << 40,
+        "p" => 1 << 50,
         _ => bail!("invalid size {s:?} (examples: 4096, 64K, 1M, 1G)"),
     };
     let v: f64 = num
@@ -55,8 +56,9 @@ pub fn parse_rate(s: &str) -> Result<u64> {
         .parse()
         .with_context(|| format!("invalid rate {s:?} (bits per second, examples: 400M, 2.5G)"))?;
     let r = v * mult;
-    if !(r.is_finite() && r >= 1000.0) {
-        bail!("invalid rate {s:?}: must be at least 1k (bits per second)");
+    // The bounds are the caller's (limits.rs); here only a number above 0.
+    if !(r.is_finite() && r > 0.0) {
+        bail!("invalid rate {s:?}: must be above 0 (bits per second)");
     }
     Ok(r.round() as u64)
 }
@@ -119,7 +121,9 @@ pub fn hex(b: &[u8]) -> String {
 
 pub fn human_bytes(n: u64) -> String {
     let f = n as f64;
-    if f >= (1u64 << 40) as f64 {
+    if f >= (1u64 << 50) as f64 {
+        format!("{:.2} PiB", f / (1u64 << 50) as f64)
+    } else if f >= (1u64 << 40) as f64 {
         format!("{:.2} TiB", f / (1u64 << 40) as f64)
     } else if f >= (1u64 << 30) as f64 {
         format!("{:.2} GiB", f / (1u64 << 30) as f64)
@@ -130,6 +134,19 @@ pub fn human_bytes(n: u64) -> String {
     } else {
         format!("{n} B")
     }
+}
+
+/// A rate in bit/s as network people write it: `1 kbit/s`, `2.5 Gbit/s`.
+pub fn human_rate(bps: u64) -> String {
+    let f = bps as f64;
+    let (v, unit) = match f {
+        _ if f >= 1e12 => (f / 1e12, "Tbit/s"),
+        _ if f >= 1e9 => (f / 1e9, "Gbit/s"),
+        _ if f >= 1e6 => (f / 1e6, "Mbit/s"),
+        _ if f >= 1e3 => (f / 1e3, "kbit/s"),
+        _ => (f, "bit/s"),
+    };
+    format!("{} {unit}", (v * 1000.0).round() / 1000.0)
 }
 
 /// A power-of-two size as a command-line argument (`256K`, `4M`, `1G`).
@@ -157,6 +174,9 @@ mod tests {
         assert_eq!(human_size_arg(256 << 10), "256K");
         assert_eq!(human_size_arg(16 << 20), "16M");
         assert_eq!(human_bytes(16 << 40), "16.00 TiB");
+        assert_eq!(human_bytes(1 << 50), "1.00 PiB");
+        assert_eq!(human_rate(1000), "1 kbit/s");
+        assert_eq!(human_rate(2_500_000_000), "2.5 Gbit/s");
     }
 
     #[test]

@@ -7,6 +7,7 @@
 pub mod delay;
 
 use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -22,8 +23,12 @@ impl TempDir {
         let p = std::env::temp_dir().join(format!("xfert-{}-{tag}-{n}", std::process::id()));
         let _ = std::fs::remove_dir_all(&p);
         std::fs::create_dir_all(p.join("root")).unwrap();
-        std::fs::write(p.join("key"), "test-key-0123456789abcdef\n").unwrap();
-        std::fs::write(p.join("badkey"), "wrong-key-0123456789abcdef\n").unwrap();
+        // Keys are private, or xfer refuses them.
+        for (name, key) in [("key", "test-key"), ("badkey", "wrong-key")] {
+            let f = p.join(name);
+            std::fs::write(&f, format!("{key}-0123456789abcdef\n")).unwrap();
+            std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o600)).unwrap();
+        }
         TempDir(p)
     }
     pub fn root(&self) -> PathBuf {

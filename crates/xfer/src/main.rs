@@ -13,6 +13,7 @@ mod onoff;
 mod profile;
 mod proto;
 mod pull;
+mod qstats;
 mod safepath;
 mod server;
 mod signal;
@@ -60,6 +61,26 @@ Pull: SRC = HOST:PORT:/path, DEST = a local file or '-' (stdout)."
     /// An unresponsive ON/OFF UDP source (background traffic), or with --sink the
     /// receiver that discards its datagrams; prints its totals as JSON.
     Onoff(OnoffArgs),
+    /// Sample a router's qdisc counters on an absolute grid of this host's clock
+    /// (the ssh backend's link sampler): one line per qdisc of each device per sample.
+    Qstats(QstatsArgs),
+}
+
+/// `xfer qstats`'s options (times in ns of CLOCK_REALTIME, as the backends give them).
+#[derive(clap::Args)]
+struct QstatsArgs {
+    /// A device whose qdiscs are sampled (repeatable).
+    #[arg(long = "dev", required = true)]
+    devices: Vec<String>,
+    /// Sampling interval, ns (at least 1 ms).
+    #[arg(long)]
+    interval_ns: u64,
+    /// The first sample's time, ns since the epoch on this host's clock.
+    #[arg(long)]
+    start_ns: u64,
+    /// Stop this many ns after the start (or when killed).
+    #[arg(long)]
+    duration_ns: u64,
 }
 
 /// `xfer onoff`'s options (numbers in seconds and bit/s, as the backends give them).
@@ -396,6 +417,15 @@ fn run() -> Result<()> {
         Cmd::Serve(a) => serve(a),
         Cmd::Send(a) => send(a),
         Cmd::Onoff(a) => run_onoff(a),
+        Cmd::Qstats(a) => {
+            let s = qstats::Sampler {
+                devices: a.devices,
+                interval_ns: a.interval_ns,
+                start_ns: a.start_ns,
+                duration_ns: a.duration_ns,
+            };
+            s.run(&mut std::io::stdout().lock())
+        }
     }
 }
 

@@ -15,7 +15,7 @@ from . import scenario as sc
 from . import schedule
 from .backends import netns, xfer_plan
 from .backends.base import BackendError
-from .cli_common import console
+from .cli_common import console, err
 from .cli_common import fail as _fail
 from .report import plan_figure
 from .scenario import ScenarioError
@@ -103,10 +103,11 @@ def _plan_table(p: PlanInfo) -> Table:
 
 
 def _some(rows: list) -> list:
-    """The rows a terminal can take: the first half of the table's worth, then refused ones."""
-    head = rows[: TABLE_ROWS // 2]
-    refused = [r for r in rows[TABLE_ROWS // 2 :] if not r.admitted][: TABLE_ROWS - len(head)]
-    return sorted(head + refused, key=lambda r: r.request)
+    """The rows a terminal can take: the first refused ones (up to half the table), and the
+    first rows for the rest."""
+    refused = [r for r in rows if not r.admitted][: TABLE_ROWS // 2]
+    head = rows[: TABLE_ROWS - len(refused)]
+    return sorted({r.request: r for r in head + refused}.values(), key=lambda r: r.request)
 
 
 def _plan_summary(p: PlanInfo) -> None:
@@ -138,8 +139,14 @@ def schedule_run(
     predecessor's signal, at the plan's rates through the schedule's mechanism."""
     if (key_file is None) == (not insecure):
         _fail("give the server's --key-file, or --insecure for a loopback server")
+    if key_file is not None and not key_file.is_file():
+        _fail(f"--key-file {key_file}: not a readable file")
     if not 0 <= lead <= 3600:
         _fail(f"--lead {lead:g}: give 0 to 3600 seconds")
+    try:
+        host, port = xfer_plan.destination(dest)
+    except ValueError as e:
+        _fail(str(e))
     try:
         s, _ = sc.load(scenario, set_)
         info = RunInfo.model_validate(sc.resolve(s))
@@ -148,34 +155,65 @@ def schedule_run(
         _fail(str(e))
     if info.plan is None:
         _fail(f"{scenario}: no requests to run (add requests: [{{volume: …}}, …] and a schedule)")
+    if why := xfer_plan.not_enforceable(info.plan):
+        _fail(why)
+    if out.exists() and not out.is_dir():
+        _fail(f"--out {out}: a file is there, not a folder: give a new --out")
+    try:
+        xfer_plan.reachable(host, port)
+    except BackendError as e:
+        _fail(str(e), status=1)
     folder = _fresh_folder(out)
     auth = ["--insecure"] if insecure else ["--key-file", str(key_file)]
     t0 = time.time() + lead
-    try:
-        runs = xfer_plan.launches(info, dest, auth, folder, xfer, t0, (s.schedule or sc.Schedule()).hz)
-    except BackendError as e:
-        _fail(str(e))
-    try:
-        span = (info.plan.makespan_s or 0) + lead + xfer_plan.GRACE_S + (info.plan.makespan_s or 0)
-        with console.status("transfers running…") as st:
-            xfer_plan.run(runs, span, lambda done, n: st.update(f"{done}/{n} transfers done"))
-    except BackendError as e:
-        _fail(str(e), status=1)
+    runs = xfer_plan.launches(info, dest, auth, folder, xfer, t0, (s.schedule or sc.Schedule()).hz)
+    wait = xfer_plan.wait_s(info.plan.makespan_s or 0.0, lead)
+    with console.status(f"transfers running (stopped after {wait:.0f} s)…") as st:
+        xfer_plan.run(runs, wait, lambda done, n: st.update(f"{done}/{n} transfers done"), _echo_warning)
     rows = [xfer_plan.outcome(ln, t0) for ln in runs]
-    (folder / "schedule-run.json").write_text(json.dumps({"plan": info.plan.model_dump(), "requests": rows}, indent=1))
+    summary = folder / "schedule-run.json"
+    try:
+        summary.write_text(json.dumps({"plan": info.plan.model_dump(), "requests": rows}, indent=1))
+    except OSError as e:
+        _fail(f"{summary}: cannot write: {e.strerror or e}", status=1)
     console.print(_outcome_table(info, rows))
     console.print(f"traces: [bold]{escape(str(folder))}[/]")
-    if any(r.get("error") for r in rows):
-        raise typer.Exit(1)
+    _fail_on_errors(rows, wait)
+
+
+def _echo_warning(ln: xfer_plan.Launch, line: str) -> None:
+    """xfer's own warnings, as they happen (a window clamp below two segments says to pace)."""
+    if "warning" in line:
+        err.print(f"request {escape(ln.row.name or str(ln.row.request))}: {escape(line)}", highlight=False)
+
+
+def _fail_on_errors(rows: list[dict], wait: float) -> None:
+    """One ``error:`` line for failed transfers: how many, and the first one's reason (with
+    its warnings when it was stopped), exit status 1 (the network, the server, the key)."""
+    failed = [r for r in rows if r.get("error")]
+    if not failed:
+        return
+    first = failed[0]
+    why = first["error"]
+    if first.get("stopped"):
+        why = f"still running {wait:.0f} s after the launch, stopped" + (
+            f" ({first['warnings'][0]})" if first["warnings"] else ""
+        )
+    name = first["name"] or str(first["request"])
+    _fail(f"{len(failed)} of {len(rows)} transfers failed; request {name}: {why}", status=1)
 
 
 def _fresh_folder(out: Path) -> Path:
-    if out.exists() and any(out.iterdir()):
-        _fail(f"{out} is not empty: give a new --out")
+    """``--out``: a new or empty folder (exit 2 for a file or a folder in use, 1 when it
+    cannot be made)."""
+    if out.exists() and not out.is_dir():
+        _fail(f"--out {out}: a file is there, not a folder: give a new --out")
     try:
+        if out.exists() and any(out.iterdir()):
+            _fail(f"--out {out} is not empty: give a new --out")
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        _fail(f"{out}: cannot create: {e.strerror or e}")
+        _fail(f"--out {out}: cannot create: {e.strerror or e}", status=2 if isinstance(e, NotADirectoryError) else 1)
     return out
 
 

@@ -186,7 +186,7 @@ def fig_completion(m: dict) -> bytes | None:
 PLAN_BANDS_MAX = 40
 
 
-def _draw_plan(ax, plan: PlanInfo, end_s: float = 0.0) -> None:
+def draw_plan(ax, plan: PlanInfo, end_s: float = 0.0) -> None:
     """Each request's planned rate over time as stacked rectangles (seed 001 fig. 6), or their
     sum when there are many; deadlines dotted; refused requests marked at their release."""
     rows = [r.model_dump() for r in plan.requests]
@@ -237,7 +237,7 @@ def _names(rows: list[dict], shown: int = 4) -> str:
 def plan_figure(plan: PlanInfo) -> bytes:
     """The plan alone (``xferlab schedule plan --figure``)."""
     fig, ax = plt.subplots(figsize=(8, 3))
-    _draw_plan(ax, plan)
+    draw_plan(ax, plan)
     ax.set_xlabel("time (s)")
     return png(fig)
 
@@ -248,7 +248,7 @@ def fig_plan(trace: Trace) -> bytes | None:
     if info.plan is None:
         return None
     fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(8, 5.2), sharex=True)
-    _draw_plan(ax1, info.plan, trace.end_s)
+    draw_plan(ax1, info.plan, trace.end_s)
     request_of = {r.pair: r.request for r in info.plan.requests}
     gp = trace.df("goodput").merge(trace.df("flows")[["flow_id", "pair"]], on="flow_id")
     by_pair = gp.groupby(["pair", "t"])["goodput_mbps"].sum().unstack(0).fillna(0.0)

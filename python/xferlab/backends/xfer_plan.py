@@ -12,15 +12,18 @@ did is read back from its JSON trace: the start, the completion, each segment's 
 
 from __future__ import annotations
 
+import ipaddress
 import json
+import re
 import socket
 import subprocess
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import schedule
-from ..trace import RequestPlan, RunInfo
+from ..trace import PlanInfo, RequestPlan, RunInfo
 from .base import BackendError
 
 #: The schedule's mechanisms → xfer's --limiter (a token bucket is a qdisc: not xfer's).
@@ -29,8 +32,15 @@ LIMITER = {"pacing": "pacing", "cwnd_clamp": "cwnd", "sleep_timer": "sleep"}
 LIMITER_OF_KIND = {"pacer": "pacing", "cwnd_clamp": "cwnd", "sleep_timer": "sleep"}
 #: An unlimited stretch of a plan in a profile of rates: far above any path.
 UNLIMITED_BPS = 1e12
-#: Extra time a run may take past its planned makespan before it is stopped.
-GRACE_S = 60.0
+#: Extra time a run may take past its planned makespan before it is stopped, at least (and
+#: at least the makespan again: a transfer twice as slow as its plan is not following it).
+GRACE_S = 10.0
+#: How long the pre-flight connection to the server may take.
+CONNECT_TIMEOUT_S = 5.0
+#: A DNS name (RFC 1123 labels).
+_HOSTNAME = re.compile(
+    r"^(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$"
+)
 
 
 @dataclass
@@ -43,6 +53,48 @@ class Launch:
     proc: subprocess.Popen | None = None
     stderr: str = ""
     extra: dict = field(default_factory=dict)
+    lines: list[str] = field(default_factory=list)  # xfer's stderr, as it comes
+    reader: threading.Thread | None = None
+    stopped: bool = False  # still running at the end of the wait, and stopped
+
+    @property
+    def warnings(self) -> list[str]:
+        return [ln for ln in self.lines if "warning" in ln]
+
+
+def destination(dest: str) -> tuple[str, int]:
+    """An ``xfer serve`` address, HOST:PORT or [IPv6]:PORT, as (host, port); ValueError says
+    what is wrong with it."""
+    m = re.fullmatch(r"\[([^\]]*)\]:(\d{1,5})|([^:\[\]]+):(\d{1,5})", dest)
+    if m is None:
+        raise ValueError(f"destination {dest!r}: give HOST:PORT or [IPv6]:PORT of an `xfer serve`")
+    host, port = (m.group(1), m.group(2)) if m.group(1) is not None else (m.group(3), m.group(4))
+    if not 1 <= int(port) <= 65535:
+        raise ValueError(f"destination {dest!r}: the port {port} is not in 1–65535")
+    if m.group(1) is not None:
+        try:
+            ipaddress.IPv6Address(host)
+        except ValueError:
+            raise ValueError(f"destination {dest!r}: {host!r} is not an IPv6 address") from None
+    elif not _HOSTNAME.match(host) or re.fullmatch(r"[0-9.]+", host):
+        try:
+            ipaddress.IPv4Address(host)
+        except ValueError:
+            raise ValueError(f"destination {dest!r}: {host!r} is neither a host name nor an IPv4 address") from None
+    return host, int(port)
+
+
+def reachable(host: str, port: int, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
+    """Connects to the server once before any transfer is launched: BackendError with the
+    system's reason when nothing listens there, or the host cannot be reached in time."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s):
+            pass
+    except TimeoutError:
+        raise BackendError(f"{host}:{port}: no answer within {timeout_s:g} s (is the host up, and the port open?)") from None
+    except OSError as e:
+        why = e.strerror or str(e)
+        raise BackendError(f"{host}:{port}: {why} (is `xfer serve` running there?)") from None
 
 
 def _free_port() -> int:
@@ -107,14 +159,21 @@ def _signals(info: RunInfo) -> dict[int, tuple[int, int]]:
     return links
 
 
+def not_enforceable(plan: PlanInfo) -> str | None:
+    """Why xfer cannot enforce the plan's mechanism (None: it can)."""
+    if plan.mechanism in LIMITER:
+        return None
+    return (
+        f"mechanism {plan.mechanism}: a token bucket is a qdisc on the sender's interface, which xfer does not "
+        "set; use pacing, cwnd_clamp or sleep_timer (or run the plan on the netns backend)"
+    )
+
+
 def launches(info: RunInfo, dest: str, auth: list[str], out: Path, xfer: str, t0_unix: float, hz: int) -> list[Launch]:
     """The command of every admitted request; ``t0_unix`` is the plan's time 0 on this clock."""
     plan = info.plan
-    if plan.mechanism not in LIMITER:
-        raise BackendError(
-            f"mechanism {plan.mechanism}: a token bucket is a qdisc on the sender's interface, which xfer does not "
-            "set; use pacing, cwnd_clamp or sleep_timer (or run the plan on the netns backend)"
-        )
+    if why := not_enforceable(plan):
+        raise BackendError(why)
     links = _signals(info)
     followed = {after: (k, port) for k, (after, port) in links.items()}
     streams = {t.pair: t.streams for t in info.transfers}
@@ -138,27 +197,47 @@ def launches(info: RunInfo, dest: str, auth: list[str], out: Path, xfer: str, t0
     return result
 
 
-def run(runs: list[Launch], deadline_s: float, on_tick=None) -> None:
+def wait_s(makespan_s: float, lead_s: float) -> float:
+    """How long a run may take from its launch: the lead, the plan's makespan, and as much
+    again (at least :data:`GRACE_S`) before what still runs is stopped."""
+    return lead_s + makespan_s + max(GRACE_S, makespan_s)
+
+
+def run(runs: list[Launch], deadline_s: float, on_tick=None, on_line=None) -> None:
     """Starts every transfer at once (each waits for its time or its signal), waits for all
-    until ``deadline_s`` from now, and stops (by PID) what is still running then or on ^C."""
+    until ``deadline_s`` from now, and stops (by PID) what is still running then or on ^C.
+    xfer's stderr is read as it comes: ``on_line(launch, line)`` sees each line (its
+    warnings, as they happen). Stopped transfers are marked, not raised."""
     try:
         for ln in runs:
             ln.proc = subprocess.Popen(ln.args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            ln.reader = threading.Thread(target=_read_lines, args=(ln, on_line), daemon=True)
+            ln.reader.start()
         end = time.monotonic() + deadline_s
-        while any(ln.proc.poll() is None for ln in runs):
-            if time.monotonic() > end:
-                raise BackendError(f"transfers still running {deadline_s:.0f} s after the start were stopped")
+        while any(ln.proc.poll() is None for ln in runs) and time.monotonic() < end:
             if on_tick is not None:
                 on_tick(sum(ln.proc.poll() is not None for ln in runs), len(runs))
             time.sleep(0.05)
     finally:
         for ln in runs:
             if ln.proc is not None and ln.proc.poll() is None:
+                ln.stopped = True
                 ln.proc.kill()
             if ln.proc is not None:
                 ln.proc.wait()
-                ln.stderr = ln.proc.stderr.read().decode(errors="replace").strip() if ln.proc.stderr else ""
-                ln.proc.stderr.close()
+            if ln.reader is not None:
+                ln.reader.join(timeout=5)
+            ln.stderr = "\n".join(ln.lines)
+
+
+def _read_lines(ln: Launch, on_line) -> None:
+    for raw in ln.proc.stderr:
+        line = raw.decode(errors="replace").rstrip()
+        if line:
+            ln.lines.append(line)
+            if on_line is not None:
+                on_line(ln, line)
+    ln.proc.stderr.close()
 
 
 def outcome(ln: Launch, t0_unix: float) -> dict:
@@ -172,10 +251,14 @@ def outcome(ln: Launch, t0_unix: float) -> dict:
         "planned_start_s": r.start_s,
         "planned_completion_s": r.completion_s,
     }
+    row["warnings"] = ln.warnings
+    if ln.stopped:
+        return {**row, "error": "still running at the end of the wait: stopped", "stopped": True}
     try:
         doc = json.loads(ln.trace.read_text())
     except (OSError, ValueError):
-        return {**row, "error": ln.stderr.splitlines()[-1] if ln.stderr else f"xfer exited {ln.proc.returncode} with no trace"}
+        errors = [x for x in ln.lines if "error" in x] or ln.lines
+        return {**row, "error": errors[-1] if errors else f"xfer exited {ln.proc.returncode} with no trace"}
     run_ = doc["run"]
     start, end = run_["start"]["actual"] - t0_unix, run_["end_time"] - t0_unix
     return {

@@ -66,8 +66,9 @@ mod tests {
         assert!(e.downcast_ref::<crate::util::UsageError>().is_some());
         assert_eq!(
             e.to_string(),
-            "--rate 1 kbit/s: 1.00 GiB would take 99 days 10 h at that rate, more than 11 \
-             days 13 h (about 11.6 days; split a longer transfer): raise --rate"
+            "--rate 1 kbit/s: 1.00 GiB would take 99 days 10 h at that rate, more than 23 \
+             days 3 h (about 23 days, the longest run xferlab plans (limits.py \
+             SPAN_MAX_S)): raise --rate"
         );
         announce(Some(1 << 20), 1000, 1 << 20, true).unwrap();
         announce(None, 1000, 1 << 20, true).unwrap();

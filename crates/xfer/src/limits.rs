@@ -23,6 +23,11 @@ pub const RATE_MAX_BPS: Limit<u64> = Limit {
     value: 10_000_000_000_000,
     reason: "ten times the fastest Ethernet",
 };
+/// Streams × chunk, the receive buffers a server gives one session.
+pub const SESSION_BUFFERS_MAX: Limit<u64> = Limit {
+    value: 256 << 20,
+    reason: "the receive buffers a server gives one transfer",
+};
 /// A transfer's size (a file, `mem:`, `--size`, `--expect-size`).
 pub const SIZE_MAX_BYTES: Limit<u64> = Limit {
     value: 1 << 50,
@@ -52,10 +57,11 @@ pub const RETRIES_MAX: Limit<u64> = Limit {
     value: 100,
     reason: "each retry re-reads and re-hashes what the receiver already has",
 };
-/// A deadline, and the time a transfer at its `--rate` would take.
+/// A deadline, the time a transfer at its `--rate` would take, the offsets
+/// of a rate profile.
 pub const TRANSFER_TIME_MAX_S: Limit<f64> = Limit {
-    value: 1e6,
-    reason: "about 11.6 days; split a longer transfer",
+    value: 2e6,
+    reason: "about 23 days, the longest run xferlab plans (limits.py SPAN_MAX_S)",
 };
 pub const CONNECT_AHEAD_MAX_S: Limit<f64> = Limit {
     value: 3600.0,
@@ -112,6 +118,22 @@ pub fn count(flag: &str, v: u64, min: u64, max: Limit<u64>) -> Result<u64> {
         return Err(out_of_range(flag, &v.to_string(), &bound, max.reason));
     }
     Ok(v)
+}
+
+/// `-P` streams of `--chunk` bytes each, within what a server takes.
+pub fn streams_by_chunk(streams: u64, chunk: u64) -> Result<()> {
+    let max = SESSION_BUFFERS_MAX;
+    if streams * chunk > max.value {
+        return Err(usage(format!(
+            "-P {streams} with --chunk {} is {} of receive buffers, more than {} ({}): use a \
+             smaller --chunk or fewer streams",
+            human_bytes(chunk),
+            human_bytes(streams * chunk),
+            human_bytes(max.value),
+            max.reason
+        )));
+    }
+    Ok(())
 }
 
 /// A size in bytes (`64K`, `1M`) within `min..=max`.
@@ -295,6 +317,12 @@ mod tests {
         assert_eq!(e, "--max-sessions 0 is out of range: at least 1");
         assert!(said(count("--max-conns", 1 << 20, 2, CONNS_MAX)).contains("at most 65536"));
         assert!(said(rate("--rate", "20T")).contains("at most 10 Tbit/s"));
+        let e = said(streams_by_chunk(128, 16 << 20));
+        assert!(
+            e.starts_with("-P 128 with --chunk 16.00 MiB is 2.00 GiB"),
+            "{e}"
+        );
+        streams_by_chunk(16, 16 << 20).unwrap();
         assert!(said(rate("--rate", "999")).contains("1 kbit/s"));
         assert_eq!(rate("--rate", "1kbps").unwrap(), 1000);
         assert!(said(volume("mem:", "2P")).contains("at most 1.00 PiB"));
@@ -302,7 +330,7 @@ mod tests {
         let e = said(duration("--deadline", "30d", ZERO_S, TRANSFER_TIME_MAX_S));
         assert!(e.starts_with("--deadline: invalid duration"), "{e}");
         let e = said(duration("--deadline", "1000h", ZERO_S, TRANSFER_TIME_MAX_S));
-        assert!(e.contains("at most 1000000 s (about 11.6 days"), "{e}");
+        assert!(e.contains("at most 2000000 s (about 23 days"), "{e}");
         assert!(said(seconds_within(
             "--duration",
             "NaN",

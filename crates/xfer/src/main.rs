@@ -489,14 +489,16 @@ fn serve(a: ServeArgs) -> Result<()> {
 /// transfer.
 fn send(a: SendArgs) -> Result<()> {
     let (src, dest) = source_and_dest(&a)?;
-    let Some((host, port, path)) = parse_remote(&dest) else {
+    let Some((host, port, path)) = parse_remote(&dest).filter(|r| r.1 != 0) else {
         return Err(util::usage(format!(
-            "DEST {dest:?} must be HOST:PORT:/path or HOST:PORT (local copies: use cp)"
+            "DEST {dest:?} must be HOST:PORT:/path or HOST:PORT, with a port from 1 to 65535 \
+             (local copies: use cp)"
         )));
     };
     let (sink, parent_must_exist) = sink_of(&a, &src, &dest, path)?;
     let streams = limits::count("-P", a.parallel.into(), 1, limits::STREAMS_MAX)? as u32;
     let chunk = limits::size("--chunk", &a.chunk, limits::CHUNK_MIN, limits::CHUNK_MAX)?;
+    limits::streams_by_chunk(streams.into(), chunk)?;
     let interval = limits::duration(
         "--interval",
         &a.interval,

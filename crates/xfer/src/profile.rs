@@ -6,6 +6,7 @@
 //! counted over the steps (the achieved goodput per step).
 
 use crate::inputfile::read_small;
+use crate::limits::TRANSFER_TIME_MAX_S;
 use crate::limits::{rate_value, PROFILE_FILE_MAX_BYTES, RATE_MAX_BPS, RATE_MIN_BPS};
 use crate::util::{parse_rate, usage};
 use anyhow::Result;
@@ -14,8 +15,6 @@ use serde::Deserialize;
 /// Most steps a plan may have (far more than any schedule needs; it bounds
 /// the work of a mistyped file).
 const MAX_STEPS: usize = 100_000;
-/// Latest offset accepted: a bit over 30 years, beyond any transfer.
-const MAX_OFFSET_S: f64 = 1e9;
 
 /// From `at` seconds after the data start on, the goodput is `rate_bps`
 /// (bit/s, all streams together; 0 = paused).
@@ -118,8 +117,12 @@ impl Profile {
             return Err("no steps".into());
         };
         for s in &steps {
-            if !s.at.is_finite() || s.at < 0.0 || s.at > MAX_OFFSET_S {
-                return Err(format!("time {} s is negative or out of range", s.at));
+            let max = TRANSFER_TIME_MAX_S;
+            if !s.at.is_finite() || s.at < 0.0 || s.at > max.value {
+                return Err(format!(
+                    "time {} s is negative or out of range (at most {} s: {})",
+                    s.at, max.value, max.reason
+                ));
             }
         }
         if first.at != 0.0 {
@@ -279,6 +282,7 @@ mod tests {
         assert!(err("0s:1M,5s:2M,3s:3M").contains("times must increase"));
         assert!(err("0s:1M,-1s:2M").contains("negative"));
         assert!(err("-1s:1M").contains("negative"));
+        assert!(err("0s:1M,3000000s:0").contains("out of range (at most 2000000 s"));
         assert!(err("0s:1Q").contains("invalid rate"));
         assert!(err("0s:0Q").contains("unknown rate unit"));
         assert!(err("0s:1M,3x:2M").contains("unknown time unit"));

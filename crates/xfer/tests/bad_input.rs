@@ -86,7 +86,7 @@ fn every_number_out_of_its_bounds_is_refused_with_status_2() {
         ),
         (
             &["--deadline", "1000h"],
-            "--deadline 1000h is out of range: at most 1000000 s",
+            "--deadline 1000h is out of range: at most 2000000 s",
         ),
         (
             &["--retries", "4000000000"],
@@ -113,6 +113,14 @@ fn every_number_out_of_its_bounds_is_refused_with_status_2() {
             "rate 50T is out of range: at most 10 Tbit/s",
         ),
         (
+            &["--rate-profile", "0s:1M,3000000s:0"],
+            "out of range (at most 2000000 s",
+        ),
+        (
+            &["-P", "128", "--chunk", "16M"],
+            "-P 128 with --chunk 16.00 MiB is 2.00 GiB",
+        ),
+        (
             &["--start-at", "2100-01-01T00:00:00Z"],
             "ahead, more than 11 days 13 h",
         ),
@@ -135,6 +143,11 @@ fn every_number_out_of_its_bounds_is_refused_with_status_2() {
         &td,
         &["mem:2P", "127.0.0.1:1", "--discard"],
         "mem: 2P is out of range",
+    );
+    send_refused(
+        &td,
+        &["mem:1M", "127.0.0.1:0", "--discard"],
+        "a port from 1 to 65535",
     );
     // A rate that would take longer than the limit, said with its time.
     send_refused(

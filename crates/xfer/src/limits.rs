@@ -244,7 +244,8 @@ pub fn max_conns(given: Option<u64>, sessions: u64) -> Result<u64> {
     let Some(v) = given else {
         if room < 2 {
             anyhow::bail!(
-                "the open-file limit ({files}, ulimit -n) leaves no room for connections"
+                "the open-file limit ({files}, ulimit -n) leaves no room for connections beside \
+                 the files of --max-sessions {sessions}: raise the limit or lower --max-sessions"
             );
         }
         if room < CONNS_DEFAULT {

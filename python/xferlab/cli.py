@@ -14,7 +14,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from . import __version__, engine, limits
+from . import __version__, engine, limits, runfolder
 from . import scenario as sc
 from .backends import BackendError, sim
 from .cli_campaign import bench_app, campaign_app
@@ -70,8 +70,12 @@ def run(
         target = out if out is not None else engine.default_out(s)
         with _progress(s.name, backend, cost, quiet) as progress:
             m = engine.run(s, given, target, backend=backend, progress=progress, force=force, options=options)
-    except (ScenarioError, BackendError, RunFolderError, MetricsError) as e:
+    except RunFolderError as e:
+        _fail(str(e), e.exit_status)
+    except (ScenarioError, BackendError, MetricsError) as e:
         _fail(str(e))
+    except runfolder.Interrupted:
+        _fail(f"interrupted; the run folder was written whole: {target}", 130)
     except KeyboardInterrupt:
         _fail("interrupted; no run folder was written", 130)
     print_summary(m, target)
@@ -87,7 +91,8 @@ def _progress(name: str, backend: str, cost: dict, quiet: bool):
         return
     estimate = cost["sim_wall_s"] if backend == "sim" else cost["span_s"]
     if estimate > limits.ANNOUNCE_AFTER_S:
-        what = f"{cost['packets']:.3g} packets to simulate" if backend == "sim" else "an emulation in real time"
+        sim = f"{cost['packets']:.3g} packets to simulate, {cost['rows']:.3g} trace rows to sample and draw"
+        what = sim if backend == "sim" else "an emulation in real time"
         console.print(f"{name}: {what}, an estimated {format_elapsed(estimate)}", highlight=False, markup=False)
     if not console.is_terminal:
         last = [time.monotonic()]
@@ -116,8 +121,10 @@ def report(folder: Path = typer.Argument(..., help="a run folder")):
     """Re-render the metrics and the report of a run folder from its stored trace."""
     try:
         m = engine.rerender(folder)
-    except (RunFolderError, MetricsError, KeyError) as e:
-        _fail(str(e) if not isinstance(e, KeyError) else f"{folder}: run.json lacks {e}")
+    except RunFolderError as e:
+        _fail(str(e), e.exit_status)
+    except MetricsError as e:
+        _fail(str(e))
     print_summary(m, folder)
 
 

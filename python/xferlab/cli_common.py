@@ -20,15 +20,20 @@ USAGE = 2
 INTERNAL = 1
 
 
+#: Columns of a line off a terminal: wide enough that nothing is wrapped (a path, a table).
+UNWRAPPED = 100_000
+
+
 def _console(stderr: bool) -> Console:
     """A console; off a terminal (a pipe, a log, CI) lines are not wrapped at 80 columns
     (nor at a COLUMNS inherited from a parent), so paths and table cells stay whole."""
     c = Console(stderr=stderr)
     if not c.is_terminal:
-        c = Console(stderr=stderr, width=1000, soft_wrap=True)
+        c = Console(stderr=stderr, width=UNWRAPPED, soft_wrap=True)
     return c
 
 
+#: The consoles of every command and of ``make demo`` (xferlab.demo): none other is made.
 console = _console(stderr=False)
 err = _console(stderr=True)
 
@@ -42,8 +47,13 @@ def fail(message: str, status: int = USAGE):
 def run_app(app: typer.Typer) -> None:
     """Runs a Typer app; an exception that escapes every command's own handling becomes one
     line (``XFERLAB_DEBUG=1`` shows the traceback) and exit status 1, never a wall of text."""
+    extra = {}
+    if not (console.is_terminal and err.is_terminal):
+        # Typer's own help and usage errors: plain lines, not panels wrapped at 80 columns.
+        app.rich_markup_mode = None
+        extra = {"terminal_width": UNWRAPPED, "max_content_width": UNWRAPPED}
     try:
-        app(standalone_mode=True)
+        app(standalone_mode=True, **extra)
     except SystemExit:
         raise
     except KeyboardInterrupt:

@@ -129,7 +129,9 @@ def compare_command(
     """Put two runs side by side: metrics with their relative difference, goodput and cwnd over time."""
     try:
         path, warnings = compare.compare(run_a, run_b, out)
-    except (RunFolderError, MetricsError) as e:
+    except RunFolderError as e:
+        _fail(str(e), e.exit_status)
+    except MetricsError as e:
         _fail(str(e))
     for w in warnings:
         err.print(f"[yellow]warning:[/] {escape(w)}", highlight=False, soft_wrap=True)

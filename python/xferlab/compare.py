@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import html
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -247,8 +248,7 @@ def render(a: Run, b: Run, diffs: list) -> str:
         + "</tbody></table>"
     )
     parts = [
-        "<!doctype html><html lang=en><head><meta charset=utf-8>",
-        f"<title>xferlab — compare {html.escape(a.folder.name)} / {html.escape(b.folder.name)}</title>",
+        f"{PAGE_HEAD}{html.escape(a.folder.name)} / {html.escape(b.folder.name)}</title>",
         f"<style>{CSS}</style></head><body>",
         f"<h1>{html.escape(a.resolved.get('name', a.folder.name))}: A vs B</h1>",
         '<table class="kv">',
@@ -291,8 +291,35 @@ def default_out(a: Path, b: Path) -> Path:
     return Path(a) / f"compare-{Path(b).resolve().name}.html"
 
 
+#: How every comparison page begins: an existing --out is replaced only when it is one.
+PAGE_HEAD = "<!doctype html><html lang=en><head><meta charset=utf-8><title>xferlab — compare "
+
+
+def check_out(out: Path) -> None:
+    """Refuses, before any work, an --out that is not a file name a page may take: a folder,
+    a device or a FIFO, or a file of the user's (anything but an earlier comparison page)."""
+    try:
+        st = os.stat(out)
+    except FileNotFoundError:
+        return
+    except OSError as e:
+        raise runfolder.os_failure(out, e, "cannot use this --out") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise runfolder.RunFolderError(f"{out} is a folder; --out wants an HTML file name")
+    if not stat.S_ISREG(st.st_mode):
+        raise runfolder.RunFolderError(f"{out} exists and is not a regular file; choose another --out")
+    with runfolder.writing(out, "cannot read"), open(out, "rb") as f:
+        head = f.read(len(PAGE_HEAD.encode()))
+    if st.st_size and head != PAGE_HEAD.encode():
+        raise runfolder.RunFolderError(
+            f"{out} exists and is not a comparison page of xferlab; it is left as it is: choose another --out"
+        )
+
+
 def compare(run_a: Path, run_b: Path, out: Path | None = None) -> tuple[Path, list[str]]:
     """Writes the comparison page (atomically); returns its path and the warnings."""
+    out = Path(out) if out is not None else default_out(run_a, run_b)
+    check_out(out)
     a, b = load(run_a, "A"), load(run_b, "B")
     diffs = scenario_differences(a, b)
     warnings = []
@@ -300,11 +327,8 @@ def compare(run_a: Path, run_b: Path, out: Path | None = None) -> tuple[Path, li
         names = ", ".join(k for k, _, _ in diffs[:MAX_DIFFS]) + (" …" if len(diffs) > MAX_DIFFS else "")
         warnings.append(f"the scenarios differ ({len(diffs)} fields): {names}")
     page = render(a, b, diffs)
-    out = Path(out) if out is not None else default_out(run_a, run_b)
-    if out.is_dir():
-        raise runfolder.RunFolderError(f"{out} is a folder; --out wants an HTML file name")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
-    tmp.write_text(page)
-    os.replace(tmp, out)
+    check_out(out)  # again: the runs took a while
+    with runfolder.writing(out):
+        out.parent.mkdir(parents=True, exist_ok=True)
+        runfolder.write_text(out, page)
     return out, warnings

@@ -9,12 +9,10 @@ from importlib import resources
 from pathlib import Path
 
 import yaml
-from rich.console import Console
 from rich.table import Table
 
 from . import engine, scenario
-
-console = Console()
+from .cli_common import console
 
 #: Table II in the seed staggers pairs by 200 s (2 800 s per run); the demo by 2 s, with a
 #: fixed switch-like buffer of 1 000 packets (as VALIDATION.md §4b) so that losses happen.

@@ -106,8 +106,8 @@ def save(trace: Trace, out: Path, force: bool = False) -> dict:
                 f"the {trace.run.get('backend', '?')} backend produced a trace that breaks the contract: {e}"
             ) from None
         m = metrics.compute(trace)
-        with runfolder.staged(out, force) as tmp:
-            trace.write(tmp / "trace")
+        with runfolder.staged(out, force) as tmp, runfolder.writing(out):
+            trace.write(tmp / runfolder.TRACE_DIR)
             runfolder.write_json(tmp / runfolder.RUN_FILE, trace.run)
             runfolder.write_json(tmp / runfolder.METRICS_FILE, m)
             report.render(tmp, trace, m)
@@ -132,10 +132,13 @@ def _move_in(files: dict[str, Path], folder: Path) -> None:
 
 def rerender(folder: Path) -> dict:
     """Recomputes the metrics and the report of an existing run folder from its trace (an
-    older folder is read through the upgrade; its files stay as they were written)."""
+    older folder is read through the upgrade; its files stay as they were written). A
+    damaged folder, or one the machine will not let us write, is a RunFolderError that
+    names the file."""
     folder = Path(folder)
     trace = runfolder.load_trace(folder)
     m = metrics.compute(trace)
-    runfolder.write_json(folder / runfolder.METRICS_FILE, m)
-    report.render(folder, trace, m)
+    with runfolder.writing(folder):
+        runfolder.write_json(folder / runfolder.METRICS_FILE, m)
+        report.render(folder, trace, m)
     return m

@@ -11,7 +11,7 @@ import base64
 import html
 import io
 import json
-import os
+import math
 from pathlib import Path
 
 import matplotlib
@@ -22,7 +22,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import yaml  # noqa: E402
 
-from . import registry, schedule  # noqa: E402
+from . import registry, runfolder, schedule  # noqa: E402
 from .trace import PlanInfo, Trace  # noqa: E402
 from .units import format_duration, format_rate, format_size  # noqa: E402
 
@@ -120,7 +120,7 @@ def fig_distribution(m: dict) -> bytes:
     ax.set_ylabel("share of samples p_{i,k} (%)")
     ax.set_title("goodput distribution per flow (seed 002 fig. 11)")
     ax.set_xlim(0, 100)
-    ax.legend(ncol=4)
+    ax.legend(ncol=4, loc="upper right")
     return png(fig)
 
 
@@ -140,8 +140,24 @@ def fig_cwnd(trace: Trace, resolved: dict) -> bytes:
     ax.set_ylabel("cwnd (segments)")
     ax.set_title("congestion window per flow" + ("" if len(ids) <= MAX_LINES else f" ({len(shown)} of {len(ids)})"))
     ax.set_ylim(bottom=0)
-    ax.legend(ncol=4)
+    ax.legend(ncol=4, loc="upper right")
     return png(fig)
+
+
+#: Bins of the drops drawn under the queue: beyond this many samples they are summed.
+MAX_DROP_BINS = 500
+
+
+def _drops_binned(b: pd.DataFrame, interval: float) -> tuple[np.ndarray, np.ndarray, float]:
+    """Drops per link interval, or summed over at most :data:`MAX_DROP_BINS` equal bins of a
+    whole number of intervals: (counts, edges, the bin's length)."""
+    t = b["t"].to_numpy(dtype=float)
+    drops = b["drops"].fillna(0).to_numpy(dtype=float)
+    start, end = float(t.min()), float(t.max()) + interval
+    per = interval * max(1, math.ceil((end - start) / interval / MAX_DROP_BINS))
+    edges = start + per * np.arange(math.ceil((end - start) / per - 1e-9) + 1)
+    counts, _ = np.histogram(t, bins=edges, weights=drops)
+    return counts, edges, per
 
 
 def fig_queue(trace: Trace, resolved: dict) -> bytes:
@@ -151,12 +167,14 @@ def fig_queue(trace: Trace, resolved: dict) -> bytes:
         return None
     fig, ax = plt.subplots(figsize=(8, 2.8))
     ax.plot(b["t"], b["queue_max_pkts"], lw=0.6, color="C0", label="queue (max per interval)")
-    ax.axhline(resolved["buffer_packets"], color="k", ls="--", lw=0.8, label=f"buffer B = {resolved['buffer_packets']}")
+    if resolved.get("buffer_packets") is not None:  # unknown to a producer that does not set the queue
+        ax.axhline(resolved["buffer_packets"], color="k", ls="--", lw=0.8, label=f"buffer B = {resolved['buffer_packets']}")
     ax.set_ylabel("packets")
     ax.set_xlabel("time (s)")
     ax2 = ax.twinx()
-    ax2.bar(b["t"], b["drops"], width=resolved["link_interval_s"], color="C3", alpha=0.6, label="drops")
-    ax2.set_ylabel("drops per interval")
+    counts, edges, per = _drops_binned(b, resolved.get("link_interval_s") or resolved["goodput_interval_s"])  # as metrics
+    ax2.stairs(counts, edges, fill=True, color="C3", alpha=0.6, label="drops")  # one artist, not a bar per sample
+    ax2.set_ylabel(f"drops per {format_duration(per)}")
     ax.set_title("bottleneck queue and drops")
     h1, l1 = ax.get_legend_handles_labels()
     h2, l2 = ax2.get_legend_handles_labels()
@@ -313,8 +331,8 @@ def img(folder: Path, name: str, data: bytes | None, alt: str) -> str:
     """Writes ``figures/NAME.png`` and returns the ``<img>`` that embeds it (empty without data)."""
     if data is None:
         return ""
-    (folder / "figures").mkdir(exist_ok=True)
-    (folder / "figures" / f"{name}.png").write_bytes(data)
+    (folder / runfolder.FIGURES_DIR).mkdir(exist_ok=True)
+    (folder / runfolder.FIGURES_DIR / f"{name}.png").write_bytes(data)
     b64 = base64.b64encode(data).decode()
     return f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{b64}">'
 
@@ -537,10 +555,8 @@ def render(folder: Path, trace: Trace, metrics: dict) -> Path:
         "<code>run.json</code> beside this file. Hover a metric's name for its definition.</p>",
         "</body></html>",
     ]
-    out = folder / "report.html"
-    tmp = folder / f".report.html.tmp-{os.getpid()}"
-    tmp.write_text("".join(parts))
-    os.replace(tmp, out)
+    out = folder / runfolder.REPORT_FILE
+    runfolder.write_text(out, "".join(parts))
     return out
 
 

@@ -1024,10 +1024,26 @@ def _span_s(r: dict) -> float:
     return max(ends, default=0.0)
 
 
+def _check_intervals(r: dict) -> None:
+    """Refuses a sampling interval shorter than one packet's time at the bottleneck: each
+    sample would hold one packet or none (:data:`limits.INTERVAL_MIN_PACKETS`), and the run
+    would spend its time writing them."""
+    packet_s = limits.INTERVAL_MIN_PACKETS.value * 8 * (r["mtu"] + FRAME_OVERHEAD) / r["bottleneck_rate_bps"]
+    for field in ("goodput_interval", "link_interval", "tcp_interval"):
+        interval = r[f"{field}_s"]
+        if interval < packet_s * (1 - 1e-9):
+            raise ScenarioError(
+                f"measure.{field}: {format_duration(interval)} is below one packet's time at the bottleneck, "
+                f"{format_duration(packet_s)} at {format_rate(r['bottleneck_rate_bps'])} ({limits.INTERVAL_MIN_PACKETS.reason}); "
+                f"use at least {format_duration(packet_s)}"
+            )
+
+
 def cost(s: Scenario, r: dict) -> dict:
     """What the run will cost — its length, trace rows and packets — refused over the limits
     of :mod:`xferlab.limits` with the fields to change; ``sim_wall_s`` is an estimate of the
-    simulator's wall time shown to the user before long runs."""
+    wall time of a run on the simulator (its packets, and the trace rows it samples, computes
+    metrics of and draws), shown to the user before long runs."""
     span = _span_s(r)
     if span > limits.SPAN_MAX_S.value:
         raise ScenarioError(
@@ -1035,6 +1051,7 @@ def cost(s: Scenario, r: dict) -> dict:
             f"volume at the bottleneck's rate), over the limit of {format_duration(limits.SPAN_MAX_S.value)} "
             f"({limits.SPAN_MAX_S.reason})"
         )
+    _check_intervals(r)
     n = len(r["flows"])
     links = 2 if r["reverse_sources"] else 1
     for field, rows, per in (
@@ -1063,4 +1080,6 @@ def cost(s: Scenario, r: dict) -> dict:
             f"{format_rate(c)}), over the limit of {limits.PACKETS_MAX.value:.3g} ({limits.PACKETS_MAX.reason}); "
             "shorten workload.duration (or volume) or lower the rates"
         )
-    return {"span_s": span, "packets": packets, "sim_wall_s": packets / limits.SIM_PACKETS_PER_S}
+    rows = n * span / r["goodput_interval_s"] + n * span / r["tcp_interval_s"] + links * span / r["link_interval_s"]
+    wall = packets / limits.SIM_PACKETS_PER_S + rows * limits.SECONDS_PER_TRACE_ROW
+    return {"span_s": span, "packets": packets, "rows": rows, "sim_wall_s": wall}

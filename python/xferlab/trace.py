@@ -22,6 +22,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args, get_origin
@@ -29,7 +31,7 @@ from typing import Annotated, Any, Literal, get_args, get_origin
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 #: Version of the tables and of ``run.json``. 1: before nullability was part of the
 #: contract (no version stored). 2: explicit nullability, RunInfo, provenance. 3: the
@@ -37,8 +39,29 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 TRACE_VERSION = 4
 
 
+#: Where a run folder keeps its metadata and its tables (relative to the folder).
+RUN_JSON = "run.json"
+TRACE_DIR = "trace"
+
+
+def table_file(name: str) -> str:
+    """The file of table ``name`` in a run folder (``trace/goodput.parquet``)."""
+    return f"{TRACE_DIR}/{name}.parquet"
+
+
 class TraceError(Exception):
-    """A Trace that breaks the contract (a producer's bug, or a foreign or damaged folder)."""
+    """A Trace that breaks the contract (a producer's bug, or a foreign or damaged folder);
+    ``file``: the file of a run folder at fault (``run.json``, ``trace/goodput.parquet``)."""
+
+    def __init__(self, message: str, file: str | None = None, detail: str | None = None):
+        super().__init__(message)
+        self.file = file
+        #: the message without the table's name, for a reader who names the file instead
+        self.detail = detail or message
+
+
+def table_error(name: str, detail: str) -> TraceError:
+    return TraceError(f"table {name}: {detail}", table_file(name), detail)
 
 
 # ----------------------------------------------------------------------------- the tables
@@ -139,23 +162,26 @@ def conform(name: str, t: pa.Table | pa.RecordBatch) -> pa.Table:
     if isinstance(t, pa.RecordBatch):
         t = pa.Table.from_batches([t])
     schema = SCHEMAS[name]
+    twice = sorted({c for c in t.column_names if t.column_names.count(c) > 1})
+    if twice:
+        raise table_error(name, f"column(s) {', '.join(twice)} appear more than once")
     missing = [f.name for f in schema if f.name not in t.column_names]
     extra = [c for c in t.column_names if c not in schema.names]
     if missing:
-        raise TraceError(f"table {name}: missing column(s) {', '.join(missing)}")
+        raise table_error(name, f"missing column(s) {', '.join(missing)}")
     if extra:
-        raise TraceError(f"table {name}: column(s) {', '.join(extra)} are not in the contract")
+        raise table_error(name, f"column(s) {', '.join(extra)} are not in the contract")
     cols = []
     for f in schema:
         col = t.column(f.name)
         if f.nullable and pa.types.is_floating(col.type):
             col = pc.if_else(pc.is_nan(col), pa.scalar(None, col.type), col)
         if not f.nullable and col.null_count:
-            raise TraceError(f"table {name}: column {f.name} has {col.null_count} null(s); it is always known")
+            raise table_error(name, f"column {f.name} has {col.null_count} null(s); it is always known")
         try:
             cols.append(col.cast(f.type, safe=True))
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
-            raise TraceError(f"table {name}: column {f.name} is not {f.type}: {e}") from None
+        except pa.ArrowException as e:  # a value out of range, a float where an integer belongs, a text
+            raise table_error(name, f"column {f.name} is not {f.type}: {str(e).splitlines()[0]}") from None
     return pa.Table.from_arrays(cols, schema=schema)
 
 
@@ -171,7 +197,8 @@ Seeded = "seeded"
 
 
 class _Info(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # A number that is not finite is no quantity of a run (run.json cannot even hold one).
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class ProfileStep(_Info):
@@ -291,6 +318,7 @@ class PlanInfo(_Info):
 class CostInfo(_Info):
     span_s: Time
     packets: float
+    rows: float | None = None  # trace rows sampled (None: a run from before it was counted)
     sim_wall_s: float
 
 
@@ -337,9 +365,9 @@ class RunInfo(_Info):
     duration_s: Time | None = None
     volume_bytes: int | None = None
     end_s: Annotated[Time | None, Seeded] = None
-    goodput_interval_s: Time
-    link_interval_s: Time | None = None
-    tcp_interval_s: Time | None = None
+    goodput_interval_s: Annotated[Time, Field(gt=0)]
+    link_interval_s: Annotated[Time, Field(gt=0)] | None = None
+    tcp_interval_s: Annotated[Time, Field(gt=0)] | None = None
     window: Literal["all", "all-active"] | list[Time] = "all"
     host: HostInfo | None = None
     reverse_sources: int = 0
@@ -350,6 +378,13 @@ class RunInfo(_Info):
     transfers: list[TransferInfo] = Field(default_factory=list)
     cost: Annotated[CostInfo | None, Seeded] = None
     plan: PlanInfo | None = None
+
+    @field_validator("window")
+    @classmethod
+    def _window_is_a_span(cls, v):
+        if isinstance(v, list) and not (len(v) == 2 and 0 <= v[0] < v[1]):
+            raise ValueError(f"window: 'all', 'all-active' or [start, end] with 0 <= start < end, got {v}")
+        return v
 
     def dump(self) -> dict:
         return self.model_dump(mode="json")
@@ -438,6 +473,42 @@ class Provenance(_Info):
     stats: dict[str, Any] = Field(default_factory=dict)  # the producer's own figures (events, delay line, …)
 
 
+class RunMeta(BaseModel):
+    """``run.json``: the keys a reader of a run folder relies on, with their types (checked
+    at save and at reading, so a damaged file is refused with the field at fault rather
+    than met half way through a report). A producer may add keys of its own."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+
+    trace_version: int = Field(ge=1)
+    backend: str = "?"
+    resolved: RunInfo
+    provenance: Provenance | None = None
+    scenario: dict[str, Any] = Field(default_factory=dict)  # as given
+    seed: int | None = None
+    end_s: float | None = Field(None, ge=0, allow_inf_nan=False)
+    wall_seconds: float | None = Field(None, ge=0, allow_inf_nan=False)
+    created: str | None = None
+    versions: dict[str, Any] = Field(default_factory=dict)
+    host: dict[str, Any] | None = None
+
+
+#: Problems of a ValidationError named (the rest counted).
+_SHOWN_PROBLEMS = 3
+
+
+def validation_message(e: ValidationError) -> str:
+    """The first problems of a pydantic error on one line: ``field.path: what (got x)``."""
+    parts = []
+    for err in e.errors()[:_SHOWN_PROBLEMS]:
+        where = ".".join(str(x) for x in err["loc"]) or "(top)"
+        got = repr(err.get("input"))
+        got = got if len(got) <= 40 else got[:36] + "…"
+        parts.append(f"{where}: {err['msg']} (got {got})" if err["type"] != "missing" else f"{where}: missing")
+    more = e.error_count() - len(parts)
+    return "; ".join(parts) + (f"; and {more} more" if more > 0 else "")
+
+
 # ----------------------------------------------------------------------------- the Trace
 
 
@@ -492,38 +563,39 @@ class Trace:
 
     def validate(self) -> Trace:
         """Checks the contract; returns self, or raises :class:`TraceError` saying what broke."""
-        if self.run.get("trace_version") != TRACE_VERSION:
-            raise TraceError(f"trace version {self.run.get('trace_version')!r}, expected {TRACE_VERSION}")
+        try:
+            meta = RunMeta.model_validate(self.run)
+        except ValidationError as e:
+            detail = validation_message(e)
+            raise TraceError(f"run metadata: {detail}", RUN_JSON, detail) from None
+        if meta.trace_version != TRACE_VERSION:
+            raise TraceError(f"trace version {meta.trace_version!r}, expected {TRACE_VERSION}", RUN_JSON)
         for name in NAMES:
             t = self.table(name)
             if not t.schema.equals(SCHEMAS[name], check_metadata=False):
-                raise TraceError(f"table {name} does not have the contract's schema: {_schema_diff(t.schema, SCHEMAS[name])}")
+                raise table_error(name, f"not the contract's schema: {_schema_diff(t.schema, SCHEMAS[name])}")
             for f in SCHEMAS[name]:
                 if not f.nullable and t.column(f.name).null_count:
-                    raise TraceError(f"table {name}: column {f.name} has nulls")
-        try:
-            info, _ = self.info, self.provenance
-        except ValidationError as e:
-            raise TraceError(f"run metadata: {e}") from None
-        self._check_rows(info)
+                    raise table_error(name, f"column {f.name} has nulls")
+        self._check_rows(meta.resolved)
         return self
 
     def _check_rows(self, info: RunInfo) -> None:
         ids = self.flows.column("flow_id").to_pylist()
         if len(set(ids)) != len(ids):
-            raise TraceError("table flows: a flow_id appears twice")
+            raise table_error("flows", "a flow_id appears twice")
         known = set(ids)
         for name in ("goodput", "tcp"):
             unknown = set(pc.unique(self.table(name).column("flow_id")).to_pylist()) - known
             if unknown:
-                raise TraceError(f"table {name}: flow_id {sorted(unknown)[:5]} not in flows")
+                raise table_error(name, f"flow_id {sorted(unknown)[:5]} not in flows")
         for name in NAMES:
             for c in TABLES[name]:
                 col = self.table(name).column(c.name).drop_null()
                 if c.type == f64 and len(col) and not pc.all(pc.is_finite(col)).as_py():
-                    raise TraceError(f"table {name}: column {c.name} holds a value that is not finite")
+                    raise table_error(name, f"column {c.name} holds a value that is not finite")
         if self.flows.num_rows and pc.min(self.flows.column("start")).as_py() < -1e-9:
-            raise TraceError("table flows: a flow starts before t = 0")
+            raise table_error("flows", "a flow starts before t = 0")
         del info  # parsed above: the resolved scenario is well-formed
 
     # ------------------------------------------------------------------ storage
@@ -538,19 +610,33 @@ class Trace:
     @classmethod
     def read(cls, folder: Path, run: dict | None = None) -> Trace:
         """The Trace of a run folder's ``trace/`` (``run``: its run.json when at hand), upgraded
-        to the current version."""
-        tables = {}
-        for name in NAMES:
-            path = folder / f"{name}.parquet"
-            if not path.exists():
-                raise FileNotFoundError(f"{path}: missing trace table")
-            tables[name] = pq.read_table(path)
+        to the current version. A table that is missing, not a file or not Parquet is a
+        :class:`TraceError` naming its file."""
+        tables = {name: _read_table(folder / f"{name}.parquet", table_file(name)) for name in NAMES}
         if run is None:
             run = {}
             if (folder / "run.parquet").exists():
-                for k, v in pq.read_table(folder / "run.parquet").to_pylist()[0].items():
+                rows = _read_table(folder / "run.parquet", table_file("run")).to_pylist()
+                for k, v in (rows[0] if rows else {}).items():
                     run[k] = json.loads(v) if isinstance(v, str) and v[:1] in "{[" else v
         return upgrade(tables, dict(run))
+
+
+def _read_table(path: Path, file: str) -> pa.Table:
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        raise TraceError(f"{path}: missing trace table", file, "missing trace table") from None
+    except OSError as e:
+        raise TraceError(f"{path}: cannot read: {e.strerror}", file, f"cannot read: {e.strerror}") from None
+    if not stat.S_ISREG(mode):  # a folder would be read as a dataset, a FIFO would block
+        what = "a folder" if stat.S_ISDIR(mode) else "not a regular file"
+        raise TraceError(f"{path}: {what}; expected a Parquet table", file, f"{what}; expected a Parquet table")
+    try:
+        return pq.read_table(path)
+    except (pa.ArrowException, OSError) as e:
+        detail = f"not a readable Parquet table ({str(e).splitlines()[0] if str(e) else type(e).__name__})"
+        raise TraceError(f"{path}: {detail}", file, detail) from None
 
 
 def _schema_diff(got: pa.Schema, want: pa.Schema) -> str:
@@ -570,8 +656,15 @@ def _schema_diff(got: pa.Schema, want: pa.Schema) -> str:
 def upgrade(tables: dict[str, pa.Table], run: dict) -> Trace:
     """A Trace of the current version from the tables and run.json of any version."""
     version = run.get("trace_version", 1)
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        detail = f"trace_version {version!r} is not a version of xferlab's trace (an integer from 1 to {TRACE_VERSION})"
+        raise TraceError(detail, RUN_JSON)
     if version > TRACE_VERSION:
-        raise TraceError(f"trace version {version} is newer than this xferlab ({TRACE_VERSION}): upgrade xferlab")
+        raise TraceError(f"trace version {version} is newer than this xferlab ({TRACE_VERSION}): upgrade xferlab", RUN_JSON)
+    if not isinstance(run.get("resolved"), dict):
+        raise TraceError(
+            f"resolved: expected the resolved scenario (a mapping), got {type(run.get('resolved')).__name__}", RUN_JSON
+        )
     if version == 1:
         tables, run = _from_v1(tables, run)
     if version <= 2:
@@ -597,33 +690,60 @@ def _from_v2(tables: dict) -> dict:
     return {**tables, "tcp": tcp.append_column("rwnd", pa.nulls(tcp.num_rows, pa.uint32()))}
 
 
+class _V1Run(BaseModel):
+    """The keys of a version-1 run.json that the upgrade reads (the others pass through)."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+
+    class Imported(BaseModel):
+        format: str | None = None
+        files: list[str] = Field(default_factory=list)
+
+    class Environment(BaseModel):
+        warnings: list[str] = Field(default_factory=list)
+
+    backend: str = "?"
+    imported: Imported | None = None
+    environment: Environment | None = None
+    stats: dict[str, Any] | None = None
+    sim_events: int | None = None
+    unknown_metrics: list[str] = Field(default_factory=list)  # resolved.unknown_metrics
+    transfers: list[dict[str, Any]] = Field(default_factory=list)  # resolved.transfers
+
+
 def _from_v1(tables: dict, run: dict) -> tuple[dict, dict]:
     """Version 1 stored made-up zeros where iperf3 knows nothing (in_flight, ca_state, NaN
     rto) and kept the producer's details in several run.json keys."""
-    backend = run.get("backend", "?")
-    imported = run.get("imported") or {}
+    resolved = dict(run["resolved"])
+    try:
+        old = _V1Run.model_validate(
+            {
+                **{k: v for k, v in run.items() if k != "resolved"},
+                **{k: resolved[k] for k in ("unknown_metrics", "transfers") if k in resolved},
+            }
+        )
+    except ValidationError as e:
+        raise TraceError(f"a version 1 run.json: {validation_message(e)}", RUN_JSON) from None
+    backend = old.backend
     tcp = tables["tcp"]
     if backend in ("import", "netns") and tcp.num_rows:
         for col in ("in_flight", "ca_state"):
-            i = tcp.column_names.index(col)
-            tcp = tcp.set_column(i, col, pa.nulls(tcp.num_rows, tcp.column(i).type))
+            if col in tcp.column_names:
+                i = tcp.column_names.index(col)
+                tcp = tcp.set_column(i, col, pa.nulls(tcp.num_rows, tcp.column(i).type))
         tables = {**tables, "tcp": tcp}
-    resolved = dict(run.get("resolved") or {})
-    unknown = {k: "not in the imported logs" for k in resolved.pop("unknown_metrics", [])}
-    setup = []
-    if run.get("sim_events") is not None:
-        setup.append(("simulated events", f"{run['sim_events']:,}"))
+    resolved.pop("unknown_metrics", None)
+    setup = [("simulated events", f"{old.sim_events:,}")] if old.sim_events is not None else []
     prov = Provenance(
         producer=backend,
-        source=imported.get("format"),
+        source=old.imported.format if old.imported else None,
         setup=setup,
-        warnings=list((run.get("environment") or {}).get("warnings", [])),
-        unknown=unknown,
-        files=[str(f) for f in imported.get("files", [])],
-        stats=run.get("stats") or {},
+        warnings=old.environment.warnings if old.environment else [],
+        unknown={k: "not in the imported logs" for k in old.unknown_metrics},
+        files=old.imported.files if old.imported else [],
+        stats=old.stats or {},
     )
-    for t in resolved.get("transfers", []):
-        t.setdefault("variant", resolved.get("variant", "unknown"))
+    resolved["transfers"] = [{"variant": resolved.get("variant", "unknown"), **t} for t in old.transfers]
     new = {k: v for k, v in run.items() if k not in ("imported", "environment", "stats", "sim_events")}
     new.update(trace_version=TRACE_VERSION, resolved=resolved, provenance=prov.model_dump(mode="json"))
     return tables, new

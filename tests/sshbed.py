@@ -233,8 +233,15 @@ class Bed:
             "StrictModes no",
             "LogLevel ERROR",
         ]
+        # A home of the bed's own: root's login shell (bash) sources ~/.bashrc for every SSH
+        # command, and a developer's there (pyenv's rehash, which waits for a lock a killed
+        # session can leave behind) once hung every command of a run for a minute.
+        home = self.dir / f"home-{h}"
+        home.mkdir(exist_ok=True)
+        env = [f"HOME={home}"]
         if h in self.clock_skew:
-            lines.append(f"SetEnv LD_PRELOAD={FAKETIME_LIB} FAKETIME={self.clock_skew[h]} FAKETIME_DONT_FAKE_MONOTONIC=1")
+            env += [f"LD_PRELOAD={FAKETIME_LIB}", f"FAKETIME={self.clock_skew[h]}", "FAKETIME_DONT_FAKE_MONOTONIC=1"]
+        lines.append("SetEnv " + " ".join(env))
         cfg.write_text("\n".join(lines) + "\n")
         log = open(self.dir / f"sshd-{h}.log", "ab")
         args = ["ip", "netns", "exec", self.ns(h), SSHD, "-D", "-e", "-f", str(cfg)]

@@ -208,18 +208,18 @@ def xferlab(bed, *args, env=None, **popen):
     return subprocess.run(command, capture_output=True, text=True, env=env or bed.env, timeout=300, **popen)
 
 
-def run_args(bed, tmp_path, name: str, inventory=None, duration="2s", **extra) -> list:
+def run_args(bed, tmp_path, label: str, inventory=None, duration="2s", **extra) -> list:
     data = {
-        "name": extra.pop("name", name),
+        "name": extra.pop("name", label),
         "topology": {"pairs": 1, "access_rate": "100Mbps", "bottleneck_rate": "50Mbps", "rtt": "10ms", "buffer": "1bdp"},
         "workload": {"streams": 1, "duration": duration},
         "protocol": {"variant": "reno"},
         "measure": {"link_interval": "100ms"},
         **extra,
     }
-    path = tmp_path / f"{name}.yaml"
+    path = tmp_path / f"{label}.yaml"
     path.write_text(yaml.safe_dump(data))
-    return ["run", path, "--backend", "ssh", "--inventory", inventory or bed.inv, "--out", tmp_path / f"out-{name}", "-q"]
+    return ["run", path, "--backend", "ssh", "--inventory", inventory or bed.inv, "--out", tmp_path / f"out-{label}", "-q"]
 
 
 def plant(bed, host: str, text: str, state: Path | None = None) -> None:
@@ -330,49 +330,62 @@ def _journals(bed) -> list[Path]:
     return sorted(bed.journals.glob("*.json")) if bed.journals.exists() else []
 
 
-def _wait_taken(bed, p: subprocess.Popen, timeout: float = 120) -> None:
+def _wait_taken(bed, p: subprocess.Popen, timeout: float = 120) -> str:
+    """Until process ``p``'s run has configured its hosts (its journals have entries); its run id."""
     deadline = time.monotonic() + timeout
-    while not any(journal.loads(f.read_text())["entries"] for f in _journals(bed)):
+    while True:
+        mine = [j for j in (journal.loads(f.read_text()) for f in _journals(bed)) if j["pid"] == p.pid and j["entries"]]
+        if mine:
+            return mine[0]["run"]
         assert p.poll() is None and time.monotonic() < deadline, p.stderr.read() if p.poll() is not None else "no journal"
         time.sleep(0.1)
 
 
+def _start(bed, args) -> subprocess.Popen:
+    command = [sys.executable, "-m", "xferlab.cli", *map(str, args)]
+    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=bed.env)
+
+
+def _stop(p: subprocess.Popen) -> str:
+    """SIGINT (the run restores its hosts), then its stderr."""
+    if p.poll() is None:
+        p.send_signal(signal.SIGINT)
+    return p.communicate(timeout=240)[1]
+
+
 @bed_needed
 def test_a_second_run_and_a_cleanup_are_refused_while_a_run_holds_the_hosts(bed, tmp_path):
-    first = subprocess.Popen(
-        [sys.executable, "-m", "xferlab.cli", *map(str, run_args(bed, tmp_path, "first", duration="60s"))],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=bed.env,
-    )  # fmt: skip
-    _wait_taken(bed, first)
-    held = f"held by run {journal.loads(_journals(bed)[0].read_text())['run']} of controller"
-    r = xferlab(bed, *run_args(bed, tmp_path, "second"))
-    assert r.returncode == 2 and held in r.stderr and f"(pid {first.pid})" in r.stderr, r.stderr
-    # The same hosts under other names (another user's inventory): still held.
-    data = bed.inventory(state_dir=str(bed.journals), calibration="0")
-    data["hosts"] = {f"node-{h}": spec for h, spec in data["hosts"].items()}
-    data.update(senders=["node-s0"], receivers=["node-r0"], router={**data["router"], "host": "node-rt"})
-    alias = bed.write_inventory(tmp_path / "alias.yaml", data)
-    r = xferlab(bed, *run_args(bed, tmp_path, "alias", alias))
-    assert r.returncode == 2 and held in r.stderr, r.stderr
-    r = xferlab(bed, "cleanup", "--inventory", bed.inv)
-    assert r.returncode == 1 and held in r.stdout and "pass --force" in r.stdout, r.stdout
-    assert first.poll() is None and bed.state() != bed.pristine  # the first run goes on, its bottleneck in place
-    first.send_signal(signal.SIGINT)
-    _, err = first.communicate(timeout=240)
+    first = _start(bed, run_args(bed, tmp_path, "first", duration="60s"))
+    try:
+        held = f"held by run {_wait_taken(bed, first)} of controller"
+        r = xferlab(bed, *run_args(bed, tmp_path, "second"))
+        assert r.returncode == 2 and held in r.stderr and f"(pid {first.pid})" in r.stderr, r.stderr
+        # The same hosts under other names (another user's inventory): still held.
+        data = bed.inventory(state_dir=str(bed.journals), calibration="0")
+        data["hosts"] = {f"node-{h}": spec for h, spec in data["hosts"].items()}
+        data.update(senders=["node-s0"], receivers=["node-r0"], router={**data["router"], "host": "node-rt"})
+        renamed = bed.write_inventory(tmp_path / "renamed-hosts.yaml", data)
+        r = xferlab(bed, *run_args(bed, tmp_path, "renamed", renamed))
+        assert r.returncode == 2 and held in r.stderr, r.stderr
+        r = xferlab(bed, "cleanup", "--inventory", bed.inv)
+        assert r.returncode == 1 and held in r.stdout and "pass --force" in r.stdout, r.stdout
+        assert first.poll() is None and bed.state() != bed.pristine  # the first run goes on, its bottleneck in place
+    finally:
+        err = _stop(first)
     assert first.returncode == 130, err
     assert _journals(bed) == [] and bed.state() == bed.pristine
 
 
 @bed_needed
 def test_cleanup_force_undoes_a_live_run_which_then_fails_instead_of_reporting(bed, tmp_path):
-    live = subprocess.Popen(
-        [sys.executable, "-m", "xferlab.cli", *map(str, run_args(bed, tmp_path, "live", duration="40s"))],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=bed.env,
-    )  # fmt: skip
-    _wait_taken(bed, live)
-    r = xferlab(bed, "cleanup", "--inventory", bed.inv, "--force")
-    assert r.returncode == 0 and "restored rt" in r.stdout, r.stdout + r.stderr
-    _, err = live.communicate(timeout=240)
+    live = _start(bed, run_args(bed, tmp_path, "live", duration="40s"))
+    try:
+        _wait_taken(bed, live)
+        r = xferlab(bed, "cleanup", "--inventory", bed.inv, "--force")
+        assert r.returncode == 0 and "restored rt" in r.stdout, r.stdout + r.stderr
+        err = live.communicate(timeout=240)[1]
+    finally:
+        _stop(live)
     assert live.returncode == 2 and "this run's journal was taken away" in err, err
     assert not (tmp_path / "out-live").exists()
     assert _journals(bed) == [] and bed.state() == bed.pristine

@@ -1,6 +1,9 @@
 """``xferlab compare``: two runs side by side in one HTML page."""
 
+import errno
+import os
 import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -139,3 +142,37 @@ def test_imported_trace_has_exactly_the_simulators_schemas(runs):
         sim = pq.read_schema(runs / "a" / "trace" / f"{name}.parquet")
         imp = pq.read_schema(runs / "imp" / "trace" / f"{name}.parquet")
         assert imp.equals(sim, check_metadata=False), name
+
+
+@pytest.mark.parametrize(
+    "out,status,words",
+    [
+        ("/proc/compare.html", 1, "cannot write: /proc takes no new files"),
+        ("/proc/self/status", 1, "cannot write: /proc/self takes no new files"),
+        ("/dev/null", 2, "exists and is not a regular file; choose another --out"),
+        ("", 2, "is a folder; --out wants an HTML file name"),
+        ("MINE", 2, "exists and is not a comparison page of xferlab; it is left as it is"),
+    ],
+)
+def test_compare_refuses_an_out_it_cannot_or_must_not_write(runs, tmp_path, out, status, words):
+    # /proc or a read-only folder gave an internal error; a user's file was overwritten.
+    if out == "MINE":
+        out = tmp_path / "thesis.tex"
+        out.write_text("mine")
+    p = run_cli("compare", runs / "a", runs / "b", "--out", out)
+    assert p.returncode == status and p.stderr.startswith(f"error: {Path(out)}"), p.stderr
+    assert words in p.stderr and len(p.stderr.strip().splitlines()) == 1
+    if out == tmp_path / "thesis.tex":
+        assert out.read_text() == "mine"
+
+
+@pytest.mark.parametrize("err", [errno.EROFS, errno.ENOSPC])
+def test_compare_to_a_read_only_or_full_disk_is_an_environment_error(runs, tmp_path, monkeypatch, err):
+    def refuse(*args, **kwargs):
+        raise OSError(err, os.strerror(err), str(tmp_path / ".c.html.tmp-x"))
+
+    monkeypatch.setattr(tempfile, "mkstemp", refuse)
+    p = run_cli("compare", runs / "a", runs / "b", "--out", tmp_path / "c.html")
+    assert p.returncode == 1 and p.stderr == f"error: {tmp_path / 'c.html'}: cannot write: {os.strerror(err)}\n"
+    monkeypatch.undo()  # an earlier page is replaced: it is one of ours
+    assert run_cli("compare", runs / "a", runs / "b", "--out", runs / "a" / "compare-b.html").returncode == 0

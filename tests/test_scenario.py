@@ -2,6 +2,7 @@ import json
 import math
 
 import pytest
+from xferlab import datafile
 from xferlab import scenario as sc
 
 
@@ -180,3 +181,76 @@ def test_shaped_bottleneck(tmp_path):
     assert sh["burst_bytes"] == math.ceil(2e9 / 8 / 250) + 1514
     with pytest.raises(sc.ScenarioError, match="line_rate"):
         sc.resolve(load_text(tmp_path, QUICK, ["topology.shaper={line_rate: 1Gbps}"])[0])
+
+
+@pytest.mark.parametrize(
+    "text,value",
+    [("1e-4", 1e-4), ("1E-4", 1e-4), ("+1e-3", 1e-3), ("1.5e-3", 1.5e-3), (".5e-2", 0.005), ("1.0e-4", 1e-4), ("0", 0)],
+)
+def test_a_number_in_exponent_form_is_a_number_in_a_file_and_in_set(tmp_path, text, value):
+    # YAML 1.1 (PyYAML) reads 1e-4 as text: the field then refused "a valid number, got '1e-4'".
+    s, given = load_text(tmp_path, QUICK.replace("mtu: 1500}", f"mtu: 1500, loss_rate: {text}}}"))
+    assert s.topology.loss_rate == pytest.approx(value) and given["topology"]["loss_rate"] == pytest.approx(value)
+    s, given = load_text(tmp_path, QUICK, [f"topology.loss_rate={text}"])
+    assert s.topology.loss_rate == pytest.approx(value) and given["topology"]["loss_rate"] == pytest.approx(value)
+
+
+def test_a_whole_number_in_exponent_form_is_an_integer(tmp_path):
+    s, _ = load_text(tmp_path, QUICK, ["topology.pairs=1E1", "topology.buffer=2.5e3", "seed=1e3", "workload.streams=+2e0"])
+    assert (s.topology.pairs, s.workload.streams, s.seed) == (10, 2, 1000)
+    assert sc.buffer_packets(s.topology) == 2500
+    with pytest.raises(sc.ScenarioError, match="topology.pairs"):  # a fraction is still no count of pairs
+        load_text(tmp_path, QUICK, ["topology.pairs=1.5e0"])
+    with pytest.raises(sc.ScenarioError, match="a number too large"):
+        load_text(tmp_path, QUICK, ["topology.loss_rate=1e400"])
+    # Words that merely look like numbers stay words.
+    for text in ("1e", "e5", "1e4s", "1.e"):
+        assert sc.parse_overrides([f"name={text}"]) == [("name", text)]
+
+
+@pytest.mark.parametrize(
+    "text,line,key",
+    [
+        (QUICK + "topology: {pairs: 1}\n", 8, "topology"),
+        (QUICK.replace("seed: 1", "seed: 1\nseed: 2"), 8, "seed"),
+        (QUICK.replace("rtt: 10ms,", "rtt: 10ms, rtt: 20ms,"), 3, "rtt"),
+        ("name: x\ntopology:\n  pairs: 1\n  pairs: 2\nworkload: {duration: 1s}\n", 4, "pairs"),
+    ],
+)
+def test_a_key_given_twice_is_refused_with_its_lines(tmp_path, text, line, key):
+    # PyYAML keeps the last one silently, so `topology:` twice dropped the first section.
+    with pytest.raises(sc.ScenarioError) as e:
+        load_text(tmp_path, text)
+    msg = str(e.value)
+    assert msg.startswith(f"{tmp_path / 's.yaml'}: line {line}: '{key}' is given twice (first on line "), msg
+    # The same rule in --set values (YAML too) and a merge key (<<) may still be overridden.
+    with pytest.raises(sc.ScenarioError, match="'a' is given twice"):
+        load_text(tmp_path, QUICK, ["topology.shaper={a: 1, a: 2}"])
+
+
+def test_a_yaml_merge_may_be_overridden():
+    data = datafile.parse("base: &b {streams: 2, duration: 5s}\nworkload:\n  <<: *b\n  streams: 3\n", "m.yaml")
+    assert data["workload"] == {"streams": 3, "duration": "5s"}
+
+
+@pytest.mark.parametrize("field", ["link_interval", "goodput_interval", "tcp_interval"])
+def test_a_sampling_interval_below_a_packet_time_is_refused_up_front(tmp_path, field):
+    # 1 µs at 2 Gbit/s was accepted, then the run went silent for minutes (a sample per µs,
+    # and a bar per sample in the report). One 1538-byte frame takes 6.152 µs at 2 Gbit/s.
+    s, _ = load_text(tmp_path, QUICK, [f"measure.{field}=1us"])
+    with pytest.raises(sc.ScenarioError) as e:
+        sc.resolve(s)
+    assert str(e.value) == (
+        f"measure.{field}: 1us is below one packet's time at the bottleneck, 6.152us at 2Gbps "
+        "(a shorter interval holds one packet or none: its rate is 0 or the line rate); use at least 6.152us"
+    )
+    s, _ = load_text(tmp_path, QUICK, [f"measure.{field}=6.152us", "workload.duration=0.1s"])
+    assert sc.resolve(s)["cost"]["rows"] > 0
+
+
+def test_the_cost_counts_the_trace_rows(tmp_path):
+    s, _ = load_text(tmp_path, QUICK, ["measure.link_interval=10us", "measure.tcp_interval=10us"])
+    c = sc.resolve(s)["cost"]
+    # 20 s of 4 flows: goodput every 0.5 s, tcp and the bottleneck every 10 µs.
+    assert c["rows"] == pytest.approx(4 * 20 / 0.5 + 4 * 20 / 1e-5 + 20 / 1e-5, rel=1e-3)
+    assert c["sim_wall_s"] > 100, "ten million rows are announced before the run"

@@ -41,8 +41,10 @@ app = typer.Typer(
 
 @app.command()
 def run(
-    scenario: Path = typer.Argument(..., help="scenario YAML file"),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="run folder to create (default: results/NAME/TIMESTAMP)"),
+    scenario: Path = typer.Argument(..., readable=False, help="scenario YAML file"),
+    out: Optional[Path] = typer.Option(
+        None, "--out", "-o", readable=False, help="run folder to create (default: results/NAME/TIMESTAMP)"
+    ),
     set_: Optional[list[str]] = typer.Option(None, "--set", "-s", help="override a field: section.field=value (repeatable)"),
     backend: str = typer.Option(
         "sim", "--backend", "-b", help="sim (built-in simulator), netns (real Linux TCP, root) or ssh (remote hosts, --inventory)"
@@ -50,7 +52,9 @@ def run(
     scale: Optional[float] = typer.Option(
         None, "--scale", help="netns: run K× slower (rates ÷ K, times × K); default: what this host can carry"
     ),
-    inventory: Optional[Path] = typer.Option(None, "--inventory", "-i", help="ssh: the hosts (YAML; docs/ssh.md)"),
+    inventory: Optional[Path] = typer.Option(
+        None, "--inventory", "-i", readable=False, help="ssh: the hosts (YAML; docs/ssh.md)"
+    ),
     force: bool = typer.Option(False, "--force", help="replace --out if it exists"),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar"),
 ):
@@ -117,7 +121,7 @@ def _progress(name: str, backend: str, cost: dict, quiet: bool):
 
 
 @app.command()
-def report(folder: Path = typer.Argument(..., help="a run folder")):
+def report(folder: Path = typer.Argument(..., readable=False, help="a run folder")):
     """Re-render the metrics and the report of a run folder from its stored trace."""
     try:
         m = engine.rerender(folder)
@@ -172,7 +176,7 @@ CHECK_PAIRS_SHOWN = 50
 
 @app.command()
 def check(
-    scenario: Path = typer.Argument(..., help="scenario YAML file"),
+    scenario: Path = typer.Argument(..., readable=False, help="scenario YAML file"),
     set_: Optional[list[str]] = typer.Option(None, "--set", "-s", help="override a field: section.field=value"),
 ):
     """Validate a scenario and print it resolved (rates in bit/s, times in s, packets)."""

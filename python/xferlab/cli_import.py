@@ -122,9 +122,11 @@ def import_ss(
 
 
 def compare_command(
-    run_a: Path = typer.Argument(..., help="a run folder"),
-    run_b: Path = typer.Argument(..., help="another run folder (of the same scenario)"),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="HTML file to write (default: RUN_A/compare-<name of B>.html)"),
+    run_a: Path = typer.Argument(..., readable=False, help="a run folder"),
+    run_b: Path = typer.Argument(..., readable=False, help="another run folder (of the same scenario)"),
+    out: Optional[Path] = typer.Option(
+        None, "--out", "-o", readable=False, help="HTML file to write (default: RUN_A/compare-<name of B>.html)"
+    ),
 ):
     """Put two runs side by side: metrics with their relative difference, goodput and cwnd over time."""
     try:

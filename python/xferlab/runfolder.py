@@ -81,6 +81,8 @@ def os_failure(path: Path, e: OSError, doing: str = "cannot write") -> RunFolder
         errno.ELOOP: "too many levels of symbolic links",
     }.get(e.errno, e.strerror or str(e))
     kind = MachineRefusal if e.errno in _ENVIRONMENT else RunFolderError
+    if e.errno == errno.ENOENT and path.parent.is_dir():  # /proc, /sys: a folder that takes no new file
+        what, kind = f"{path.parent} takes no new files", MachineRefusal
     return kind(f"{path}: {doing}: {what}")
 
 
@@ -340,6 +342,17 @@ def _sigint_held() -> Iterator[None]:
 # ----------------------------------------------------------------------------- reading
 
 
+def _exists(path: Path) -> bool:
+    """Whether ``path`` exists; a folder we may not look into is said so, not taken as empty."""
+    try:
+        os.lstat(path)
+    except FileNotFoundError:
+        return False
+    except OSError as e:
+        raise os_failure(path, e, "cannot read") from None
+    return True
+
+
 def load_trace(folder: Path) -> Trace:
     """The Trace of a run folder (upgraded from an older version when needed), checked against
     the contract: a damaged folder is a :class:`RunFolderError` naming the file at fault."""
@@ -352,7 +365,7 @@ def load_trace(folder: Path) -> Trace:
         raise os_failure(folder, e, "cannot read") from None
     if not stat.S_ISDIR(st.st_mode):
         raise RunFolderError(f"{folder}: not a folder; expected a run folder")
-    if not os.path.lexists(folder / RUN_FILE) or not (folder / TRACE_DIR).is_dir():
+    if not _exists(folder / RUN_FILE) or not _exists(folder / TRACE_DIR):
         raise RunFolderError(f"{folder}: not a run folder (no {RUN_FILE} and {TRACE_DIR}/)")
     run_meta = read_json(folder / RUN_FILE)
     if not isinstance(run_meta, dict):

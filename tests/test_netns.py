@@ -396,7 +396,8 @@ def test_a_multirate_plan_runs_on_real_tcp_with_xfers_rate_profiles(cli, tmp_pat
         {"volume": "20MB", "release": "0.5s", "deadline": "3s"},
         {"volume": "5MB", "release": "1s", "deadline": "1.5s"},
     ]
-    path = _plan_scenario(tmp_path, mechanism, {"strategy": "multirate", "mechanism": mechanism}, requests)
+    schedule = {"strategy": "multirate", "mechanism": mechanism, "margin": "0s"}  # planned to the deadlines
+    path = _plan_scenario(tmp_path, mechanism, schedule, requests)
     cli("run", path, "--backend", "netns", "--out", tmp_path / "r", "-q", check=True)
     m = json.loads((tmp_path / "r" / "metrics.json").read_text())
     # Never early: the plan holds them back (unlimited, request 1 would end by ~2 s). Late by

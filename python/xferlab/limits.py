@@ -77,8 +77,6 @@ REQUESTS_MAX = Limit(20_000, "each request is a pair of hosts and a row of the p
 MULTIRATE_VARIABLES_MAX = Limit(
     400_000, "HiGHS's time grows faster than the program: 366 000 variables took 3.5 min on a loaded 2-core machine"
 )
-#: Rate segments of a whole plan: each is a step of a rate limiter and a row of run.json.
-PLAN_SEGMENTS_MAX = Limit(2_000_000, "each segment is a step of a rate limiter and a row of the plan in run.json")
 #: A start's clock error, and a signal's processing time.
 TIME_CONTROL_MAX_S = Limit(10.0, "synchronised clocks (NTP) err by milliseconds; beyond seconds a start is not controlled")
 

@@ -22,9 +22,10 @@ Strategies (seed 001 §3; Chen & Primet, CCGrid 2007, cited there):
   whole link (preempting), one at a time.
 
 Requests without a deadline, under spaghetti and multirate, take what the requests with
-deadlines leave: those released by the time the link is free of earlier ones start together
-and end together, each at a share of what is left in proportion to its volume (seed 001's
-spaghetti when they share one release: rates of 1/3 and 2/3 of r_TP for 15 and 30 GB).
+deadlines leave, in release order. Those waiting when the link is free of earlier ones start
+together; where what is left stays the same until they are done they also end together,
+each at a share in proportion to its volume (seed 001's spaghetti: rates of 1/3 and 2/3 of
+r_TP for 15 and 30 GB), else they take it one after another.
 
 Admission. Under spaghetti and multirate, first come first served: a request whose rates
 would overload r_TP on top of the requests admitted before it is refused. Under ifs, vifi and
@@ -395,19 +396,28 @@ def _multirate(requests: list[Request], active: list[int], c: float, margin: flo
     refused = edf_admission(requests, dl, c, margin)
     kept = [i for i in dl if i not in refused]
     allocs: dict[int, Allocation] = {}
-    points: list[float] = []
-    load = np.zeros(0)
     if kept:
-        points, rates = _min_congestion(requests, kept, c, margin)
-        load = np.zeros(len(points) - 1)
-        for i in kept:
-            lo, row = rates[i]
-            load[lo : lo + len(row)] += row
-            segs = _merge([(points[lo + k], points[lo + k + 1], float(row[k])) for k in np.nonzero(row)[0]])
+        segments = _min_congestion(requests, kept, c, margin)
+        if segments is None:  # the solver gave up on a degenerate program: EDF's allocation also meets them
+            segments = {i: [(x, y, c) for x, y, _ in a.segments] for i, a in _edf_schedule(requests, kept, c).items()}
+        for i, segs in segments.items():
             allocs[i] = Allocation(i, start_s=segs[0][0], segments=segs, completion_s=segs[-1][1])
-    nd = [i for i in active if requests[i].deadline_s is None]
-    _fill(requests, nd, points, c - load, c, allocs)
+    points, load = _profile(allocs)
+    _fill(requests, [i for i in active if requests[i].deadline_s is None], points, c - load, c, allocs)
     return allocs, refused
+
+
+def _profile(allocs: dict[int, Allocation]) -> tuple[list[float], np.ndarray]:
+    """The planned load as a step function: the segments' ends, and the sum of the rates
+    between each two."""
+    segs = [g for a in allocs.values() for g in a.segments]
+    points = sorted({x for g in segs for x in g[:2]})
+    index = {x: k for k, x in enumerate(points)}
+    step = np.zeros(len(points) + 1)
+    for a, b, rate in segs:
+        step[index[a]] += rate
+        step[index[b]] -= rate
+    return points, np.cumsum(step)[: max(len(points) - 1, 0)]
 
 
 def multirate_variables(requests: list[Request], margin: float = 0.0) -> int:
@@ -430,13 +440,16 @@ def multirate_seconds(variables: int) -> str:
     return "under a second" if s < 1 else f"about {s:.0f} s" if s < 120 else f"about {s / 60:.0f} min"
 
 
-def _min_congestion(requests: list[Request], dl: list[int], c: float, margin: float) -> tuple[list[float], dict]:
+def _min_congestion(requests: list[Request], dl: list[int], c: float, margin: float) -> dict[int, list] | None:
     """The linear program of :func:`_multirate`: min α subject to each request's volume spread
-    over the intervals of its window (variables x_ik, in seconds of link time: with bytes,
-    coefficients of 10⁹ made the solver's tolerances give a wrong optimum) and every interval
-    carrying at most α × its length. Built sparse: one variable per request and interval of
-    its window. Returns the interval bounds and, per request, the first interval of its
-    window and its rate (bit/s) in each interval of the window."""
+    over the intervals of its window (variables y_ik, the share of request i's volume in
+    interval k, Σ_k y_ik = 1) and every interval carrying at most α × its length (t_i, the
+    request's time alone at r_TP: Σ_i y_ik t_i ≤ α length_k). Shares keep the program scaled
+    whatever the volumes (in bytes, coefficients of 10⁹ made the solver's tolerances give a
+    wrong optimum; in seconds, a 1-byte request fell under them); an interval that could
+    carry at most 10⁻⁹ of a request has no variable for it (HiGHS refuses coefficients of
+    10¹⁵). Built sparse: one variable per request and interval of its window. Returns each
+    request's segments, or None where the solver fails."""
     points = sorted({requests[i].release_s for i in dl} | {_due(requests[i], margin) for i in dl})
     m = len(points) - 1
     where = [(requests[i].release_s, _due(requests[i], margin)) for i in dl]
@@ -451,63 +464,100 @@ def _min_congestion(requests: list[Request], dl: list[int], c: float, margin: fl
     cols = np.concatenate([np.arange(lo, hi) for lo, hi in spans])  # each variable's interval
     owner = np.repeat(np.arange(len(dl)), [hi - lo for lo, hi in spans])  # each variable's request
     length = np.diff(np.asarray(points))
+    alone = np.array([requests[i].volume_bytes * 8 / c for i in dl])  # seconds of the link
+    coef = alone[owner] / length[cols]  # the load of interval k with all of request i in it
+    live = coef <= 1e9
+    cols, owner, coef = cols[live], owner[live], coef[live]
+    nv = len(cols)
     a_eq = sparse.csr_matrix((np.ones(nv), (owner, np.arange(nv))), shape=(len(dl), nv + 1))
-    b_eq = np.array([requests[i].volume_bytes * 8 / c for i in dl])
     rows = np.concatenate([cols, np.arange(m)])
-    vals = np.concatenate([np.ones(nv), -length])  # Σ_i x_ik − α · length_k ≤ 0
+    vals = np.concatenate([coef, -np.ones(m)])  # Σ_i y_ik t_i / length_k − α ≤ 0
     a_ub = sparse.csr_matrix((vals, (rows, np.concatenate([np.arange(nv), np.full(m, nv)]))), shape=(m, nv + 1))
-    cost = np.zeros(nv + 1)
-    cost[-1] = 1.0
-    res = linprog(cost, A_ub=a_ub, b_ub=np.zeros(m), A_eq=a_eq, b_eq=b_eq, bounds=(0, None), method="highs")
-    if res.status != 0:  # pragma: no cover - windows were checked, the program is feasible
-        raise PlanError(f"multirate: no allocation ({res.message})")
-    x = np.maximum(res.x[:nv], 0.0)
-    rates, first = {}, 0
-    for i, (lo, hi) in zip(dl, spans, strict=True):
-        row = x[first : first + hi - lo] * c / length[lo:hi]
-        row[row < _EPS * c] = 0.0
-        rates[i] = (lo, row)
-        first += hi - lo
-    return points, rates
+    # min α, and among the allocations within 10⁻⁶ of it, one that moves each request early in
+    # its window: of its many optima the solver otherwise picks any, long pauses included (a
+    # request paused past an RTO restarts slowly). The second term is worth at most 10⁻⁶.
+    mid = np.asarray(points[:-1]) + length / 2
+    start, end = np.array([w[0] for w in where]), np.array([w[1] for w in where])
+    when = (mid[cols] - start[owner]) / (end[owner] - start[owner])
+    cost = np.append(when * 1e-6 / len(dl), 1.0)
+    res = linprog(cost, A_ub=a_ub, b_ub=np.zeros(m), A_eq=a_eq, b_eq=np.ones(len(dl)), bounds=(0, None), method="highs")
+    if res.status != 0:
+        return None
+    y = np.where(res.x[:nv] > 1e-9, res.x[:nv], 0.0)
+    y = y / np.bincount(owner, weights=y, minlength=len(dl))[owner]  # each volume exactly, whatever the tolerances
+    rate = y * alone[owner] * c / length[cols]
+    out: dict[int, list] = {i: [] for i in dl}
+    for j, k, r in zip(owner[y > 0], cols[y > 0], rate[y > 0], strict=True):
+        out[dl[j]].append((points[k], points[k + 1], float(r)))
+    return {i: _merge(segs) for i, segs in out.items()}
 
 
 def _fill(requests: list[Request], nd: list[int], points: list[float], residual, c: float, allocs: dict) -> None:
     """Requests without a deadline take what is left of the link (``residual`` between
     ``points``, the whole of ``c`` outside them), in batches: those released by the time the
-    link is free of the previous batch start together and end together, each at a share of
-    what is left in proportion to its volume. A batch that starts as the previous one ends
-    follows it (a signal can start it)."""
+    link is free of the previous batch. Where what is left stays the same until the batch is
+    done, its requests start together and end together, each at a share in proportion to its
+    volume (seed 001's spaghetti: one rate each); where it changes, they take it one after
+    another, in release order — so that each change of what is left is one step of one
+    request, not of all of them (O(n + m) segments). A request that starts as another one
+    ends follows it (a signal can start it)."""
     tb = [-math.inf, *points]
     rv = [c, *(float(x) if x > _EPS * c else 0.0 for x in residual), c]
     order = sorted(nd, key=lambda i: (requests[i].release_s, i))
     t, j, k, prev = -math.inf, 0, 0, None
-    budget = limits.PLAN_SEGMENTS_MAX.value - sum(len(a.segments) for a in allocs.values())
     while k < len(order):
         start = max(t, requests[order[k]].release_s)
         batch = []
         while k < len(order) and requests[order[k]].release_s <= start:
             batch.append(order[k])
             k += 1
-        total = sum(requests[i].volume_bytes * 8.0 for i in batch)
-        pieces, j = _drain(tb, rv, j, start, total)
-        budget -= len(pieces) * len(batch)
-        if budget < 0:
-            raise PlanError(
-                limits.too_big("the plan's rate segments number over", limits.PLAN_SEGMENTS_MAX.value, limits.PLAN_SEGMENTS_MAX)
-                + ": requests without a deadline run alongside too many with one; give them deadlines, or plan fewer"
-            )
+        bits = [requests[i].volume_bytes * 8.0 for i in batch]
+        pieces, j = _drain(tb, rv, j, start, sum(bits))
         t = pieces[-1][1]
-        follows = prev if prev is not None and allocs[prev].completion_s == pieces[0][0] else None
-        for i in batch:
-            share = requests[i].volume_bytes * 8.0 / total
-            segs = [(a, b, rate * share) for a, b, rate in pieces]
-            allocs[i] = Allocation(i, start_s=segs[0][0], segments=segs, completion_s=t, after=follows)
-        prev = batch[0]
+        if len(_merge(pieces)) == 1:
+            (a, b, rate), total = _merge(pieces)[0], sum(bits)
+            for i, v in zip(batch, bits, strict=True):
+                follows = prev if prev is not None and allocs[prev].completion_s == a else None
+                allocs[i] = Allocation(i, start_s=a, segments=[(a, b, rate * v / total)], completion_s=b, after=follows)
+            prev = batch[0]
+            continue
+        for i, segs in zip(batch, _one_after_another(pieces, bits), strict=True):
+            follows = prev if prev is not None and allocs[prev].completion_s == segs[0][0] else None
+            allocs[i] = Allocation(i, start_s=segs[0][0], segments=segs, completion_s=segs[-1][1], after=follows)
+            prev = i
+
+
+def _one_after_another(pieces: list[tuple[float, float, float]], bits: list[float]) -> list[list]:
+    """``pieces`` of link (from, to, rate) handed out in order: the first ``bits[0]`` to the
+    first request, and so on; the last ends where the pieces end. Each boundary is placed
+    from the bits handed out before it (not from the previous boundary), so that rounding
+    never adds up: a small request after a large one keeps its own stretch."""
+    before = [0.0]  # bits the pieces before each one carry
+    for a, b, rate in pieces[:-1]:
+        before.append(before[-1] + rate * (b - a))
+
+    def at(bits_out: float, p: int) -> tuple[float, int]:
+        """Where the pieces have carried ``bits_out``, looking from piece ``p`` on."""
+        while p + 1 < len(pieces) and before[p + 1] <= bits_out:
+            p += 1
+        a, b, rate = pieces[p]
+        return (min(b, a + (bits_out - before[p]) / rate) if p + 1 < len(pieces) else a + (bits_out - before[p]) / rate), p
+
+    out, done, p = [], 0.0, 0
+    s, p = at(0.0, 0)
+    for n, need in enumerate(bits):
+        end, q = at(done + need, p)
+        if n == len(bits) - 1:
+            end, q = pieces[-1][1], len(pieces) - 1
+        segs = [(s if k == p else pieces[k][0], end if k == q else pieces[k][1], pieces[k][2]) for k in range(p, q + 1)]
+        out.append(_merge([g for g in segs if g[1] > g[0]] or segs[-1:]))
+        done, s, p = done + need, end, q
+    return out
 
 
 def _drain(tb: list[float], rv: list[float], j: int, start: float, bits: float) -> tuple[list, int]:
     """The stretches of the step function (``rv[j]`` from ``tb[j]``) that carry ``bits`` from
-    ``start`` on: (from, to, rate), adjacent equal rates merged; and where the walk ended."""
+    ``start`` on: (from, to, rate); and where the walk ended."""
     pieces: list[tuple[float, float, float]] = []
     s = start
     while True:
@@ -518,7 +568,7 @@ def _drain(tb: list[float], rv: list[float], j: int, start: float, bits: float) 
         if rate > 0:
             if rate * (end - s) >= bits * (1 - 1e-12):
                 pieces.append((s, s + bits / rate, rate))
-                return _merge(pieces), j
+                return pieces, j
             pieces.append((s, end, rate))
             bits -= rate * (end - s)
         s = end
@@ -532,7 +582,7 @@ def _merge(segs: list[tuple[float, float, float | None]]) -> list[tuple[float, f
     out: list[list] = []
     for a, b, rate in sorted(segs, key=lambda x: x[0]):
         same = out and (out[-1][2] == rate or (out[-1][2] is not None and rate is not None and math.isclose(out[-1][2], rate)))
-        if same and abs(out[-1][1] - a) < 1e-9:
+        if same and out[-1][1] == a:
             out[-1][1] = b
         else:
             out.append([a, b, rate])
@@ -567,7 +617,8 @@ def verify(p: Plan) -> list[str]:
             bad.append(f"request {a.request}: completes at {a.completion_s} after its deadline {r.deadline_s}")
         if all(g[2] is not None for g in a.segments):
             moved = sum((y - x) * g for x, y, g in a.segments) / 8
-            if not math.isclose(moved, r.volume_bytes, rel_tol=1e-6):
+            clock = sum(4 * math.ulp(abs(y)) * g for _, y, g in a.segments) / 8  # what float times resolve
+            if not math.isclose(moved, r.volume_bytes, rel_tol=1e-6, abs_tol=clock):
                 bad.append(f"request {a.request}: its segments move {moved:.0f} of {r.volume_bytes} bytes")
         if a.after is not None and (not p.allocations[a.after].admitted or p.allocations[a.after].completion_s != a.start_s):
             bad.append(f"request {a.request}: follows {a.after}, which does not end at its start")

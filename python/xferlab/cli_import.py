@@ -14,15 +14,24 @@ from . import compare, engine, limits, runfolder
 from .cli_common import console, err, print_summary
 from .cli_common import fail as _fail
 from .importers import ImportLogError, iperf3, ss
+from .importers.common import check_name, name_of_file
 from .metrics import MetricsError
 from .runfolder import RunFolderError
-from .units import format_duration, format_rate, parse_duration, parse_rate
+from .units import format_duration, format_elapsed, format_rate, parse_duration, parse_rate
 
 import_app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
     help="Turn logs from a real testbed (iperf3 JSON, ss snapshots) into a run folder with trace, metrics and report.",
 )
+
+
+def _name(name: Optional[str], first: Path) -> str:
+    """The run's name: --name when it is one folder name, else from the log's file name."""
+    try:
+        return check_name(name) if name is not None else name_of_file(first)
+    except ImportLogError as e:
+        _fail(str(e))
 
 
 def _default_out(name: str) -> Path:
@@ -67,8 +76,16 @@ def _offsets(values: Optional[list[float]]) -> Optional[list[float]]:
 
 
 def _save(trace, given: dict, target: Path, force: bool) -> None:
+    """Writes the run folder (saying first how long its analysis will take, when long), then
+    its summary and the import's warnings."""
     engine.stamp(trace, scenario=given, seed=None)
+    rows = trace.goodput.num_rows + trace.tcp.num_rows
+    if rows / limits.IMPORT_ROWS_PER_S > limits.ANNOUNCE_AFTER_S:
+        estimate = format_elapsed(rows / limits.IMPORT_ROWS_PER_S)
+        console.print(f"{rows:,} trace rows to analyse and report: an estimated {estimate}", highlight=False, markup=False)
     print_summary(engine.save(trace, target, force), target)
+    for w in trace.provenance.warnings:
+        err.print(f"[yellow]warning:[/] {escape(w)}", highlight=False, soft_wrap=True)
 
 
 @import_app.command("iperf3")
@@ -76,7 +93,7 @@ def import_iperf3(
     files: list[Path] = typer.Argument(..., help="iperf3 -J output files (one test each, or several from --logfile)"),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="run folder to create (default: results/NAME/import-TIMESTAMP)"),
     capacity: Optional[str] = typer.Option(None, "--capacity", help="bottleneck rate, e.g. 1Gbps (for efficiency, r_TP, …)"),
-    name: Optional[str] = typer.Option(None, "--name", help="run name (default: the first file's name)"),
+    name: Optional[str] = typer.Option(None, "--name", help="run name, one folder name (default: the first file's name)"),
     interval: str = typer.Option("0.5s", "--interval", help="goodput grid of the run (use at least iperf3's -i)"),
     offset: Optional[list[float]] = typer.Option(
         None, "--offset", help="start of each test in s (repeat, in order); default: timestamps"
@@ -84,10 +101,10 @@ def import_iperf3(
     force: bool = typer.Option(False, "--force", help="replace --out if it exists"),
 ):
     """Import iperf3 JSON: each test is a transfer, each of its -P streams a flow."""
-    cap, iv, offsets = _rate(capacity), _interval(interval), _offsets(offset)
-    target = out if out is not None else _default_out(name or files[0].stem)
+    cap, iv, offsets, name = _rate(capacity), _interval(interval), _offsets(offset), _name(name, files[0])
+    target = out if out is not None else _default_out(name)
     given = {
-        "name": name or files[0].stem,
+        "name": name,
         "import": {"format": "iperf3", "files": [str(p) for p in files], "capacity_bps": cap, "goodput_interval_s": iv},
     }
     try:
@@ -103,15 +120,15 @@ def import_ss(
     file: Path = typer.Argument(..., help="a log of repeated timestamped `ss -tin` snapshots (see README)"),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="run folder to create (default: results/NAME/import-TIMESTAMP)"),
     capacity: Optional[str] = typer.Option(None, "--capacity", help="bottleneck rate, e.g. 1Gbps (for efficiency, r_TP, …)"),
-    name: Optional[str] = typer.Option(None, "--name", help="run name (default: the file's name)"),
+    name: Optional[str] = typer.Option(None, "--name", help="run name, one folder name (default: the file's name)"),
     interval: str = typer.Option("0.5s", "--interval", help="goodput grid of the run"),
     force: bool = typer.Option(False, "--force", help="replace --out if it exists"),
 ):
     """Import `ss -tin` snapshots: each connection (4-tuple) is a flow."""
-    cap, iv = _rate(capacity), _interval(interval)
-    target = out if out is not None else _default_out(name or file.stem)
+    cap, iv, name = _rate(capacity), _interval(interval), _name(name, file)
+    target = out if out is not None else _default_out(name)
     given = {
-        "name": name or file.stem,
+        "name": name,
         "import": {"format": "ss", "files": [str(file)], "capacity_bps": cap, "goodput_interval_s": iv},
     }
     try:

@@ -59,6 +59,16 @@ RUN_FILE_MAX_BYTES = Limit(2**28, "256 MiB of JSON, beyond what a run of the lar
 # ----------------------------------------------------------------- imports
 
 LOG_MAX_BYTES = Limit(2**30, "1 GiB of log; split longer captures")
+#: An import's mean goodput over the ideal goodput r_TP of its --capacity, counted by the
+#: receivers: a few percent is interval edges and clocks (a warning), this much says that
+#: the capacity given is not the path's bottleneck.
+GOODPUT_OVER_CAPACITY_MAX = Limit(1.5, "what arrives cannot exceed what the bottleneck carries")
+#: A run's name (an import's --name): one folder name.
+NAME_MAX_CHARS = Limit(100, "a name is a folder name and a report's title")
+#: Trace rows (goodput and tcp) an import's metrics and report go through per wall second,
+#: for the estimate shown before a long one (the slowest measured: 20 flows, 2·10⁷ rows
+#: in 70 s on a loaded 2-core machine).
+IMPORT_ROWS_PER_S = 2.5e5
 
 # ----------------------------------------------------------------- campaigns
 

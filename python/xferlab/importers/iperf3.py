@@ -21,7 +21,6 @@ The netns backend calls :func:`tables_from_runs` with one :class:`Iperf3Flow` pe
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +29,22 @@ import pyarrow as pa
 
 from ..constants import LINUX_MSS
 from ..trace import Provenance, Trace, table
-from .common import ImportLogError, flow_row, goodput_rows, imported_info, malformed, read_log, rebin, unknown
+from .common import (
+    ImportLogError,
+    check_goodput,
+    check_name,
+    check_rows,
+    check_values,
+    flow_row,
+    goodput_part,
+    goodput_table,
+    imported_info,
+    json_documents,
+    malformed,
+    name_of_file,
+    rebin,
+    unknown,
+)
 
 #: Linux's MSS over a 1500-byte MTU with timestamps, when the document does not say.
 DEFAULT_MSS = LINUX_MSS
@@ -67,28 +81,16 @@ def load_docs(path: str | Path) -> list[dict]:
     writes them). Raises :class:`ImportLogError` naming the file when it is missing,
     unreadable, not JSON, not iperf3, or an iperf3 error report."""
     p = Path(path)
-    text = read_log(p)
-    decoder = json.JSONDecoder(parse_constant=_no_constant(p))
-    docs, i = [], 0
-    while True:
-        while i < len(text) and text[i].isspace():
-            i += 1
-        if i >= len(text):
-            break
-        try:
-            doc, i = decoder.raw_decode(text, i)
-        except json.JSONDecodeError as e:
-            raise ImportLogError(f"{p}: not iperf3 JSON output (iperf3 -J): {e}") from None
-        docs.append(doc)
+    docs = json_documents(p, "iperf3 JSON output (iperf3 -J)")
     if not docs:
         raise ImportLogError(f"{p}: empty file, expected iperf3 JSON output (iperf3 -J)")
     for n, doc in enumerate(docs, 1):
         where = f"{p}" + (f" (document {n})" if len(docs) > 1 else "")
         if not isinstance(doc, dict) or "start" not in doc or "intervals" not in doc:
             raise ImportLogError(f"{where}: not iperf3 JSON output (no 'start' and 'intervals')")
-        _check_values(doc, where)
+        check_values(doc, where, "iperf3 output", _NUMBERS, _SHAPES, _TEXTS)
         if doc.get("error"):
-            raise ImportLogError(f"{where}: iperf3 reported an error: {doc['error']}")
+            raise ImportLogError(f"{where}: iperf3 reported an error: {str(doc['error'])[:300]}")
         ts = doc["start"].get("test_start", {})
         if ts.get("protocol", "TCP") != "TCP":
             raise ImportLogError(f"{where}: a {ts.get('protocol')} test; only TCP tests can be imported")
@@ -101,41 +103,13 @@ def load_docs(path: str | Path) -> list[dict]:
 
 #: Numbers the importer reads: counters, times and sizes (non-negative, below 2**63).
 _NUMBERS = {"bytes", "seconds", "start", "end", "snd_cwnd", "snd_wnd", "rtt", "rttvar", "retransmits"}
-_NUMBERS |= {"tcp_mss", "tcp_mss_default"}
+_NUMBERS |= {"tcp_mss", "tcp_mss_default", "local_port", "remote_port"}
 _NUMBERS |= {"timesecs", "min_rtt", "max_rtt", "mean_rtt", "num_streams", "bits_per_second"}
 #: Sections whose shape the importer relies on.
 _SHAPES = {"start": dict, "end": dict, "intervals": list, "streams": list, "test_start": dict, "timestamp": dict}
-_SHAPES |= {"connected": list}
-
-
-def _no_constant(p: Path):
-    def refuse(name: str):
-        raise ImportLogError(f"{p}: {name} is not a number iperf3 writes (a corrupt or edited file?)")
-
-    return refuse
-
-
-def _check_values(node, where: str, path: str = "") -> None:
-    """Refuses, naming the place, the values the importer reads when they have the wrong
-    type or are out of range (negative, ≥ 2**63): a corrupt or hand-edited document."""
-    stack = [(node, path, 0)]
-    while stack:
-        v, at, depth = stack.pop()
-        if depth > 64:
-            raise ImportLogError(f"{where}: {at}: nested too deeply for iperf3 output")
-        items = v.items() if isinstance(v, dict) else enumerate(v) if isinstance(v, list) else ()
-        for k, x in items:
-            here = f"{at}.{k}" if at else str(k)
-            shaped = k in _SHAPES and isinstance(x, _SHAPES[k])  # "start", "end": sections and numbers
-            if k in _NUMBERS and x is not None and not shaped:
-                if isinstance(x, bool) or not isinstance(x, (int, float)):
-                    raise ImportLogError(f"{where}: {here}: expected a number, got {str(x)[:40]!r}")
-                if not 0 <= x < 2**63:
-                    raise ImportLogError(f"{where}: {here}: {x:.4g} is out of range for iperf3 output")
-            elif k in _SHAPES and x is not None and not shaped:
-                raise ImportLogError(f"{where}: {here}: expected a {_SHAPES[k].__name__}, got {type(x).__name__}")
-            if isinstance(x, (dict, list)):
-                stack.append((x, here, depth + 1))
+_SHAPES |= {"connected": list, "server_output_json": dict}
+#: Text the importer shows (names of hosts and congestion controls), with its longest length.
+_TEXTS = {"sender_tcp_congestion": 64, "congestion": 64, "protocol": 16, "local_host": 255, "remote_host": 255}
 
 
 def is_reverse(doc: dict) -> bool:
@@ -213,11 +187,11 @@ def _end_stream(d: dict | None, index: int, side: str) -> dict:
     return (streams[index].get(side) or {}) if index < len(streams) else {}
 
 
-def _index(e: Iperf3Flow) -> int:
+def _index(e: Iperf3Flow, where: str) -> int:
     n = n_streams(e.doc)
     i = e.index if e.index is not None else (0 if n == 1 else e.stream)
     if not 0 <= i < n:
-        raise ImportLogError(f"flow {e.flow_id}: stream {i} is not in the iperf3 test ({n} streams)")
+        raise ImportLogError(f"{where}: flow {e.flow_id}: stream {i} is not in the iperf3 test ({n} streams)")
     return i
 
 
@@ -232,84 +206,112 @@ def unknown_tcp(tcp: pa.Table) -> dict[str, str]:
     return out
 
 
-def tables_from_runs(entries: list[Iperf3Flow], *, goodput_interval_s: float, end_s: float | None) -> dict[str, pa.Table]:
+@dataclass
+class _Measured:
+    """What one flow's measuring side logged, placed in the run."""
+
+    index: int
+    sender: dict | None
+    receiver: dict | None
+    rx: list[tuple[float, float, float]]  # (start, end, bytes) of each interval, run time
+    start: float
+    end: float
+
+
+def _measured(e: Iperf3Flow, end_s: float | None, where: str) -> _Measured:
+    i = _index(e, where)
+    sender, receiver = sides(e.doc)
+    ivs = _stream_intervals(receiver if receiver is not None else sender, i)
+    if not ivs:
+        raise ImportLogError(f"{where}: flow {e.flow_id}: the iperf3 test has no intervals")
+    rx = [(e.start_s + float(v["start"]), e.start_s + float(v["end"]), float(v["bytes"])) for v in ivs]
+    start = e.start_s + float(ivs[0]["start"])
+    end = max(b for _, b, _ in rx)
+    if end_s is not None:
+        end = max(start, min(end, end_s))
+    return _Measured(i, sender, receiver, rx, start, end)
+
+
+def tables_from_runs(
+    entries: list[Iperf3Flow], *, goodput_interval_s: float, end_s: float | None, where: str = "the iperf3 tests"
+) -> dict[str, pa.Table]:
     """The ``flows``, ``goodput``, ``tcp`` (and an empty ``link``) tables of a run made of
     iperf3 streams. Goodput is re-binned onto the run's grid (t = k·interval from the run's
     t = 0, start of the cell); tcp samples are taken at the sender's interval ends, shifted
-    by ``start_s``. With ``end_s``, everything after it is cut off."""
+    by ``start_s``. With ``end_s``, everything after it is cut off. A run too long, or with
+    too many goodput samples, is refused before any is made (``where`` names it)."""
+    measured = [_measured(e, end_s, where) for e in entries]
+    check_rows([(m.start, m.end) for m in measured], goodput_interval_s, where)
     flows, goodput, tcp = [], [], []
-    for e in entries:
-        i = _index(e)
-        sender, receiver = sides(e.doc)
-        mss = int(e.mss or doc_mss(e.doc))
-        measured = receiver if receiver is not None else sender
-        ivs = _stream_intervals(measured, i)
-        if not ivs:
-            raise ImportLogError(f"flow {e.flow_id}: the iperf3 test has no intervals")
-        rx = [(e.start_s + float(v["start"]), e.start_s + float(v["end"]), float(v["bytes"])) for v in ivs]
-        start = e.start_s + float(ivs[0]["start"])
-        end = max(b for _, b, _ in rx)
-        if end_s is not None:
-            end = max(start, min(end, end_s))
-        local = e.doc
-        rx_end = _end_stream(local, i, "receiver")
-        tx_end = _end_stream(sender, i, "sender") or _end_stream(local, i, "sender")
-        if receiver is not None:
-            received = int(sum(v["bytes"] for v in _stream_intervals(receiver, i)))
-            received = max(received, int(rx_end.get("bytes") or 0))
-        else:
-            received = int(rx_end.get("bytes") or sum(v["bytes"] for v in ivs))
-        sent = int(tx_end.get("bytes") or 0)
-        tx_ivs = _stream_intervals(sender, i) if sender is not None else []
-        retrans = tx_end.get("retransmits")
-        if retrans is None and tx_ivs:
-            retrans = sum(int(v.get("retransmits") or 0) for v in tx_ivs)
-        completion = None
-        if e.volume_bytes is not None:
-            # A -n test ends when its volume is sent: its duration is the completion time,
-            # unless it moved less than asked or ended after the run did.
-            completion = float(tx_end.get("seconds") or (end - start))
-            if (sent and sent < e.volume_bytes) or (end_s is not None and e.start_s + completion > end_s + 1e-9):
-                completion = None
-        flows.append(
-            flow_row(
-                e,
-                start=start,
-                end=end,
-                bytes=received,
-                completion_time=completion,
-                segments_sent=math.ceil(sent / mss) if sent else None,
-                retransmissions=int(retrans) if retrans is not None else None,
-            )
-        )
-        goodput += goodput_rows(e.flow_id, rebin(rx, goodput_interval_s, start, end), goodput_interval_s)
-        total = 0
-        for v in tx_ivs:
-            t = e.start_s + float(v["end"])
-            total += int(v.get("retransmits") or 0)
-            if "snd_cwnd" not in v or (end_s is not None and t > end_s + 1e-9):
-                continue
-            tcp.append(
-                {
-                    "t": t,
-                    "flow_id": e.flow_id,
-                    "cwnd": round(int(v["snd_cwnd"]) / mss),
-                    "ssthresh": None,  # iperf3 reports neither ssthresh, the RTO, in-flight data nor the state
-                    "srtt_ms": float(v["rtt"]) / 1e3 if v.get("rtt") is not None else None,
-                    "rto_ms": None,
-                    "in_flight": None,
-                    "retransmissions": total,
-                    "ca_state": None,
-                    "rwnd": round(int(v["snd_wnd"]) / mss) if v.get("snd_wnd") is not None else None,
-                }
-            )
+    for e, m in zip(entries, measured, strict=True):
+        flows.append(_flow(e, m, end_s))
+        goodput.append(goodput_part(e.flow_id, rebin(m.rx, goodput_interval_s, m.start, m.end), goodput_interval_s))
+        tcp += _tcp_rows(e, m, end_s)
     tcp.sort(key=lambda r: (r["t"], r["flow_id"]))
     return {
         "flows": table("flows", flows),
-        "goodput": table("goodput", goodput),
+        "goodput": goodput_table(goodput),
         "link": table("link", []),
         "tcp": table("tcp", tcp),
     }
+
+
+def _flow(e: Iperf3Flow, m: _Measured, end_s: float | None) -> dict:
+    """The flows row of one stream: bytes received, sent, retransmitted, completion time."""
+    i, mss = m.index, int(e.mss or doc_mss(e.doc))
+    rx_end = _end_stream(e.doc, i, "receiver")
+    tx_end = _end_stream(m.sender, i, "sender") or _end_stream(e.doc, i, "sender")
+    if m.receiver is not None:
+        received = int(sum(v["bytes"] for v in _stream_intervals(m.receiver, i)))
+        received = max(received, int(rx_end.get("bytes") or 0))
+    else:
+        received = int(rx_end.get("bytes") or sum(b for _, _, b in m.rx))
+    sent = int(tx_end.get("bytes") or 0)
+    tx_ivs = _stream_intervals(m.sender, i) if m.sender is not None else []
+    retrans = tx_end.get("retransmits")
+    if retrans is None and tx_ivs:
+        retrans = sum(int(v.get("retransmits") or 0) for v in tx_ivs)
+    completion = None
+    if e.volume_bytes is not None:
+        # A -n test ends when its volume is sent: its duration is the completion time,
+        # unless it moved less than asked or ended after the run did.
+        completion = float(tx_end.get("seconds") or (m.end - m.start))
+        if (sent and sent < e.volume_bytes) or (end_s is not None and e.start_s + completion > end_s + 1e-9):
+            completion = None
+    return flow_row(
+        e,
+        start=m.start,
+        end=m.end,
+        bytes=received,
+        completion_time=completion,
+        segments_sent=math.ceil(sent / mss) if sent else None,
+        retransmissions=int(retrans) if retrans is not None else None,
+    )
+
+
+def _tcp_rows(e: Iperf3Flow, m: _Measured, end_s: float | None) -> list[dict]:
+    """The sender's TCP_INFO samples, at its interval ends (none without the sender's log)."""
+    rows, total, mss = [], 0, int(e.mss or doc_mss(e.doc))
+    for v in _stream_intervals(m.sender, m.index) if m.sender is not None else []:
+        t = e.start_s + float(v["end"])
+        total += int(v.get("retransmits") or 0)
+        if "snd_cwnd" not in v or (end_s is not None and t > end_s + 1e-9):
+            continue
+        rows.append(
+            {
+                "t": t,
+                "flow_id": e.flow_id,
+                "cwnd": round(int(v["snd_cwnd"]) / mss),
+                "ssthresh": None,  # iperf3 reports neither ssthresh, the RTO, in-flight data nor the state
+                "srtt_ms": float(v["rtt"]) / 1e3 if v.get("rtt") is not None else None,
+                "rto_ms": None,
+                "in_flight": None,
+                "retransmissions": total,
+                "ca_state": None,
+                "rwnd": round(int(v["snd_wnd"]) / mss) if v.get("snd_wnd") is not None else None,
+            }
+        )
+    return rows
 
 
 def goodput_side(entries: list[Iperf3Flow]) -> dict[int, str]:
@@ -381,25 +383,25 @@ def import_trace(
     where = str(paths[0]) if len(paths) == 1 else f"{paths[0]} (and {len(paths) - 1} more)"
     with malformed(where, "iperf3 output"):
         entries = entries_from_docs(docs, offsets)
-        tables = tables_from_runs(entries, goodput_interval_s=goodput_interval_s, end_s=None)
-    end_s = max(tables["flows"].column("end").to_pylist())
-    name = name or Path(paths[0]).stem
-    info = imported_info(
-        name=name,
-        flows=tables["flows"],
-        goodput_interval_s=goodput_interval_s,
-        capacity_bps=capacity_bps,
-        rtt_s=doc_min_rtt_s(docs),
-        mss=doc_mss(docs[0]),
-        end_s=end_s,
-    )
+        tables = tables_from_runs(entries, goodput_interval_s=goodput_interval_s, end_s=None, where=where)
+        end_s = max(tables["flows"].column("end").to_pylist())
+        info = imported_info(
+            name=check_name(name) if name is not None else name_of_file(paths[0]),
+            flows=tables["flows"],
+            goodput_interval_s=goodput_interval_s,
+            capacity_bps=capacity_bps,
+            rtt_s=doc_min_rtt_s(docs),
+            mss=doc_mss(docs[0]),
+            end_s=end_s,
+        )
+        sides_used = goodput_side(entries)
     has_sender = all(sides(d)[0] is not None for d in docs)
     tests = [next(x for x in entries if x.pair == k) for k in range(len(docs))]
     provenance = Provenance(
         producer="import",
         source="iperf3",
         setup=[
-            ("goodput measured by", " and ".join(sorted(set(goodput_side(entries).values()))) + " intervals"),
+            ("goodput measured by", " and ".join(sorted(set(sides_used.values()))) + " intervals"),
             ("tests aligned by", "offsets given" if offsets is not None else "start.timestamp.timesecs (1 s resolution)"),
             ("RTT", "the smallest any sender saw" if info.rtt_s else "unknown"),
             ("bottleneck capacity", "given (--capacity)" if capacity_bps else "unknown (no --capacity)"),
@@ -416,4 +418,5 @@ def import_trace(
             ]
         },
     )
-    return Trace.build(tables, info, provenance, end_s=end_s)
+    trace = Trace.build(tables, info, provenance, end_s=end_s)
+    return check_goodput(trace, where, sender_counts="sender" in sides_used.values())

@@ -15,6 +15,7 @@ Connections that moved less than ``min_bytes`` (control connections) are left ou
 
 from __future__ import annotations
 
+import bisect
 import math
 import re
 from collections import defaultdict
@@ -25,7 +26,20 @@ import pyarrow as pa
 
 from ..constants import LINUX_MSS
 from ..trace import Provenance, Trace, table
-from .common import ImportLogError, goodput_rows, imported_info, malformed, read_log, rebin, unknown
+from .common import (
+    ImportLogError,
+    check_goodput,
+    check_name,
+    check_rows,
+    goodput_part,
+    goodput_table,
+    imported_info,
+    malformed,
+    name_of_file,
+    read_log,
+    rebin,
+    unknown,
+)
 
 #: Congestion controls ss prints as a bare word in the info line.
 CONGESTION_CONTROLS = {
@@ -152,12 +166,11 @@ def _intervals(f: Flow, times: list[float], t0: float) -> tuple[float, float, li
     the receiver's ``bytes_received`` or, without it, the sender's ``bytes_acked``."""
     counted = f.receiver if f.receiver is not None else f.sender
     counter = "bytes_received" if f.receiver is not None else "bytes_acked"
-    seen = [x.t for x in counted.samples]
-    first = seen[0]
-    before = [t for t in times if t < first]
+    first, last = counted.samples[0].t, counted.samples[-1].t
+    before = bisect.bisect_left(times, first)  # snapshots before the first sight
     # The data counted at the first sight moved since the previous snapshot; at the very
     # first snapshot its start is unknown and it is left out.
-    start = before[-1] if before else first
+    start = times[before - 1] if before else first
     prev_t, prev_b = (start, 0.0) if before else (first, _num(counted.samples[0].info, counter, 0.0))
     ivs = []
     for x in counted.samples:
@@ -165,7 +178,7 @@ def _intervals(f: Flow, times: list[float], t0: float) -> tuple[float, float, li
         if x.t > prev_t:
             ivs.append((prev_t - t0, x.t - t0, max(0.0, b - prev_b)))
         prev_t, prev_b = x.t, b
-    return start, seen[-1], ivs
+    return start, last, ivs
 
 
 def _tcp_rows(f: Flow, fid: int, t0: float, mss_seen: list, rtt_seen: list) -> list[dict]:
@@ -213,12 +226,13 @@ def tables_from_log(path: str | Path, *, goodput_interval_s: float, min_bytes: i
     stream_of: dict[tuple, int] = defaultdict(int)
     rows, goodput, tcp = [], [], []
     mss_seen, rtt_seen = [], []
-    for fid, f in enumerate(flows):
+    seen = [_intervals(f, times, t0) for f in flows]
+    check_rows([(start - t0, end - t0) for start, end, _ in seen], goodput_interval_s, str(path))
+    for fid, (f, (start, end, ivs)) in enumerate(zip(flows, seen, strict=True)):
         key = (_host(f.source), f.sink)
         pair = pairs.setdefault(key, len(pairs))
         stream = stream_of[key]
         stream_of[key] += 1
-        start, end, ivs = _intervals(f, times, t0)
         sent = f.sender.samples[-1].info if f.sender else {}
         variant = next((x.info["cc"] for x in (f.sender or f.receiver).samples if "cc" in x.info), "unknown")
         rows.append(
@@ -238,7 +252,7 @@ def tables_from_log(path: str | Path, *, goodput_interval_s: float, min_bytes: i
                 # volume, completion, fast recoveries and timeouts: ss does not tell (null)
             }
         )
-        goodput += goodput_rows(fid, rebin(ivs, goodput_interval_s, start - t0, end - t0), goodput_interval_s)
+        goodput.append(goodput_part(fid, rebin(ivs, goodput_interval_s, start - t0, end - t0), goodput_interval_s))
         tcp += _tcp_rows(f, fid, t0, mss_seen, rtt_seen)
     tcp.sort(key=lambda r: (r["t"], r["flow_id"]))
     learnt = {
@@ -250,7 +264,7 @@ def tables_from_log(path: str | Path, *, goodput_interval_s: float, min_bytes: i
         "goodput_side": sorted({"receiver (bytes_received)" if f.receiver else "sender (bytes_acked)" for f in flows}),
         "has_sender": all(f.sender is not None for f in flows),
     }
-    tables = {"flows": table("flows", rows), "goodput": table("goodput", goodput), "tcp": table("tcp", tcp)}
+    tables = {"flows": table("flows", rows), "goodput": goodput_table(goodput), "tcp": table("tcp", tcp)}
     return tables, learnt
 
 
@@ -273,15 +287,15 @@ def import_trace(
     """``xferlab import ss``: one ss log as a Trace."""
     with malformed(str(path), "ss log"):
         tables, learnt = tables_from_log(path, goodput_interval_s=goodput_interval_s, min_bytes=min_bytes)
-    info = imported_info(
-        name=name or Path(path).stem,
-        flows=tables["flows"],
-        goodput_interval_s=goodput_interval_s,
-        capacity_bps=capacity_bps,
-        rtt_s=learnt["rtt_s"],
-        mss=learnt["mss"] or LINUX_MSS,
-        end_s=learnt["end_s"],
-    )
+        info = imported_info(
+            name=check_name(name) if name is not None else name_of_file(path),
+            flows=tables["flows"],
+            goodput_interval_s=goodput_interval_s,
+            capacity_bps=capacity_bps,
+            rtt_s=learnt["rtt_s"],
+            mss=learnt["mss"] or LINUX_MSS,
+            end_s=learnt["end_s"],
+        )
     none = {c: tables["tcp"].column(c).null_count == tables["tcp"].num_rows for c in ("rwnd", "acks_in")}
     provenance = Provenance(
         producer="import",
@@ -301,4 +315,4 @@ def import_trace(
         files=[str(Path(path).resolve())],
         stats={"t0_unix_s": learnt["t0_unix_s"], "snapshots": learnt["snapshots"]},
     )
-    return Trace.build(tables, info, provenance, end_s=learnt["end_s"])
+    return check_goodput(Trace.build(tables, info, provenance, end_s=learnt["end_s"]), str(path))

@@ -428,10 +428,10 @@ def multirate_variables(requests: list[Request], margin: float = 0.0) -> int:
     return sum(bisect.bisect_left(points, r.deadline_s - margin) - bisect.bisect_left(points, r.release_s) for r in dl)
 
 
-#: HiGHS on multirate's program: about 11 s for 94 000 variables, 26 s for 190 000 on this
+#: HiGHS on multirate's program: about 21 s for 190 000 variables on this
 #: project's 2-core machine (docs/scheduling.md "Scale"), growing as n^1.5; an estimate to
 #: tell a user, not a bound.
-MULTIRATE_S_AT_100K = 12.0
+MULTIRATE_S_AT_100K = 8.0
 
 
 def multirate_seconds(variables: int) -> str:

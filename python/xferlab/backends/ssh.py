@@ -766,7 +766,7 @@ class _Run:
     async def _failure(self, f: _Flow, status: int) -> str:
         w = self.bed.workdir(f.src)
         errors = cmd("grep", "-h", '"error"', f"{w}/{f.name}.out")
-        tail = cmd("tail", "-c", "400", f"{w}/{f.name}.err") + f"; {errors} | tail -n 1"
+        tail = cmd("tail", "-c", "400", f"{w}/{f.name}.err") + "; " + errors + " | tail -n 1"
         err = await self.bed.hosts[f.src].run(tail, check=False)
         tail = " ".join(err.split()) or "no message"
         return f"flow {f.spec['flow_id']} ({f.tool} {f.src} → {f.dst}) failed with exit status {status}: {tail}"

@@ -478,3 +478,17 @@ def test_schedule_plan_names_refusals_and_the_figure_marks_them(tmp_path, cli):
     report.draw_plan(ax, PlanInfo.model_validate(sc.plan_of(sc.from_dict(data, "s.yaml"))))
     legend = [t.get_text() for t in ax.get_legend().get_texts()]
     assert "refused, at its release: big" in legend and "small" in legend
+
+
+def test_xferlab_report_of_implausible_figures_exits_1(tmp_path, cli):
+    """Issue 48 item 22: a makespan far below its ideal was reported with exit status 0."""
+    data = json.loads(json.dumps(SCENARIO))
+    data["requests"] = [{"volume": "15.36MB"}, {"volume": "30.72MB"}]
+    (tmp_path / "s.yaml").write_text(json.dumps(data))
+    cli("run", tmp_path / "s.yaml", "--out", tmp_path / "r", "-q", check=True)
+    run = json.loads((tmp_path / "r" / "run.json").read_text())
+    run["resolved"]["plan"]["ideal_makespan_s"] = 8.58  # what counting a refused gigabyte gave
+    (tmp_path / "r" / "run.json").write_text(json.dumps(run))
+    r = cli("report", tmp_path / "r")
+    assert r.returncode == 1 and "implausible figures: the makespan" in r.stderr and "below the ideal 8.580 s" in r.stderr
+    assert "Implausible: the makespan" in (tmp_path / "r" / "report.html").read_text()

@@ -83,6 +83,14 @@ def run(
     except KeyboardInterrupt:
         _fail("interrupted; no run folder was written", 130)
     print_summary(m, target)
+    _fail_if_implausible(m, target)
+
+
+def _fail_if_implausible(m: dict, folder: Path) -> None:
+    """Figures no transport can give are not a result: exit status 1 with the reason (the
+    run folder is written, its report says the same)."""
+    if why := (m.get("completion") or {}).get("implausible"):
+        _fail(f"{folder}: implausible figures: {why}", status=1)
 
 
 @contextlib.contextmanager
@@ -130,6 +138,7 @@ def report(folder: Path = typer.Argument(..., readable=False, help="a run folder
     except MetricsError as e:
         _fail(str(e))
     print_summary(m, folder)
+    _fail_if_implausible(m, folder)
 
 
 @app.command()

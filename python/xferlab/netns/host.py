@@ -20,6 +20,7 @@ import os
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -59,8 +60,14 @@ def host_lock(wait: bool = True, on_wait=None) -> Iterator[None]:
     ``wait=False`` fails at once when another emulation holds it; otherwise ``on_wait()`` is
     called (once) before blocking."""
     STATE_DIR.mkdir(parents=True, exist_ok=True)
-    fd = os.open(STATE_DIR / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    try:  # never through a link someone put there (it would truncate the file it names)
+        fd = os.open(STATE_DIR / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
+    except OSError as e:
+        raise HostError(f"{STATE_DIR / LOCK_FILE}: cannot be opened as the emulation lock ({e.strerror}; a link?)") from None
     try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+            raise HostError(f"{STATE_DIR / LOCK_FILE}: not a regular file of uid {os.geteuid()}; remove it")
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as e:

@@ -492,7 +492,15 @@ METRICS: dict[str, Metric] = {
             scope="transfer",
             lo=0,
         ),
-        _m("transfers.completion_deficiency", "deficiency", "", 3, "(T − T_ideal) / T_ideal", S001, scope="transfer"),
+        _m(
+            "transfers.completion_deficiency",
+            "deficiency",
+            "",
+            3,
+            "(T − T_ideal) / T_ideal; a planned request: (T − T_plan) / T_plan from its planned start",
+            S001,
+            scope="transfer",
+        ),
         _m(
             "transfers.lateness_s",
             "lateness",

@@ -153,3 +153,18 @@ def test_a_window_clamp_on_loopback_is_stopped_with_xfers_warning(tmp_path, cli,
     assert "error: 2 of 2 transfers failed; request v1: still running 12 s after the launch, stopped" in r.stderr
     rows = json.loads((tmp_path / "o" / "schedule-run.json").read_text())["requests"]
     assert all(row["stopped"] and "use --limiter pacing" in row["warnings"][0] for row in rows)
+
+
+def test_more_transfers_than_a_server_takes_are_refused_up_front(tmp_path, cli):
+    """One xfer per admitted request, all at once: not thousands of processes."""
+    path = tmp_path / "many.yaml"
+    data = {
+        "name": "many",
+        "topology": {"access_rate": "1Gbps", "bottleneck_rate": "1Gbps", "rtt": "1ms"},
+        "requests": [{"volume": "1MB"}] * 1025,
+        "measure": {"goodput_interval": "1s", "tcp_interval": "1s", "link_interval": "1s"},
+    }
+    path.write_text(yaml.safe_dump(data))
+    r = cli("schedule", "run", path, "127.0.0.1:9", "--insecure", "--out", tmp_path / "o")
+    assert r.returncode == 2 and "one xfer per admitted request: 1 025 transfers is over the limit of 1 024" in r.stderr, r.stderr
+    assert not (tmp_path / "o").exists()

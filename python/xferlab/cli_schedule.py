@@ -11,8 +11,8 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from . import limits, schedule
 from . import scenario as sc
-from . import schedule
 from .backends import netns, xfer_plan
 from .backends.base import BackendError
 from .cli_common import console, err
@@ -44,8 +44,10 @@ def schedule_plan(
     if not s.requests:
         _fail(f"{scenario}: no requests to plan (add requests: [{{volume: …}}, …] and a schedule)")
     strategy = (s.schedule or sc.Schedule()).strategy
+    if estimate := _estimate(s):  # said on a log too, where the spinner is not shown
+        console.print(f"planning {len(s.requests)} requests ({strategy}){estimate}", highlight=False)
     try:
-        with console.status(f"planning {len(s.requests)} requests ({strategy}){_estimate(s)}…"):
+        with console.status(f"planning {len(s.requests)} requests ({strategy})…"):
             p = PlanInfo.model_validate(sc.plan_of(s))
     except ScenarioError as e:
         _fail(str(e))
@@ -157,6 +159,9 @@ def schedule_run(
         _fail(f"{scenario}: no requests to run (add requests: [{{volume: …}}, …] and a schedule)")
     if why := xfer_plan.not_enforceable(info.plan):
         _fail(why)
+    admitted = sum(1 for r in info.plan.requests if r.admitted)
+    if admitted > limits.XFER_SESSIONS_MAX.value:
+        _fail(limits.too_big(f"{scenario}: one xfer per admitted request:", admitted, limits.XFER_SESSIONS_MAX, " transfers"))
     if out.exists() and not out.is_dir():
         _fail(f"--out {out}: a file is there, not a folder: give a new --out")
     try:

@@ -87,6 +87,8 @@ REQUESTS_MAX = Limit(20_000, "each request is a pair of hosts and a row of the p
 MULTIRATE_VARIABLES_MAX = Limit(
     400_000, "HiGHS's time grows faster than the program: 366 000 variables took 3.5 min on a loaded 2-core machine"
 )
+#: Transfers `xferlab schedule run` starts at once, one `xfer send` each, with its session.
+XFER_SESSIONS_MAX = Limit(1024, "the most sessions an `xfer serve` takes (--max-sessions), each a process here")
 #: A start's clock error, and a signal's processing time.
 TIME_CONTROL_MAX_S = Limit(10.0, "synchronised clocks (NTP) err by milliseconds; beyond seconds a start is not controlled")
 

@@ -245,3 +245,110 @@ def test_netns_runs_one_at_a_time(monkeypatch, tmp_path):
     assert s.workers == 1 and s.ok == 2 and "one run at a time" in calls[0]
     with cat.CampaignFolder(tmp_path / "camp", None) as f:
         assert f.manifest["runs"] == 2
+
+
+# --------------------------------------------------------------------------- damaged manifests (issue 48)
+
+
+def _folder(tmp_path):
+    """A campaign folder as `campaign run` creates it (manifest, catalog), without its runs."""
+    path = write(tmp_path, make(repetitions=1))
+    out = tmp_path / "camp"
+    with cat.CampaignFolder(out, spec.load(path)):
+        pass
+    return path, out
+
+
+def _manifest_edits():
+    deep = b"[" * 100_000 + b"]" * 100_000
+    wrong = {"format": cat.FORMAT, "name": {"a": 1}, "fingerprint": "x", "backend": "sim", "scenario": {}}
+    return [
+        (bytes(range(256)) * 4, ["not UTF-8"]),
+        ('{"format": "xferlab-campaign/1"}'.encode("utf-16"), ["not UTF-8"]),
+        (deep, ["nested too deeply"]),
+        (b'{"format": NaN}', ["NaN"]),
+        (json.dumps({**wrong, "sweep": {}, "zip": {}, "repetitions": 1, "runs": 2}).encode(), ["name is a dict"]),
+        (json.dumps({**wrong, "name": "t", "sweep": {}, "zip": {}, "runs": 2}).encode(), ["repetitions is missing"]),
+    ]
+
+
+@pytest.mark.parametrize(("content", "words"), _manifest_edits())
+def test_a_corrupt_manifest_is_refused_naming_the_file_and_its_fault(tmp_path, cli, content, words):
+    path, out = _folder(tmp_path)
+    (out / "campaign.json").write_bytes(content)
+    for args in (("campaign", "run", path, "--out", out, "-q"), ("campaign", "report", out)):
+        p = cli(*args)
+        assert p.returncode == 2, (args, p.stderr)
+        line = " ".join(p.stderr.split())
+        assert line.startswith("error:") and str(out / "campaign.json") in line and "internal error" not in line, line
+        assert all(w in line for w in words), line
+    assert (out / "campaign.json").read_bytes() == content  # never rewritten
+
+
+def test_a_manifest_that_is_a_fifo_is_refused_without_waiting(tmp_path, cli):
+    path, out = _folder(tmp_path)
+    (out / "campaign.json").unlink()
+    os.mkfifo(out / "campaign.json")
+    p = cli("campaign", "run", path, "--out", out, "-q")
+    assert p.returncode == 2 and "not a regular file" in p.stderr, p.stderr
+
+
+# --------------------------------------------------------------------------- Dask addresses (issue 48)
+
+
+def test_a_dask_address_that_answers_but_is_no_scheduler_is_said_so(tmp_path, cli):
+    """Something listens there (here a server that sends bytes Dask reads as a 3 EiB message):
+    not "out of memory", but that no Dask scheduler answers at that address."""
+    import socket
+    import threading
+
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+
+    def answer():
+        for _ in range(3):
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            conn.sendall(b"SSH-2.0-OpenSSH_9.6\r\n" * 4)
+            conn.close()
+
+    threading.Thread(target=answer, daemon=True).start()
+    try:
+        p = cli("campaign", "run", write(tmp_path, make()), "--out", tmp_path / "out", "--dask", f"tcp://127.0.0.1:{port}")
+    finally:
+        server.close()
+    assert p.returncode == 2, p.stderr
+    line = " ".join(p.stderr.split())
+    assert "cannot reach a Dask scheduler at that address" in line and "out of memory" not in line, line
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    ("address", "words"),
+    [("tcp://127.0.0.1:9", ["cannot reach the scheduler", "refused"]), ("tcp://127.0.0.1:70000", ["port 70000"])],
+)
+def test_an_unreachable_dask_address_is_refused_at_once(tmp_path, cli, address, words):
+    p = cli("campaign", "run", write(tmp_path, make()), "--out", tmp_path / "out", "--dask", address)
+    assert p.returncode == 2 and all(w in p.stderr for w in words), p.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_resume_removes_its_own_staging_folders_and_nothing_else(tmp_path):
+    """A stopped campaign's workers may leave ".<run_key>.tmp-…" (or ".old-…") in runs/, also
+    of runs finished meanwhile: the next run of the campaign removes those, by name, and only
+    those of its own runs."""
+    c = from_dict(make(repetitions=1))
+    out = tmp_path / "camp"
+    runner.run(c, out, workers=1)
+    runs = out / "runs"
+    own = [runs / f".{c.runs[0].key}.tmp-k3x_9q", runs / f".{c.runs[1].key}.old-4242"]
+    others = [runs / ".notes", runs / f".{'f' * 16}.tmp-x1", runs / f".{c.runs[0].key}.backup"]
+    for d in own + others:
+        d.mkdir()
+        (d / "run.json").write_text("{}")
+    s = runner.run(c, out, workers=1)
+    assert s.skipped == 2 and s.ok == 0
+    assert [d.name for d in own if d.exists()] == []
+    assert [d.name for d in others if d.exists()] == [d.name for d in others]

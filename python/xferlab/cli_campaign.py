@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import time
 from pathlib import Path
 from typing import Optional
@@ -110,6 +111,15 @@ def _announce(campaign, workers, dask, log) -> None:
         log(f"{len(campaign.runs)} runs: at least {format_elapsed(campaign.span_s)} of experiment time, one run at a time")
 
 
+def _stopped(e: KeyboardInterrupt) -> str:
+    return "stopped by SIGTERM" if isinstance(e, runner.Terminated) else "interrupted"
+
+
+def _status(e: KeyboardInterrupt) -> int:
+    """128 + the signal, as a shell reports a command a signal stopped."""
+    return 128 + (signal.SIGTERM if isinstance(e, runner.Terminated) else signal.SIGINT)
+
+
 def _print_summary(s, out: Path) -> None:
     parts = [f"{s.ok} run(s) done", f"{s.failed} failed"]
     if s.skipped:
@@ -151,8 +161,8 @@ def campaign_run(
         s = run_campaign(c, out, workers, dask, force, retry_failed, quiet)
     except (CampaignError, ScenarioError, BackendError, RunFolderError) as e:
         _fail(str(e))
-    except KeyboardInterrupt:
-        _fail(f"interrupted; the finished runs are in {out / 'catalog.duckdb'}, run the same command to resume", 130)
+    except KeyboardInterrupt as e:
+        _fail(f"{_stopped(e)}; the finished runs are in {out / 'catalog.duckdb'}, run the same command to resume", _status(e))
     _print_summary(s, out)
     if s.failed:
         console.print(f"[yellow]{s.failed} run(s) failed[/]: see the error column of the runs table", highlight=False)
@@ -190,8 +200,8 @@ def bench_hstts(
         sheet = hstts.sheet(out)
     except (CampaignError, ScenarioError, BackendError, RunFolderError) as e:
         _fail(str(e))
-    except KeyboardInterrupt:
-        _fail(f"interrupted; run the same command to resume ({out})", 130)
+    except KeyboardInterrupt as e:
+        _fail(f"{_stopped(e)}; run the same command to resume ({out})", _status(e))
     _print_summary(s, out)
     hstts.print_sheet(sheet, console)
     console.print(f"sheet: [bold]{escape(str(out / 'hstts.html'))}[/] and {escape(str(out / 'hstts.csv'))}")

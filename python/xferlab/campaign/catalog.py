@@ -19,6 +19,7 @@ import datetime as _dt
 import fcntl
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -33,6 +34,9 @@ MANIFEST = "campaign.json"
 CATALOG = "catalog.duckdb"
 RUNS = "runs"
 LOCK = ".lock"
+#: What a killed worker leaves of a run in runs/: the engine's staging folder, or a previous
+#: folder moved aside while the new one was put in place (".<run_key>.tmp-…", ".<run_key>.old-…").
+STAGING = re.compile(r"\.([0-9a-f]{16})\.(?:tmp|old)-[A-Za-z0-9_]+")
 #: Names a campaign folder may hold; anything else makes it foreign.
 KNOWN = {MANIFEST, CATALOG, CATALOG + ".wal", RUNS, "report", LOCK}
 
@@ -130,6 +134,46 @@ def _resolve(given: dict) -> dict | None:
         return None
 
 
+#: The manifest's fields a campaign folder relies on, and their types.
+MANIFEST_FIELDS: dict[str, type | tuple[type, ...]] = {
+    "format": str,
+    "name": str,
+    "fingerprint": str,
+    "backend": str,
+    "scenario": (dict, str),
+    "sweep": dict,
+    "zip": dict,
+    "repetitions": int,
+    "runs": int,
+}
+
+
+def _json_or_none(text):
+    """What the catalog recorded as JSON, or None when it is not (a damaged catalog)."""
+    try:
+        return json.loads(text)
+    except (TypeError, ValueError, RecursionError):
+        return None
+
+
+def read_manifest(path: Path) -> dict:
+    """A campaign folder's manifest, or :class:`CampaignError` naming the file and what is
+    wrong with it (unreadable, not a regular file, not UTF-8 JSON, too deep, a field of the
+    wrong type): the folder is corrupt."""
+    try:
+        m = runfolder.read_json(path)
+    except runfolder.RunFolderError as e:
+        raise CampaignError(f"{e}; not a readable campaign manifest, the folder is corrupt") from None
+    if not isinstance(m, dict) or m.get("format") != FORMAT:
+        raise CampaignError(f"{path}: not an xferlab campaign manifest (format {FORMAT!r} expected)")
+    for field, kind in MANIFEST_FIELDS.items():
+        value = m.get(field)
+        if not isinstance(value, kind) or isinstance(value, bool):
+            got = "missing" if field not in m else f"a {type(value).__name__}"
+            raise CampaignError(f"{path}: {field} is {got}, not what a campaign manifest holds; the folder is corrupt")
+    return m
+
+
 class CampaignFolder:
     """An open campaign folder: manifest checked, lock held, catalog open."""
 
@@ -158,14 +202,7 @@ class CampaignFolder:
     # -- opening ---------------------------------------------------------------------
 
     def _read_manifest(self) -> dict:
-        path = self.root / MANIFEST
-        try:
-            m = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError) as e:
-            raise CampaignError(f"{path}: unreadable campaign manifest ({e}); the folder is corrupt") from None
-        if not isinstance(m, dict) or m.get("format") != FORMAT:
-            raise CampaignError(f"{path}: not an xferlab campaign manifest (format {FORMAT!r} expected)")
-        return m
+        return read_manifest(self.root / MANIFEST)
 
     def _check_readable(self) -> None:
         if not self.root.is_dir():
@@ -216,7 +253,7 @@ class CampaignFolder:
         """Whether this campaign is the one ``held`` (a manifest or the catalog's record) with
         more repetitions; fewer is an error (their runs are there: nothing is discarded)."""
         c = self.campaign
-        if family_of(held) != c.family():
+        if not isinstance(held, dict) or family_of(held) != c.family():
             return False
         had = held.get("repetitions")
         if not isinstance(had, int) or had > c.repetitions:
@@ -261,7 +298,7 @@ class CampaignFolder:
                     self.db.execute("INSERT INTO meta VALUES (?, ?)", [k, v if isinstance(v, str) else json.dumps(v)])
         elif row[0] != c.fingerprint():
             held = self.db.execute("SELECT value FROM meta WHERE key = 'campaign'").fetchone()
-            if held is None or not self._grows(json.loads(held[0])):
+            if held is None or not self._grows(_json_or_none(held[0])):
                 raise CampaignError(
                     f"{self.root / CATALOG} belongs to another campaign (fingerprint {row[0]}, not {c.fingerprint()}); "
                     "choose a new --out, or pass --force to discard it"
@@ -277,13 +314,14 @@ class CampaignFolder:
         the previous repetitions are kept in ``grown``, the first creation time stays)."""
         path = self.root / MANIFEST
         now = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-        old = json.loads(path.read_text()) if path.is_file() else None
+        old = read_manifest(path) if os.path.lexists(path) else None
         if old is not None and old.get("fingerprint") == self.campaign.fingerprint():
             return
         m = {"format": FORMAT, **self.campaign.manifest(), "created": now}
         if old is not None:
-            m["created"] = old.get("created", now)
-            m["grown"] = [*old.get("grown", []), {"from": old.get("repetitions"), "to": self.campaign.repetitions, "at": now}]
+            grown = old.get("grown") if isinstance(old.get("grown"), list) else []
+            m["created"] = old.get("created") if isinstance(old.get("created"), str) else now
+            m["grown"] = [*grown, {"from": old.get("repetitions"), "to": self.campaign.repetitions, "at": now}]
         runfolder.write_json(path, m)
 
     def _add_new_columns(self) -> None:
@@ -341,10 +379,24 @@ class CampaignFolder:
         f = self.folder_of(run)
         return runfolder.is_run_folder(f) and (f / runfolder.METRICS_FILE).is_file()
 
-    def clear_partial(self, run: RunSpec) -> None:
-        """Removes what a killed worker may have left of this run (its staging folders)."""
-        for p in (self.root / RUNS).glob(f".{run.key}.*"):
-            shutil.rmtree(p, ignore_errors=True)
+    def clear_staging(self) -> int:
+        """Removes what killed workers left in ``runs/``: the staging folders of this campaign's
+        runs, recognised by name (:data:`STAGING`), never anything else. Called with the lock
+        held and no worker of this campaign alive; returns how many were removed."""
+        keys = {r.key for r in self.campaign.runs}
+        runs = self.root / RUNS
+        removed = 0
+        for name in os.listdir(runs) if runs.is_dir() else []:
+            m = STAGING.fullmatch(name)
+            if m is None or m.group(1) not in keys:
+                continue
+            p = runs / name
+            if p.is_dir() and not p.is_symlink():
+                shutil.rmtree(p, ignore_errors=True)
+            else:
+                p.unlink(missing_ok=True)
+            removed += 1
+        return removed
 
     def record(self, run: RunSpec, status: str, metrics: dict | None = None, error: str | None = None, wall: float | None = None):
         """One row, in one transaction; replaces a failed row of the same run (retry)."""

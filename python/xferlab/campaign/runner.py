@@ -10,11 +10,14 @@ dies under it — is recorded as failed with its reason, and the campaign goes o
 from __future__ import annotations
 
 import ctypes
+import logging
 import multiprocessing as mp
 import os
 import re
 import signal
+import socket
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator
@@ -35,6 +38,73 @@ from .spec import Campaign, CampaignError, RunSpec
 EXCLUSIVE_BACKENDS = {"netns", "ssh"}
 #: Errors that are the user's to fix: their message alone says it all.
 _USER_ERRORS = (sc.ScenarioError, BackendError, RunFolderError)
+
+
+#: How long to wait for a Dask scheduler to answer before saying it cannot be reached.
+DASK_CONNECT_TIMEOUT_S = 10.0
+#: Dask's default scheduler port, for an address given without one.
+DASK_PORT = 8786
+
+
+class Terminated(KeyboardInterrupt):
+    """A SIGTERM during a campaign: it stops as after a Ctrl-C (its workers killed, what they
+    were writing removed, the finished runs kept for a resume)."""
+
+
+class _Stops:
+    """SIGINT and SIGTERM while a campaign runs. They stop it where it waits (for its workers,
+    or for a run in this process): there :class:`KeyboardInterrupt` or :class:`Terminated` is
+    raised at once. Elsewhere — the catalog being written, whose DuckDB query an exception
+    raised inside would turn into "Query interrupted" — the signal is kept until the next wait."""
+
+    def __init__(self) -> None:
+        self.pending: int | None = None
+        self.armed = False
+
+    def handle(self, signum: int, frame) -> None:
+        if self.armed:
+            raise _stop(signum)
+        self.pending = self.pending or signum
+
+    def check(self) -> None:
+        if self.pending is not None:
+            signum, self.pending = self.pending, None
+            raise _stop(signum)
+
+
+def _stop(signum: int) -> KeyboardInterrupt:
+    return Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+
+
+_STOPS = _Stops()
+
+
+@contextmanager
+def _signals_stop() -> Iterator[None]:
+    """Installs :data:`_STOPS` for SIGINT and SIGTERM (from the main thread; elsewhere the
+    default handling stays), and raises a signal kept to the end."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    _STOPS.pending, _STOPS.armed = None, False
+    previous = {sig: signal.signal(sig, _STOPS.handle) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+        _STOPS.check()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+@contextmanager
+def _waiting() -> Iterator[None]:
+    """A wait that a SIGINT or SIGTERM interrupts at once (one that came before it, too)."""
+    _STOPS.check()
+    _STOPS.armed = True
+    try:
+        yield
+    finally:
+        _STOPS.armed = False
 
 
 @dataclass
@@ -82,6 +152,12 @@ def execute(task: dict) -> dict:
         return {"key": task["key"], "status": "failed", "error": failure_reason(e), "wall": time.perf_counter() - t0}
 
 
+def _ignore_sigint() -> None:
+    """In a worker: Ctrl-C reaches the whole process group, and the campaign alone decides
+    what to do (it stops its workers itself)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def _die_with_parent(parent: int) -> None:
     """Worker initialiser: a SIGKILLed campaign takes its workers with it (Linux)."""
     if sys.platform.startswith("linux"):
@@ -92,8 +168,7 @@ def _die_with_parent(parent: int) -> None:
             pass
     if os.getppid() != parent:  # the parent died before prctl took effect
         os._exit(1)
-    # Ctrl-C reaches the whole process group: the parent alone decides what to do.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _ignore_sigint()
 
 
 def _tasks(folder: CampaignFolder, runs: list[RunSpec]) -> list[dict]:
@@ -125,11 +200,36 @@ def parse_dask(address: str) -> tuple[str, int | None]:
     return address, None
 
 
+def _check_reachable(address: str, target: str) -> None:
+    """Refuses at once, within :data:`DASK_CONNECT_TIMEOUT_S`, a tcp:// or tls:// scheduler
+    address that nothing answers at (Dask itself would retry until its own timeout)."""
+    scheme, sep, rest = target.partition("://")
+    if sep and scheme not in ("tcp", "tls"):
+        return  # another transport (ucx://, ws://, …): Dask says
+    hostport = rest if sep else target
+    m = re.fullmatch(r"\[(?P<v6>[^\]]+)\](?::(?P<p6>\d+))?/?|(?P<host>[^:/]+)(?::(?P<port>\d+))?/?", hostport)
+    if m is None:
+        raise CampaignError(f"--dask {address!r}: expected a scheduler address such as tcp://host:8786")
+    host, port = m["v6"] or m["host"], int(m["p6"] or m["port"] or DASK_PORT)
+    if not 1 <= port <= 65535:
+        raise CampaignError(f"--dask {address}: port {port} is not a TCP port (1 to 65535)")
+    try:
+        with socket.create_connection((host, port), timeout=DASK_CONNECT_TIMEOUT_S):
+            pass
+    except socket.gaierror as e:
+        raise CampaignError(f"--dask {address}: cannot reach the scheduler: no host {host!r} ({e.strerror})") from None
+    except OSError as e:
+        why = e.strerror or f"no answer within {DASK_CONNECT_TIMEOUT_S:g} s"
+        raise CampaignError(f"--dask {address}: cannot reach the scheduler at that address ({why})") from None
+
+
 @contextmanager
 def dask_client(address: str, log) -> Iterator:
     """A connected Dask client (and its LocalCluster), or CampaignError before anything is
     written: an unreachable scheduler leaves no campaign folder behind."""
     target, n = parse_dask(address)
+    if target != "local":
+        _check_reachable(address, target)
     try:
         # Imported here, not at the top: only --dask needs it, and it costs 2.4 s of start-up
         # (measured on a loaded 2-core machine) that every other command would pay.
@@ -140,23 +240,52 @@ def dask_client(address: str, log) -> Iterator:
     try:
         if target == "local":
             n = n or os.cpu_count() or 1
-            cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None)
+            cluster = LocalCluster(
+                n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None, silence_logs=logging.ERROR
+            )
             client = Client(cluster)
         else:
-            client = Client(target, timeout="20s")
-    except (OSError, TimeoutError, ValueError, TypeError) as e:
+            client = Client(target, timeout=f"{DASK_CONNECT_TIMEOUT_S:g}s")
+    except Exception as e:  # noqa: BLE001 - whatever answered is not a scheduler we can use
         if cluster is not None:
             cluster.close()
-        raise CampaignError(f"--dask {address}: cannot reach the scheduler ({e})") from None
+        what = "cannot start a local Dask cluster" if target == "local" else "cannot reach a Dask scheduler at that address"
+        raise CampaignError(f"--dask {address}: {what} ({_dask_failure(e)})") from None
     try:
+        if cluster is not None:
+            client.run(_ignore_sigint)
         if log:
             n_workers = len(client.scheduler_info().get("workers", {}))
             log(f"Dask: {client.scheduler.address}, {n_workers} worker(s)")
         yield client
     finally:
-        client.close()
-        if cluster is not None:
-            cluster.close()
+        _close_dask(client)
+
+
+def _dask_failure(e: Exception) -> str:
+    if isinstance(e, MemoryError):  # Dask read what answered as the length of a message
+        return "something answered, but not a Dask scheduler"
+    return f"{type(e).__name__}: {str(e)[:200]}" if not isinstance(e, OSError) else str(e)[:200]
+
+
+def _close_dask(client) -> None:
+    """Closes the client and, for ``--dask local``, its cluster: the cluster's worker
+    processes are stopped, and any that outlive it are killed by their PIDs."""
+    cluster = getattr(client, "cluster", None)
+    pids = []
+    if cluster is not None and client.status == "running":
+        try:
+            pids = [pid for pid in client.run(os.getpid).values() if pid != os.getpid()]
+        except Exception:  # noqa: BLE001 - a worker already gone has no PID to kill
+            pids = []
+    client.close()
+    if cluster is not None:
+        cluster.close()
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
 
 
 def _run_dask(client, tasks: list[dict], finish) -> int:
@@ -164,12 +293,24 @@ def _run_dask(client, tasks: list[dict], finish) -> int:
 
     n_workers = len(client.scheduler_info().get("workers", {})) or 1
     futures = {client.submit(execute, t, pure=False): t["key"] for t in tasks}
-    for fut in as_completed(futures):
-        try:
-            res = fut.result()
-        except Exception as e:  # noqa: BLE001 - a lost worker fails this run, not the campaign
-            res = {"key": futures[fut], "status": "failed", "error": f"Dask: {type(e).__name__}: {e}"}
-        finish(res)
+    try:
+        completed = as_completed(futures)
+        while True:
+            with _waiting():
+                fut = next(completed, None)
+            if fut is None:
+                break
+            try:
+                res = fut.result()
+            except Exception as e:  # noqa: BLE001 - a lost worker fails this run, not the campaign
+                res = {"key": futures[fut], "status": "failed", "error": f"Dask: {type(e).__name__}: {e}"}
+            finish(res)
+    except BaseException:
+        # Stopped: no queued run of this campaign starts anywhere; a local cluster is closed
+        # (its workers stopped) before the caller removes what they were writing.
+        client.cancel(list(futures), force=True)
+        _close_dask(client)
+        raise
     return n_workers
 
 
@@ -184,8 +325,12 @@ def _pool(workers: int) -> ProcessPoolExecutor:
 
 
 def _kill(pool: ProcessPoolExecutor) -> None:
-    for proc in list((getattr(pool, "_processes", None) or {}).values()):
+    """Kills the pool's worker processes (by their PIDs) and waits until they are gone."""
+    procs = list((getattr(pool, "_processes", None) or {}).values())
+    for proc in procs:
         proc.kill()
+    for proc in procs:
+        proc.join(5)
     pool.shutdown(wait=False, cancel_futures=True)
 
 
@@ -194,7 +339,8 @@ def _isolated(task: dict) -> dict:
     then surely its own."""
     pool = _pool(1)
     try:
-        return pool.submit(execute, task).result()
+        with _waiting():
+            return pool.submit(execute, task).result()
     except BrokenProcessPool:
         return {
             "key": task["key"],
@@ -216,7 +362,8 @@ def _run_pool(workers: int, tasks: list[dict], finish) -> None:
             while queue and len(pending) < 2 * workers:
                 t = queue.pop()
                 pending[pool.submit(execute, t)] = t
-            finished, _ = wait(pending, return_when=FIRST_COMPLETED)
+            with _waiting():
+                finished, _ = wait(pending, return_when=FIRST_COMPLETED)
             broken = False
             for f in finished:
                 t = pending.pop(f)
@@ -266,7 +413,7 @@ def run(
     if dask:
         parse_dask(dask)
     t0 = time.perf_counter()
-    with _maybe_dask(dask, log) as client, CampaignFolder(out, campaign, force=force) as folder:
+    with _signals_stop(), _maybe_dask(dask, log) as client, CampaignFolder(out, campaign, force=force) as folder:
         todo, skipped, adopted = _plan(folder, campaign, retry_failed)
         if folder.grown_from is not None and log:
             log(f"{out}: grows from {folder.grown_from} to {campaign.repetitions} repetitions ({len(todo)} runs to do)")
@@ -286,13 +433,19 @@ def run(
                 on_result(r, o)
 
         tasks = _tasks(folder, todo)
-        if tasks and client is not None:
-            workers = _run_dask(client, tasks, finish)
-        elif tasks and workers == 1:
-            for t in tasks:
-                finish(execute(t))
-        elif tasks:
-            _run_pool(workers, tasks, finish)
+        try:
+            if tasks and client is not None:
+                workers = _run_dask(client, tasks, finish)
+            elif tasks and workers == 1:
+                for t in tasks:
+                    with _waiting():
+                        res = execute(t)
+                    finish(res)
+            elif tasks:
+                _run_pool(workers, tasks, finish)
+        except BaseException:
+            folder.clear_staging()  # the workers are stopped: what they were writing goes
+            raise
         return Summary(len(campaign.runs), skipped, adopted, counts["ok"], counts["failed"], time.perf_counter() - t0, workers)
 
 
@@ -308,6 +461,7 @@ def _maybe_dask(dask: str | None, log):
 def _plan(folder: CampaignFolder, campaign: Campaign, retry_failed: bool) -> tuple[list[RunSpec], int, int]:
     """What is left to run: (runs to do, runs already recorded, complete folders adopted)."""
     done = folder.recorded()
+    folder.clear_staging()  # what a stopped or killed campaign's workers were writing
     todo, adopted, skipped = [], 0, 0
     for r in campaign.ordered():
         status = done.get(r.key)
@@ -318,6 +472,5 @@ def _plan(folder: CampaignFolder, campaign: Campaign, retry_failed: bool) -> tup
             folder.adopt(r)
             adopted += 1
             continue
-        folder.clear_partial(r)
         todo.append(r)
     return todo, skipped, adopted

@@ -233,19 +233,23 @@ def test_a_yaml_merge_may_be_overridden():
     assert data["workload"] == {"streams": 3, "duration": "5s"}
 
 
-@pytest.mark.parametrize("field", ["link_interval", "goodput_interval", "tcp_interval"])
-def test_a_sampling_interval_below_a_packet_time_is_refused_up_front(tmp_path, field):
-    # 1 µs at 2 Gbit/s was accepted, then the run went silent for minutes (a sample per µs,
-    # and a bar per sample in the report). One 1538-byte frame takes 6.152 µs at 2 Gbit/s.
-    s, _ = load_text(tmp_path, QUICK, [f"measure.{field}=1us"])
+def test_sampling_intervals_that_would_overfill_the_trace_are_refused_up_front(tmp_path):
+    # measure.link_interval: 1us was accepted, then the run went silent for minutes (20 million
+    # samples, and a bar per sample in the report).
+    s, _ = load_text(tmp_path, QUICK, ["measure.link_interval=1us"])
     with pytest.raises(sc.ScenarioError) as e:
         sc.resolve(s)
-    assert str(e.value) == (
-        f"measure.{field}: 1us is below one packet's time at the bottleneck, 6.152us at 2Gbps "
-        "(a shorter interval holds one packet or none: its rate is 0 or the line rate); use at least 6.152us"
-    )
-    s, _ = load_text(tmp_path, QUICK, [f"measure.{field}=6.152us", "workload.duration=0.1s"])
-    assert sc.resolve(s)["cost"]["rows"] > 0
+    assert str(e.value).startswith(
+        "quick: measure.link_interval: the trace would hold 2e+07 rows (goodput 160, tcp 800, link 2e+07; "
+        "1 series × 20.0008s at 1us), over the limit of 2e+07 (a trace must fit in memory (about 1 GB)); use at least 1.0"
+    ), str(e.value)
+    # Every interval at 1 µs: the largest table is named, and no single change is enough.
+    every = [f"measure.{f}=1us" for f in ("goodput_interval", "link_interval", "tcp_interval")]
+    with pytest.raises(sc.ScenarioError, match=r"^quick: measure.goodput_interval: .* lengthen it and the other intervals$"):
+        sc.resolve(load_text(tmp_path, QUICK, every)[0])
+    # Tables that fit one by one but not together (1.6e7 + 4e6 rows).
+    with pytest.raises(sc.ScenarioError, match="the trace would hold 2e"):
+        sc.resolve(load_text(tmp_path, QUICK, ["measure.tcp_interval=5us", "measure.link_interval=5us"])[0])
 
 
 def test_the_cost_counts_the_trace_rows(tmp_path):

@@ -21,7 +21,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from . import registry, runfolder
+from . import metrics, registry, runfolder
 from .report import CSS, MAX_LINES, fmt, png
 from .trace import Trace, differences
 
@@ -42,10 +42,14 @@ class Run:
 
 
 def load(folder: Path, label: str) -> Run:
+    """A run to compare: its trace, checked against the contract, and its metrics computed
+    from it as its report's are (metrics.json, derived from the same trace, may be from an
+    older xferlab, or damaged)."""
     trace = runfolder.load_trace(folder)
-    m = runfolder.read_json(Path(folder) / runfolder.METRICS_FILE)
-    if not isinstance(m, dict) or "aggregate_goodput_mbps" not in m:
-        raise runfolder.RunFolderError(f"{folder}: metrics.json is not from xferlab")
+    try:
+        m = metrics.compute(trace)
+    except metrics.MetricsError as e:
+        raise runfolder.RunFolderError(f"{folder}: {e}") from None
     return Run(Path(folder), label, trace, m)
 
 
@@ -128,7 +132,7 @@ def fig_flows_side_by_side(a: Run, b: Run) -> bytes:
         ax.set_title(f"{run.label}: {_describe(run)}", fontsize=8)
         ax.set_xlabel("time (s)")
         ax.set_ylim(bottom=0)
-        if len(ids) <= 8:
+        if 0 < len(ids) <= 8:
             ax.legend(ncol=2, loc="lower right")
     axes[0].set_ylabel("goodput per flow, Mbit/s")
     return png(fig)
@@ -149,7 +153,7 @@ def fig_cwnd_side_by_side(a: Run, b: Run) -> bytes | None:
             for fid in _shown(ids):
                 s = tcp[tcp["flow_id"] == fid]
                 ax.plot(s["t"], s["cwnd"], lw=0.8, label=f"flow {fid}")
-            if len(ids) <= 8:
+            if 0 < len(ids) <= 8:
                 ax.legend(ncol=2, loc="upper right")
         ax.set_title(f"{run.label}: congestion window (MSS {run.resolved.get('mss', '?')} B)", fontsize=8)
         ax.set_xlabel("time (s)")

@@ -137,7 +137,10 @@ def rerender(folder: Path) -> dict:
     names the file."""
     folder = Path(folder)
     trace = runfolder.load_trace(folder)
-    m = metrics.compute(trace)
+    try:
+        m = metrics.compute(trace)
+    except metrics.MetricsError as e:  # a window the stored trace does not cover, …
+        raise runfolder.RunFolderError(f"{folder}: {e}") from None
     with runfolder.writing(folder):
         runfolder.write_json(folder / runfolder.METRICS_FILE, m)
         report.render(folder, trace, m)

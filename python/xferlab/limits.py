@@ -33,8 +33,6 @@ SPAN_MAX_S = Limit(2e6, "about 23 days of experiment time")
 TIME_MIN_S = Limit(1e-6, "shorter than any event a packet network resolves")
 RTO_MIN_MAX_S = Limit(120.0, "Linux's largest retransmission timeout (TCP_RTO_MAX)")
 INTERVAL_MIN_S = Limit(1e-6, "finer than one packet's time on the fastest link")
-#: A sampling interval of a run, in packets' times at its bottleneck.
-INTERVAL_MIN_PACKETS = Limit(1, "a shorter interval holds one packet or none: its rate is 0 or the line rate")
 VOLUME_MAX_BYTES = Limit(10**15, "1 PB per transfer")
 #: A socket buffer (window cap) or a token bucket's depth.
 SIZE_MAX_BYTES = Limit(10**12, "1 TB")
@@ -44,8 +42,8 @@ STREAMS_MAX = Limit(10_000, "parallel streams per transfer")
 #: Flows of a run: pairs × streams plus reverse sources.
 FLOWS_MAX = Limit(100_000, "each flow costs memory and a series in every table of the trace")
 BACKGROUND_SOURCES_MAX = Limit(10_000, "each background source is an event stream of its own")
-#: Rows of one trace table (a flow's samples times the flows).
-SAMPLES_MAX = Limit(20_000_000, "a trace table must fit in memory (about 1 GB)")
+#: Rows of a trace, for one table and its tables together (a flow's samples times the flows).
+SAMPLES_MAX = Limit(20_000_000, "a trace must fit in memory (about 1 GB)")
 #: Packets a run may carry through its bottleneck(s) (data moved, plus background and
 #: reverse traffic): about 150 TB, some hours of simulation. Below this a long run is
 #: estimated up front and shown in progress.
@@ -53,6 +51,8 @@ PACKETS_MAX = Limit(1e11, "about 150 TB through the bottleneck, hours of simulat
 
 # ----------------------------------------------------------------- run folders
 
+#: A time in a trace (s; ms for srtt and rto): beyond SPAN_MAX_S and a volume run's give-up time.
+TRACE_TIME_MAX = Limit(1e8, "about three years, beyond any run")
 #: run.json or metrics.json of a run folder: their per-flow lists at FLOWS_MAX flows.
 RUN_FILE_MAX_BYTES = Limit(2**28, "256 MiB of JSON, beyond what a run of the largest scenario writes")
 
@@ -97,6 +97,9 @@ TIME_CONTROL_MAX_S = Limit(10.0, "synchronised clocks (NTP) err by milliseconds;
 #: Simulated packets per wall second on one core, for estimates shown to a user (the
 #: slowest of BENCHMARKS.md's figures, rounded down: 1 000 flows, 251 ns per packet).
 SIM_PACKETS_PER_S = 3.0e6
+#: Wall seconds per trace row a run samples, computes metrics of and draws (a run of 4 M
+#: rows at 12.5 µs intervals took 80 s on an AMD EPYC core, the simulator 15 % of it).
+SECONDS_PER_TRACE_ROW = 2e-5
 #: Runs estimated to take longer than this say so, with the estimate, before they start.
 ANNOUNCE_AFTER_S = 30.0
 
@@ -105,9 +108,6 @@ def too_big(what: str, value: float, limit: Limit, unit: str = "") -> str:
     """The message for ``value`` over ``limit``: what, how much, the bound and why."""
     return f"{what} {_fmt(value)}{unit} is over the limit of {_fmt(limit.value)}{unit} ({limit.reason})"
 
-#: Wall seconds per trace row a run samples, computes metrics of and draws (a run of 4 M
-#: rows at 12.5 µs intervals took 80 s on an AMD EPYC core, the simulator 15 % of it).
-SECONDS_PER_TRACE_ROW = 2e-5
 
 def _fmt(x: float) -> str:
     if isinstance(x, int) or float(x).is_integer() and abs(x) < 1e15:

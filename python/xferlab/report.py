@@ -331,8 +331,7 @@ def img(folder: Path, name: str, data: bytes | None, alt: str) -> str:
     """Writes ``figures/NAME.png`` and returns the ``<img>`` that embeds it (empty without data)."""
     if data is None:
         return ""
-    (folder / runfolder.FIGURES_DIR).mkdir(exist_ok=True)
-    (folder / runfolder.FIGURES_DIR / f"{name}.png").write_bytes(data)
+    runfolder.write_bytes(runfolder.own_folder(folder / runfolder.FIGURES_DIR) / f"{name}.png", data)
     b64 = base64.b64encode(data).decode()
     return f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{b64}">'
 

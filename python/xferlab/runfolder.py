@@ -98,17 +98,18 @@ def writing(path: Path, doing: str = "cannot write") -> Iterator[None]:
         raise os_failure(Path(at) if at and not hidden else path, e, doing) from None
 
 
-def write_text(path: Path, text: str) -> None:
-    """Writes ``text`` atomically (a temporary file beside, renamed): the old file stays whole
-    until the new one is; nothing is left behind on any failure or Ctrl-C."""
+def write_bytes(path: Path, data: bytes) -> None:
+    """Writes ``data`` atomically (a temporary file beside, renamed): the old file stays whole
+    until the new one is; what was there (a FIFO, a link) is replaced, never written through;
+    nothing is left behind on any failure or Ctrl-C."""
     path = Path(path)
     tmp = None
     try:
         with writing(path):
             fd, tmp = tempfile.mkstemp(prefix=f".{path.name[:200]}.tmp-", dir=path.parent)
             os.fchmod(fd, 0o644)
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(text)
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
             os.replace(tmp, path)
             tmp = None
     finally:
@@ -117,9 +118,24 @@ def write_text(path: Path, text: str) -> None:
                 os.unlink(tmp)
 
 
+def write_text(path: Path, text: str) -> None:
+    """Writes ``text`` (UTF-8) atomically, as :func:`write_bytes`."""
+    write_bytes(path, text.encode("utf-8"))
+
+
 def write_json(path: Path, data) -> None:
     """Writes JSON atomically (see :func:`write_text`)."""
     write_text(path, json.dumps(data, indent=2, sort_keys=False, allow_nan=False) + "\n")
+
+
+def own_folder(path: Path) -> Path:
+    """``path`` as a folder of the run's own to write into (created when missing): a symbolic
+    link there would lead the writes into someone else's folder, and is refused."""
+    with writing(path):
+        path.mkdir(exist_ok=True)
+        if stat.S_ISLNK(os.lstat(path).st_mode):
+            raise RunFolderError(f"{path}: a symbolic link where xferlab writes a folder of its own; remove it")
+    return path
 
 
 def _finite(text: str) -> float:

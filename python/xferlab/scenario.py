@@ -1035,19 +1035,31 @@ def _span_s(r: dict) -> float:
     return max(ends, default=0.0)
 
 
-def _check_intervals(r: dict) -> None:
-    """Refuses a sampling interval shorter than one packet's time at the bottleneck: each
-    sample would hold one packet or none (:data:`limits.INTERVAL_MIN_PACKETS`), and the run
-    would spend its time writing them."""
-    packet_s = limits.INTERVAL_MIN_PACKETS.value * 8 * (r["mtu"] + FRAME_OVERHEAD) / r["bottleneck_rate_bps"]
-    for field in ("goodput_interval", "link_interval", "tcp_interval"):
-        interval = r[f"{field}_s"]
-        if interval < packet_s * (1 - 1e-9):
-            raise ScenarioError(
-                f"measure.{field}: {format_duration(interval)} is below one packet's time at the bottleneck, "
-                f"{format_duration(packet_s)} at {format_rate(r['bottleneck_rate_bps'])} ({limits.INTERVAL_MIN_PACKETS.reason}); "
-                f"use at least {format_duration(packet_s)}"
-            )
+def _trace_rows(s: Scenario, r: dict, span: float) -> float:
+    """The rows the run's sampling intervals give its trace (goodput and tcp per flow, link per
+    bottleneck), refused over :data:`limits.SAMPLES_MAX` — for one table or for all together,
+    which a run holds in memory at once — naming the interval to lengthen and by how much."""
+    limit = limits.SAMPLES_MAX
+    series = {
+        "goodput_interval": len(r["flows"]),
+        "tcp_interval": len(r["flows"]),
+        "link_interval": 2 if r["reverse_sources"] else 1,
+    }
+    rows = {field: per * span / r[f"{field}_s"] for field, per in series.items()}
+    total = sum(rows.values())
+    if total <= limit.value:
+        return total
+    field = max(rows, key=rows.get)
+    room = limit.value - (total - rows[field])  # what the other tables leave to this one
+    shortest = (
+        f"use at least {format_duration(series[field] * span / room)}" if room > 0 else "lengthen it and the other intervals"
+    )
+    shown = ", ".join(f"{f.split('_')[0]} {n:.3g}" for f, n in rows.items())
+    raise ScenarioError(
+        f"{s.name}: measure.{field}: the trace would hold {total:.3g} rows ({shown}; {series[field]} series × "
+        f"{format_duration(span)} at {format_duration(r[f'{field}_s'])}), over the limit of {limit.value:.3g} "
+        f"({limit.reason}); {shortest}"
+    )
 
 
 def cost(s: Scenario, r: dict) -> dict:
@@ -1062,20 +1074,7 @@ def cost(s: Scenario, r: dict) -> dict:
             f"volume at the bottleneck's rate), over the limit of {format_duration(limits.SPAN_MAX_S.value)} "
             f"({limits.SPAN_MAX_S.reason})"
         )
-    _check_intervals(r)
-    n = len(r["flows"])
-    links = 2 if r["reverse_sources"] else 1
-    for field, rows, per in (
-        ("goodput_interval", n * span / r["goodput_interval_s"], n),
-        ("tcp_interval", n * span / r["tcp_interval_s"], n),
-        ("link_interval", links * span / r["link_interval_s"], links),
-    ):
-        if rows > limits.SAMPLES_MAX.value:
-            shortest = per * span / limits.SAMPLES_MAX.value
-            raise ScenarioError(
-                f"measure.{field}: {rows:.3g} samples ({per} series × {format_duration(span)}) are over the limit of "
-                f"{limits.SAMPLES_MAX.value:.3g} ({limits.SAMPLES_MAX.reason}); use at least {format_duration(shortest)}"
-            )
+    rows = _trace_rows(s, r, span)
     frame_bits = 8 * (r["mtu"] + FRAME_OVERHEAD)
     c = r["bottleneck_rate_bps"]
     if r["volume_bytes"] is not None:
@@ -1091,6 +1090,5 @@ def cost(s: Scenario, r: dict) -> dict:
             f"{format_rate(c)}), over the limit of {limits.PACKETS_MAX.value:.3g} ({limits.PACKETS_MAX.reason}); "
             "shorten workload.duration (or volume) or lower the rates"
         )
-    rows = n * span / r["goodput_interval_s"] + n * span / r["tcp_interval_s"] + links * span / r["link_interval_s"]
     wall = packets / limits.SIM_PACKETS_PER_S + rows * limits.SECONDS_PER_TRACE_ROW
     return {"span_s": span, "packets": packets, "rows": rows, "sim_wall_s": wall}

@@ -33,6 +33,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from . import limits
+
 #: Version of the tables and of ``run.json``. 1: before nullability was part of the
 #: contract (no version stored). 2: explicit nullability, RunInfo, provenance. 3: the
 #: receive window (``tcp.rwnd``). 4: the sender's ACK count (``tcp.acks_in``).
@@ -77,10 +79,12 @@ class Column:
     kind: str
     unit: str
     doc: str
+    #: the only values a label may take (empty: any)
+    values: tuple[str, ...] = ()
 
 
-def _c(name, type_, nullable, kind, unit, doc) -> Column:
-    return Column(name, type_, nullable, kind, unit, doc)
+def _c(name, type_, nullable, kind, unit, doc, values=()) -> Column:
+    return Column(name, type_, nullable, kind, unit, doc, values)
 
 
 u8, u32, u64, f64, s = pa.uint8(), pa.uint32(), pa.uint64(), pa.float64(), pa.string()
@@ -93,7 +97,7 @@ TABLES: dict[str, tuple[Column, ...]] = {
         _c("source", s, False, "label", "", "sending host"),
         _c("sink", s, False, "label", "", "receiving host"),
         _c("variant", s, False, "label", "", "congestion control, as Linux names it"),
-        _c("role", s, False, "label", "", "transfer, or reverse (reverse traffic)"),
+        _c("role", s, False, "label", "", "transfer, or reverse (reverse traffic)", ("transfer", "reverse")),
         _c("start", f64, False, "time", "s", "first byte sent"),
         _c("end", f64, False, "time", "s", "last byte received, or the end of the run"),
         _c("bytes", u64, False, "size", "bytes", "bytes delivered to the receiver"),
@@ -112,7 +116,7 @@ TABLES: dict[str, tuple[Column, ...]] = {
     ),
     "link": (
         _c("t", f64, False, "time", "s", "start of the interval"),
-        _c("link", s, False, "label", "", "bottleneck, or reverse"),
+        _c("link", s, False, "label", "", "bottleneck, or reverse", ("bottleneck", "reverse")),
         _c("bytes", u64, False, "size", "bytes", "IP bytes forwarded in the interval"),
         _c("packets", u64, False, "count", "packets", "packets forwarded in the interval"),
         _c("throughput_mbps", f64, False, "rate", "Mbit/s", "IP bytes × 8 / interval"),
@@ -581,6 +585,8 @@ class Trace:
         return self
 
     def _check_rows(self, info: RunInfo) -> None:
+        if self.flows.num_rows == 0:
+            raise table_error("flows", "no flows; a run has at least one")
         ids = self.flows.column("flow_id").to_pylist()
         if len(set(ids)) != len(ids):
             raise table_error("flows", "a flow_id appears twice")
@@ -591,12 +597,28 @@ class Trace:
                 raise table_error(name, f"flow_id {sorted(unknown)[:5]} not in flows")
         for name in NAMES:
             for c in TABLES[name]:
-                col = self.table(name).column(c.name).drop_null()
-                if c.type == f64 and len(col) and not pc.all(pc.is_finite(col)).as_py():
-                    raise table_error(name, f"column {c.name} holds a value that is not finite")
-        if self.flows.num_rows and pc.min(self.flows.column("start")).as_py() < -1e-9:
+                self._check_values(name, c)
+        if pc.min(self.flows.column("start")).as_py() < -1e-9:
             raise table_error("flows", "a flow starts before t = 0")
+        if "transfer" not in pc.unique(self.flows.column("role")).to_pylist():
+            raise table_error("flows", "no flow is a transfer (role transfer); a run has at least one")
         del info  # parsed above: the resolved scenario is well-formed
+
+    def _check_values(self, name: str, c: Column) -> None:
+        """Values a column of the contract cannot hold: not finite, a time beyond any run, a
+        label outside its set."""
+        col = self.table(name).column(c.name).drop_null()
+        if not len(col):
+            return
+        if c.type == f64 and not pc.all(pc.is_finite(col)).as_py():
+            raise table_error(name, f"column {c.name} holds a value that is not finite")
+        bound = limits.TRACE_TIME_MAX
+        if c.kind == "time" and pc.max(pc.abs(col)).as_py() > bound.value:
+            raise table_error(name, f"column {c.name} holds a time beyond {bound.value:g} {c.unit} ({bound.reason})")
+        if c.values:
+            odd = sorted(set(pc.unique(col).to_pylist()) - set(c.values))
+            if odd:
+                raise table_error(name, f"column {c.name} holds {odd[0]!r}; expected {' or '.join(c.values)}")
 
     # ------------------------------------------------------------------ storage
 

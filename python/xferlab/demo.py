@@ -9,10 +9,11 @@ from importlib import resources
 from pathlib import Path
 
 import yaml
+from rich.markup import escape
 from rich.table import Table
 
-from . import engine, scenario
-from .cli_common import console
+from . import engine, runfolder, scenario
+from .cli_common import console, err
 
 #: Table II in the seed staggers pairs by 200 s (2 800 s per run); the demo by 2 s, with a
 #: fixed switch-like buffer of 1 000 packets (as VALIDATION.md §4b) so that losses happen.
@@ -96,5 +97,14 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def run_demo() -> int:
+    """``make demo``: a folder it may not replace, a bad scenario or a full disk is one line."""
+    try:
+        return main()
+    except (runfolder.RunFolderError, scenario.ScenarioError) as e:
+        err.print(f"[bold red]error:[/] {escape(str(e))}", highlight=False, soft_wrap=True)
+        return getattr(e, "exit_status", 2)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_demo())

@@ -248,3 +248,156 @@ def test_netns_style_one_single_stream_test_per_flow():
     assert (t["tcp"].to_pandas()["cwnd"] == round(720313 / 1448)).any()  # snd_cwnd bytes / the given MSS
     # iperf3 (3.10 on) writes the receiver's window as the sender sees it: bytes / the MSS.
     assert set(t["tcp"].to_pandas()["rwnd"]) == {round(1907712 / 1448)}
+
+
+# ----------------------------------------------------------------------------- hostile inputs (issue 48)
+
+
+@pytest.mark.parametrize(
+    ("name", "why"),
+    [
+        ("../../escape", "not a path"),
+        ("a/b", "not a path"),
+        ("..", "names one folder"),
+        (".", "names one folder"),
+        ("", "is empty"),
+        (".hidden", "starts with '.'"),
+        ("-rf", "starts with '-'"),
+        ("run 1", "holds ' '"),
+        ("x" * 101, "101 characters long"),
+    ],
+)
+def test_a_run_name_is_one_folder_name_inside_results(tmp_path, monkeypatch, name, why):
+    monkeypatch.chdir(tmp_path)
+    r = run_cli("import", "iperf3", P2, "--name", name)
+    assert r.returncode == 2 and why in r.stderr and "--name" in r.stderr, r.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # no results/, nothing beside it
+
+
+def test_a_name_with_nul_is_refused_by_the_importer():
+    with pytest.raises(ImportLogError, match="U\\+0000"):
+        ip.import_trace([P2], name="a\0b")
+
+
+def test_the_default_name_of_an_odd_file_name_is_a_folder_name(tmp_path, monkeypatch):
+    log = tmp_path / ".my test (2).json"
+    log.write_bytes(P2.read_bytes())
+    monkeypatch.chdir(tmp_path)
+    run_cli("import", "iperf3", log, check=True)
+    (folder,) = (tmp_path / "results").iterdir()
+    assert folder.name == "my-test--2-"
+
+
+def test_a_goodput_far_above_the_capacity_given_is_refused(tmp_path):
+    """P2 moved 200 Mbit/s, counted by the receiver: --capacity 100Mbps (a slip of units, or
+    not the path's bottleneck) is refused rather than reported as an efficiency of 2.00."""
+    r = run_cli("import", "iperf3", P2, "--capacity", "100Mbps", "--out", tmp_path / "r")
+    said = " ".join(r.stderr.split())
+    assert r.returncode == 2 and str(P2) in said and "2.01 times the ideal goodput r_TP" in said and "--capacity" in said
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_goodput_a_little_above_the_capacity_is_a_warning_of_the_run(tmp_path):
+    r = run_cli("import", "iperf3", P2, "--capacity", "180Mbps", "--out", tmp_path / "r", check=True)
+    assert "warning:" in r.stderr and "1.12 times the ideal goodput r_TP" in " ".join(r.stderr.split())
+    run = json.loads((tmp_path / "r" / "run.json").read_text())
+    (warning,) = run["provenance"]["warnings"]
+    assert "not the path's bottleneck" in warning and "efficiency (1.11)" in warning
+    assert json.loads((tmp_path / "r" / "metrics.json").read_text())["efficiency"] == pytest.approx(1.11, abs=0.01)
+    assert "not the path&#x27;s bottleneck" in (tmp_path / "r" / "report.html").read_text()
+
+
+def test_a_goodput_counted_by_senders_above_the_capacity_is_a_warning_not_a_refusal(tmp_path):
+    # VOLUME has no server output: its sender's count stands in, and may run a buffer ahead.
+    r = run_cli("import", "iperf3", VOLUME, "--capacity", "20Mbps", "--out", tmp_path / "r", check=True)
+    assert "the senders' counts run up to a socket buffer ahead" in " ".join(r.stderr.split())
+
+
+def _deep(levels: int) -> str:
+    doc = json.loads(VOLUME.read_text())
+    doc["extra"] = json.loads("[" * levels + "]" * levels)
+    return json.dumps(doc)
+
+
+@pytest.mark.parametrize("text", ["[" * 100_000 + "]" * 100_000, "{" + '"a":{' * 50_000 + "}" * 50_001, _deep(40)])
+def test_deeply_nested_json_is_refused_with_the_data_files_rule(tmp_path, text):
+    log = tmp_path / "deep.json"
+    log.write_text(text)
+    r = run_cli("import", "iperf3", log, "--out", tmp_path / "r")
+    assert r.returncode == 2 and str(log) in r.stderr and "nested too deeply" in r.stderr and "at most 32" in r.stderr
+    assert "internal error" not in r.stderr
+
+
+def _long_test(span_s: float, streams: int = 1, intervals: int = 1) -> str:
+    """An iperf3 -P ``streams`` test whose ``intervals`` intervals cover ``span_s`` seconds."""
+    doc = json.loads(VOLUME.read_text())
+    stream = doc["intervals"][0]["streams"][0]
+    step = span_s / intervals
+    at = [{"start": i * step, "end": (i + 1) * step, "seconds": step} for i in range(intervals)]
+    doc["intervals"] = [{"streams": [{**stream, "socket": 5 + k, **a} for k in range(streams)]} for a in at]
+    doc["end"]["streams"] = doc["end"]["streams"] * streams
+    doc["start"]["connected"] = [{**doc["start"]["connected"][0], "local_port": 40000 + k} for k in range(streams)]
+    del doc["start"]["test_start"]["bytes"]
+    return json.dumps(doc)
+
+
+def test_one_interval_of_days_is_refused_up_front_or_re_binned_at_once(tmp_path):
+    log = tmp_path / "long.json"
+    log.write_text(_long_test(1.9e6))
+    r = run_cli("import", "iperf3", log, "--interval", "50ms", "--out", tmp_path / "fine")
+    said = " ".join(r.stderr.split())
+    assert r.returncode == 2 and "3.8e+07 goodput samples" in said and "over the limit of 2e+07" in said
+    assert "use --interval 0.096s or more" in said and not (tmp_path / "fine").exists()
+    run_cli("import", "iperf3", log, "--interval", "1000s", "--out", tmp_path / "coarse", check=True)
+    gp = pq.read_table(tmp_path / "coarse" / "trace" / "goodput.parquet").to_pandas()
+    assert len(gp) == 1900 and gp["bytes"].sum() == json.loads(log.read_text())["intervals"][0]["streams"][0]["bytes"]
+
+
+def test_twenty_streams_over_a_million_seconds_are_counted_together(tmp_path):
+    log = tmp_path / "wide.json"
+    log.write_text(_long_test(1e6, streams=20, intervals=10))
+    r = run_cli("import", "iperf3", log, "--out", tmp_path / "r")
+    said = " ".join(r.stderr.split())
+    assert r.returncode == 2 and "4e+07 goodput samples (20 flow(s) over 1e+06 s)" in said and "use --interval 1.1s or more" in said
+
+
+def test_ss_snapshots_a_million_seconds_apart_are_refused_up_front(tmp_path):
+    lines = []
+    for n, t in enumerate((1795366694.0, 1795366694.0 + 1e6)):
+        lines.append(f"{t:.6f}")
+        for k in range(20):
+            lines.append(f"0 0 10.0.0.1:{40000 + k} 10.0.0.2:5201")
+            lines.append(f"\t cubic rto:204 rtt:1/0.5 mss:1448 cwnd:10 bytes_acked:{(n + 1) * 10**9} minrtt:1")
+    log = tmp_path / "ss.log"
+    log.write_text("\n".join(lines) + "\n")
+    r = run_cli("import", "ss", log, "--out", tmp_path / "r")
+    said = " ".join(r.stderr.split())
+    assert r.returncode == 2 and str(log) in said and "goodput samples (20 flow(s) over 1e+06 s)" in said
+
+
+@pytest.mark.parametrize(
+    ("edit", "words"),
+    [
+        (lambda d: d["flows"][0].update(start=float("nan")), ["NaN"]),
+        (lambda d: d["goodput"][0].update(bytes=-1), ["goodput.0.bytes", "out of range"]),
+        (lambda d: d["tcp"][0].update(cwnd="many"), ["tcp.0.cwnd", "expected a number"]),
+        (lambda d: d.update(flows={"0": 1}), ["flows", "expected a list"]),
+        (lambda d: d["goodput"].append(7), ["goodput.1", "expected an object"]),
+        (lambda d: d["run"].update(completion_time=1e400), ["completion_time", "out of range"]),
+    ],
+)
+def test_xfer_traces_with_bad_values_are_refused_naming_the_field(tmp_path, edit, words):
+    from xferlab.importers import xfer
+
+    doc = {
+        "run": {"tool": "xfer", "completion_time": 1.0, "bytes": 1000, "interval": 0.5},
+        "flows": [{"flow_id": 0, "start": 0.0, "end": 1.0, "bytes": 1000}],
+        "goodput": [{"t": 0.5, "flow_id": 0, "bytes": 1000}],
+        "tcp": [{"t": 0.5, "flow_id": 0, "cwnd": 10, "srtt_ms": 1.0, "retransmissions": 0}],
+    }
+    edit(doc)
+    log = tmp_path / "x.json"
+    log.write_text(json.dumps(doc).replace("NaN", "NaN").replace("Infinity", "1e400"))
+    with pytest.raises(ImportLogError) as e:
+        xfer.load(log)
+    assert str(log) in str(e.value) and all(w in str(e.value) for w in words), str(e.value)

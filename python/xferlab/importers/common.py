@@ -16,7 +16,7 @@ import pyarrow.compute as pc
 
 from .. import datafile, limits, metrics, models
 from ..constants import FRAME_OVERHEAD, IP_TCP_HEADERS, TCP_TIMESTAMPS, bdp_packets
-from ..trace import SCHEMAS, RunInfo, Trace
+from ..trace import SCHEMAS, RunInfo, Trace, TraceError
 from ..units import format_rate
 
 #: Mean goodput above r_TP that interval edges and clock steps explain (no warning).
@@ -43,6 +43,8 @@ def malformed(where: str, what: str) -> Iterator[None]:
         yield
     except ImportLogError:
         raise
+    except TraceError as e:  # a value no run holds (the Trace's contract says which)
+        raise ImportLogError(f"{where}: {e}") from None
     except (KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError, ZeroDivisionError) as e:
         detail = f"missing {e}" if isinstance(e, KeyError) else str(e)
         raise ImportLogError(f"{where}: malformed {what} ({type(e).__name__}: {detail[:200]})") from None
@@ -188,12 +190,16 @@ def _cells(lo: float, hi: float, grid_s: float) -> int:
     return max(0, math.ceil(hi / grid_s - 1e-9) - math.floor(lo / grid_s + 1e-9))
 
 
-def check_goodput(trace: Trace, where: str, sender_counts: bool = False) -> Trace:
-    """Refuses a log whose goodput no path carries (a mean over :data:`limits.RATE_MAX_BPS`)
-    or, counted by receivers, far above what the capacity given can carry (G over
-    :data:`limits.GOODPUT_OVER_CAPACITY_MAX` × r_TP: the capacity is not the path's
-    bottleneck, a slip of units?). Short of that, a G above r_TP, or counted by senders
-    (which run up to a socket buffer ahead of their receivers), is a warning of the run."""
+def checked(trace: Trace, where: str, sender_counts: bool = False) -> Trace:
+    """The Trace of an import, refused naming the log (``where``) when it breaks the Trace's
+    contract (a value no run holds: an RTO of years, say), when its goodput is more than any
+    path carries (a mean over :data:`limits.RATE_MAX_BPS`) or, counted by receivers, far
+    above what the capacity given can carry (G over :data:`limits.GOODPUT_OVER_CAPACITY_MAX`
+    × r_TP: the capacity is not the path's bottleneck, a slip of units?). Short of that, a G
+    above r_TP, or counted by senders (which run up to a socket buffer ahead of their
+    receivers), is a warning of the run."""
+    with malformed(where, "log"):
+        trace.validate()
     info, gp = trace.info, trace.goodput
     if gp.num_rows:
         span = pc.max(gp.column("t")).as_py() + info.goodput_interval_s - pc.min(gp.column("t")).as_py()

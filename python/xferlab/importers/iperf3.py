@@ -31,10 +31,10 @@ from ..constants import LINUX_MSS
 from ..trace import Provenance, Trace, table
 from .common import (
     ImportLogError,
-    check_goodput,
     check_name,
     check_rows,
     check_values,
+    checked,
     flow_row,
     goodput_part,
     goodput_table,
@@ -418,5 +418,6 @@ def import_trace(
             ]
         },
     )
-    trace = Trace.build(tables, info, provenance, end_s=end_s)
-    return check_goodput(trace, where, sender_counts="sender" in sides_used.values())
+    with malformed(where, "iperf3 output"):
+        trace = Trace.build(tables, info, provenance, end_s=end_s)
+    return checked(trace, where, sender_counts="sender" in sides_used.values())

@@ -28,9 +28,9 @@ from ..constants import LINUX_MSS
 from ..trace import Provenance, Trace, table
 from .common import (
     ImportLogError,
-    check_goodput,
     check_name,
     check_rows,
+    checked,
     goodput_part,
     goodput_table,
     imported_info,
@@ -315,4 +315,6 @@ def import_trace(
         files=[str(Path(path).resolve())],
         stats={"t0_unix_s": learnt["t0_unix_s"], "snapshots": learnt["snapshots"]},
     )
-    return check_goodput(Trace.build(tables, info, provenance, end_s=learnt["end_s"]), str(path))
+    with malformed(str(path), "ss log"):
+        trace = Trace.build(tables, info, provenance, end_s=learnt["end_s"])
+    return checked(trace, str(path))

@@ -19,6 +19,8 @@ from ..constants import FRAME_OVERHEAD, IP_TCP_HEADERS, TCP_TIMESTAMPS, bdp_pack
 from ..trace import SCHEMAS, RunInfo, Trace, TraceError
 from ..units import format_rate
 
+#: The largest MSS TCP can announce (its option is 16 bits).
+MSS_MAX = 65535
 #: Mean goodput above r_TP that interval edges and clock steps explain (no warning).
 GOODPUT_OVER_CAPACITY_NOISE = 0.01
 
@@ -156,6 +158,13 @@ def check_values(
                 stack.append((x, here, depth + 1))
 
 
+def check_mss(mss: float | None, where: str, field: str) -> None:
+    """Refuses an MSS no TCP connection has (a corrupt or edited log): every window and
+    rate of the run would be scaled by it."""
+    if mss is not None and not 1 <= mss <= MSS_MAX:
+        raise ImportLogError(f"{where}: {field} {mss:g} is not a TCP MSS (1 to {MSS_MAX} bytes: the MSS option is 16 bits)")
+
+
 def check_rows(spans: list[tuple[float, float]], grid_s: float, where: str) -> int:
     """Refuses, before any is made, a goodput table that would not fit in memory or a run
     longer than any scenario may be: ``spans`` are the flows' (first, last) times in the run.
@@ -192,12 +201,9 @@ def _cells(lo: float, hi: float, grid_s: float) -> int:
 
 def checked(trace: Trace, where: str, sender_counts: bool = False) -> Trace:
     """The Trace of an import, refused naming the log (``where``) when it breaks the Trace's
-    contract (a value no run holds: an RTO of years, say), when its goodput is more than any
-    path carries (a mean over :data:`limits.RATE_MAX_BPS`) or, counted by receivers, far
-    above what the capacity given can carry (G over :data:`limits.GOODPUT_OVER_CAPACITY_MAX`
-    × r_TP: the capacity is not the path's bottleneck, a slip of units?). Short of that, a G
-    above r_TP, or counted by senders (which run up to a socket buffer ahead of their
-    receivers), is a warning of the run."""
+    contract (a value no run holds: an RTO of years, say) or when its goodput is more than
+    any path carries (a mean over :data:`limits.RATE_MAX_BPS`); then held against the
+    capacity given (:func:`_against_capacity`)."""
     with malformed(where, "log"):
         trace.validate()
     info, gp = trace.info, trace.goodput
@@ -209,28 +215,36 @@ def checked(trace: Trace, where: str, sender_counts: bool = False) -> Trace:
                 f"{where}: the mean goodput, {format_rate(mean)}, is over the limit of "
                 f"{format_rate(limits.RATE_MAX_BPS.value)} ({limits.RATE_MAX_BPS.reason}); a corrupt log?"
             )
-    if not info.ideal_goodput_mbps or not info.bottleneck_rate_bps:
-        return trace
+    if info.ideal_goodput_mbps and info.bottleneck_rate_bps:
+        _against_capacity(trace, where, sender_counts)
+    return trace
+
+
+def _against_capacity(trace: Trace, where: str, sender_counts: bool) -> None:
+    """The aggregate goodput G against the ideal goodput r_TP of the capacity given: far
+    above (over :data:`limits.GOODPUT_OVER_CAPACITY_MAX` × r_TP) the log is refused (that
+    capacity is not the path's bottleneck: a slip of units?); above, the run gets a warning.
+    A goodput counted by senders runs up to a socket buffer ahead of what arrived: said."""
+    info = trace.info
     g = metrics.compute(trace)["aggregate_goodput_mbps"]  # G as the run's metrics will say it
     r_tp, c = info.ideal_goodput_mbps, info.bottleneck_rate_bps / 1e6
     if g is None or g <= r_tp * (1 + GOODPUT_OVER_CAPACITY_NOISE):
-        return trace
+        return
     said = (
         f"the aggregate goodput G, {g:.4g} Mbit/s, is {g / r_tp:.3g} times the ideal goodput r_TP "
         f"({r_tp:.4g} Mbit/s) of --capacity {c:g} Mbit/s"
     )
-    if g / r_tp > limits.GOODPUT_OVER_CAPACITY_MAX.value and not sender_counts:
+    senders = "; it is the senders' count, which runs up to a socket buffer ahead of what arrived" if sender_counts else ""
+    limit = limits.GOODPUT_OVER_CAPACITY_MAX
+    if g / r_tp > limit.value:
         raise ImportLogError(
-            f"{where}: {said}, over the limit of {limits.GOODPUT_OVER_CAPACITY_MAX.value:g} "
-            f"({limits.GOODPUT_OVER_CAPACITY_MAX.reason}); give the path's bottleneck rate as --capacity, or leave it out"
+            f"{where}: {said}, over the limit of {limit.value:g} ({limit.reason}){senders}; "
+            "give the path's bottleneck rate as --capacity, or leave it out"
         )
-    why = "the capacity given is not the path's bottleneck"
-    if sender_counts:
-        why = "the senders' counts run up to a socket buffer ahead of what arrived, or " + why
     trace.run["provenance"]["warnings"].append(
-        f"{said}: {why}; the efficiency ({g / c:.3g}) and the figures against r_TP overstate"
+        f"{said}: the capacity given is not the path's bottleneck{senders}; "
+        f"the efficiency ({g / c:.3g}) and the figures against r_TP overstate"
     )
-    return trace
 
 
 def flow_row(e, **measured) -> dict:

@@ -27,10 +27,12 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from .. import limits
 from ..constants import LINUX_MSS
 from ..trace import Provenance, Trace, table
 from .common import (
     ImportLogError,
+    check_mss,
     check_name,
     check_rows,
     check_values,
@@ -89,6 +91,7 @@ def load_docs(path: str | Path) -> list[dict]:
         if not isinstance(doc, dict) or "start" not in doc or "intervals" not in doc:
             raise ImportLogError(f"{where}: not iperf3 JSON output (no 'start' and 'intervals')")
         check_values(doc, where, "iperf3 output", _NUMBERS, _SHAPES, _TEXTS)
+        _check_sizes(doc, where)
         if doc.get("error"):
             raise ImportLogError(f"{where}: iperf3 reported an error: {str(doc['error'])[:300]}")
         ts = doc["start"].get("test_start", {})
@@ -99,6 +102,19 @@ def load_docs(path: str | Path) -> list[dict]:
         if not doc.get("end") or not doc["end"].get("streams"):
             raise ImportLogError(f"{where}: the test did not finish (no 'end' section)")
     return docs
+
+
+def _check_sizes(doc: dict, where: str) -> None:
+    """The MSS and the -n volume a test states, refused out of what TCP and a run can have."""
+    for d, at in ((doc, ""), (doc.get("server_output_json") or {}, "server_output_json.")):
+        start = d.get("start") or {}
+        for field in ("tcp_mss_default", "tcp_mss"):
+            if start.get(field):
+                check_mss(start[field], where, f"{at}start.{field}")
+    volume = (doc["start"].get("test_start") or {}).get("bytes") or 0
+    if volume > limits.VOLUME_MAX_BYTES.value:
+        said = limits.too_big("a volume of", volume, limits.VOLUME_MAX_BYTES, " bytes")
+        raise ImportLogError(f"{where}: start.test_start.bytes: {said}")
 
 
 #: Numbers the importer reads: counters, times and sizes (non-negative, below 2**63).

@@ -28,6 +28,7 @@ from ..constants import LINUX_MSS
 from ..trace import Provenance, Trace, table
 from .common import (
     ImportLogError,
+    check_mss,
     check_name,
     check_rows,
     checked,
@@ -188,9 +189,9 @@ def _tcp_rows(f: Flow, fid: int, t0: float, mss_seen: list, rtt_seen: list) -> l
         i = x.info
         if "cwnd" not in i:
             continue
-        if "mss" in i:
+        if _num(i, "mss") is not None:
             mss_seen.append(int(_num(i, "mss")))
-        if "minrtt" in i:
+        if _num(i, "minrtt") is not None:
             rtt_seen.append(_num(i, "minrtt") / 1e3)
         ssthresh = _num(i, "ssthresh")
         snd_wnd, mss = _num(i, "snd_wnd"), _num(i, "mss")
@@ -255,6 +256,8 @@ def tables_from_log(path: str | Path, *, goodput_interval_s: float, min_bytes: i
         goodput.append(goodput_part(fid, rebin(ivs, goodput_interval_s, start - t0, end - t0), goodput_interval_s))
         tcp += _tcp_rows(f, fid, t0, mss_seen, rtt_seen)
     tcp.sort(key=lambda r: (r["t"], r["flow_id"]))
+    for mss in set(mss_seen):
+        check_mss(mss, str(path), "mss:")
     learnt = {
         "t0_unix_s": t0,
         "snapshots": len(times),

@@ -24,8 +24,9 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from .. import backends, engine, limits
 from .. import scenario as sc
@@ -223,8 +224,41 @@ def _check_reachable(address: str, target: str) -> None:
         raise CampaignError(f"--dask {address}: cannot reach the scheduler at that address ({why})") from None
 
 
+@dataclass
+class DaskPool:
+    """A connected Dask client; for ``--dask local`` also its LocalCluster and the PIDs (with
+    their start times, against reuse) of the cluster's worker processes, taken while idle."""
+
+    client: Any
+    cluster: Any = None
+    workers: list[tuple[int, str]] = field(default_factory=list)
+
+    def close(self) -> None:
+        """Closes the client and the cluster (its nannies stop the workers); a worker process
+        that outlives it is killed by its PID. Idempotent."""
+        self.client.close()
+        if self.cluster is not None:
+            self.cluster.close()
+        for pid, started in self.workers:
+            if _started(pid) == started:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+        self.workers = []
+
+
+def _started(pid: int) -> str | None:
+    """A process's start time (``/proc/PID/stat``, field 22), None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
 @contextmanager
-def dask_client(address: str, log) -> Iterator:
+def dask_client(address: str, log) -> Iterator[DaskPool]:
     """A connected Dask client (and its LocalCluster), or CampaignError before anything is
     written: an unreachable scheduler leaves no campaign folder behind."""
     target, n = parse_dask(address)
@@ -251,15 +285,18 @@ def dask_client(address: str, log) -> Iterator:
             cluster.close()
         what = "cannot start a local Dask cluster" if target == "local" else "cannot reach a Dask scheduler at that address"
         raise CampaignError(f"--dask {address}: {what} ({_dask_failure(e)})") from None
+    pool = DaskPool(client, cluster)
     try:
         if cluster is not None:
             client.run(_ignore_sigint)
+            pids = [pid for pid in client.run(os.getpid).values() if pid != os.getpid()]
+            pool.workers = [(pid, _started(pid)) for pid in pids]
         if log:
             n_workers = len(client.scheduler_info().get("workers", {}))
             log(f"Dask: {client.scheduler.address}, {n_workers} worker(s)")
-        yield client
+        yield pool
     finally:
-        _close_dask(client)
+        pool.close()
 
 
 def _dask_failure(e: Exception) -> str:
@@ -268,29 +305,10 @@ def _dask_failure(e: Exception) -> str:
     return f"{type(e).__name__}: {str(e)[:200]}" if not isinstance(e, OSError) else str(e)[:200]
 
 
-def _close_dask(client) -> None:
-    """Closes the client and, for ``--dask local``, its cluster: the cluster's worker
-    processes are stopped, and any that outlive it are killed by their PIDs."""
-    cluster = getattr(client, "cluster", None)
-    pids = []
-    if cluster is not None and client.status == "running":
-        try:
-            pids = [pid for pid in client.run(os.getpid).values() if pid != os.getpid()]
-        except Exception:  # noqa: BLE001 - a worker already gone has no PID to kill
-            pids = []
-    client.close()
-    if cluster is not None:
-        cluster.close()
-    for pid in pids:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-
-
-def _run_dask(client, tasks: list[dict], finish) -> int:
+def _run_dask(pool: DaskPool, tasks: list[dict], finish) -> int:
     from distributed import as_completed  # --dask only (see dask_client)
 
+    client = pool.client
     n_workers = len(client.scheduler_info().get("workers", {})) or 1
     futures = {client.submit(execute, t, pure=False): t["key"] for t in tasks}
     try:
@@ -309,7 +327,7 @@ def _run_dask(client, tasks: list[dict], finish) -> int:
         # Stopped: no queued run of this campaign starts anywhere; a local cluster is closed
         # (its workers stopped) before the caller removes what they were writing.
         client.cancel(list(futures), force=True)
-        _close_dask(client)
+        pool.close()
         raise
     return n_workers
 

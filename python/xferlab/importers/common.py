@@ -171,6 +171,8 @@ def check_rows(spans: list[tuple[float, float]], grid_s: float, where: str) -> i
     Returns the number of rows the goodput table will have."""
     if not spans:
         return 0
+    if len(spans) > limits.FLOWS_MAX.value:
+        raise ImportLogError(f"{where}: {limits.too_big('a run of', len(spans), limits.FLOWS_MAX, ' flows')}; split the log")
     lo, hi = min(a for a, _ in spans), max(b for _, b in spans)
     span = hi - lo
     if not (math.isfinite(lo) and math.isfinite(span) and lo >= 0 and span <= limits.SPAN_MAX_S.value):

@@ -1,5 +1,7 @@
-"""What the importers share: reading logs, goodput re-binning, and the resolved scenario
-(:class:`RunInfo`) and provenance of an imported run."""
+"""What the importers share: reading logs (JSON documents, values checked), the run's name,
+the bounds checked before any table is made (flows, span, goodput rows), goodput
+re-binning, the checks of the finished Trace (its contract, its goodput against the
+capacity given), and the resolved scenario (:class:`RunInfo`) of an imported run."""
 
 from __future__ import annotations
 

@@ -186,7 +186,12 @@ def foreign_entries(folder: Path) -> list[str]:
 
 def _protected(real: Path) -> str | None:
     """Why ``real`` (a resolved path) must never be replaced, or None."""
-    real, cwd = real.resolve(), Path.cwd().resolve()
+    try:
+        real, cwd = real.resolve(), Path.cwd().resolve()
+    except FileNotFoundError:  # the current folder removed under us: nothing to protect there
+        real, cwd = real.absolute(), None
+    except (RuntimeError, OSError) as e:  # a loop of links (Python < 3.13 says it as RuntimeError)
+        raise RunFolderError(f"{real}: cannot use this folder: {e}") from None
     try:
         home = Path.home().resolve()
     except (RuntimeError, KeyError):  # no HOME and no password entry
@@ -195,7 +200,7 @@ def _protected(real: Path) -> str | None:
         return "is the root folder"
     if real == cwd:
         return "is the current folder"
-    if real in cwd.parents:
+    if cwd is not None and real in cwd.parents:
         return "holds the current folder"
     if real == home:
         return "is the home folder"
@@ -219,7 +224,10 @@ def _replaceable(out: Path, real: Path) -> None:
 def _target(out: Path) -> Path:
     """``out`` made absolute, a symbolic link at its end followed (the link stays, the folder
     it names is written); a dangling link or a loop is refused."""
-    out_abs = Path(os.path.abspath(out))  # "" and "." are the current folder
+    try:
+        out_abs = Path(os.path.abspath(out))  # "" and "." are the current folder
+    except FileNotFoundError:
+        raise RunFolderError(f"{out}: the current folder no longer exists") from None
     try:
         if not out_abs.is_symlink():
             return out_abs
@@ -267,7 +275,7 @@ def _probe(out: Path, real: Path) -> None:
         if e.errno in (errno.EEXIST, errno.ENOTDIR):
             blocker = next((a for a in [parent, *parent.parents] if a.exists() and not a.is_dir()), parent)
             raise RunFolderError(f"{out}: {blocker} is a file, not a folder") from None
-        raise os_failure(Path(e.filename or parent), e, f"cannot write {out} there") from None
+        raise os_failure(Path(out), e, "cannot write there") from None
     finally:
         if probe is not None:
             os.rmdir(probe)

@@ -939,7 +939,8 @@ def test_the_watch_counts_a_connections_timeouts_as_its_socket_does():
             listener.close()
             sink.join(timeout=2)
     assert own >= 2, own
-    assert w.timeouts(SND, PORT) == own and w.last[(SND, port, PORT)].total_rto == own
+    seen = {k: (r.total_rto, r.data_segs_out) for k, r in w.last.items()}
+    assert w.timeouts(SND, PORT) == own and w.last[(SND, port, PORT)].total_rto == own, (own, port, seen)
     assert w.timeouts(SND, PORT + 1) is None  # no such connection was read
 
 

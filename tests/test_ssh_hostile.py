@@ -273,14 +273,20 @@ def test_hostile_scenario_strings_reach_no_shell(bed, tmp_path):
 @bed_needed
 def test_planted_journals_are_refused_by_run_and_cleanup_and_never_run(bed, tmp_path):
     corpus = [t for t in hostile_journals() if t[0].startswith(("route previous", "sysctl previous", "workdir", "a sysctl"))]
-    for what, text in corpus[:12]:
-        plant(bed, "s0", text)
+    corpus = corpus[:12]
+    while corpus:  # a journal on each host at once: each one's refusal is said
+        planted = dict(zip(bed.hosts, corpus, strict=False))
+        corpus = corpus[len(planted) :]
+        for host, (_, text) in planted.items():
+            plant(bed, host, text)
         r = xferlab(bed, "cleanup", "--inventory", bed.inv)
-        refused = "could not restore s0: " in r.stdout and "not a journal xferlab wrote" in r.stdout
-        assert r.returncode == 1 and refused, (what, r.stdout)
+        assert r.returncode == 1, (planted, r.stdout)
+        for host, (what, _) in planted.items():
+            assert f"could not restore {host}: " in r.stdout, (what, r.stdout)
+        assert r.stdout.count("not a journal xferlab wrote") == len(planted), (planted, r.stdout)
         r = xferlab(bed, *run_args(bed, tmp_path, "planted"))
         refused = "not a journal xferlab wrote" in r.stderr and "remove it by hand" in r.stderr
-        assert r.returncode == 2 and refused, (what, r.stderr)
+        assert r.returncode == 2 and refused, (planted, r.stderr)
         clear(bed)
     assert bed.state() == bed.pristine
 

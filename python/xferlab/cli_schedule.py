@@ -11,9 +11,9 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from . import limits, schedule
+from . import backends, limits, schedule
 from . import scenario as sc
-from .backends import netns, xfer_plan
+from .backends import xfer_plan
 from .backends.base import BackendError
 from .cli_common import console, err
 from .cli_common import fail as _fail
@@ -152,7 +152,7 @@ def schedule_run(
     try:
         s, _ = sc.load(scenario, set_)
         info = RunInfo.model_validate(sc.resolve(s))
-        xfer = netns.xfer_binary()
+        xfer = backends.get("netns").xfer_binary()
     except (ScenarioError, BackendError) as e:
         _fail(str(e))
     if info.plan is None:

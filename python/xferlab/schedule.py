@@ -52,7 +52,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from scipy import sparse
-from scipy.optimize import linprog
 
 from . import limits
 
@@ -480,6 +479,8 @@ def _min_congestion(requests: list[Request], dl: list[int], c: float, margin: fl
     start, end = np.array([w[0] for w in where]), np.array([w[1] for w in where])
     when = (mid[cols] - start[owner]) / (end[owner] - start[owner])
     cost = np.append(when * 1e-6 / len(dl), 1.0)
+    from scipy.optimize import linprog  # 0.5 s to import: only when a multirate plan is solved
+
     res = linprog(cost, A_ub=a_ub, b_ub=np.zeros(m), A_eq=a_eq, b_eq=np.ones(len(dl)), bounds=(0, None), method="highs")
     if res.status != 0:
         return None

@@ -7,17 +7,18 @@ own to say.
 
 from __future__ import annotations
 
-from . import netns, sim, ssh
+import importlib
+
 from .base import BackendError, Progress
 
 __all__ = ["BackendError", "Progress", "get", "NAMES"]
 
-_BACKENDS = {"sim": sim, "netns": netns, "ssh": ssh}
-NAMES = tuple(_BACKENDS)
+#: Each backend's module, imported when it is first asked for: the real-host backends bring
+#: asyncssh, the planner and their tools (2 s), which a simulator run never needs.
+NAMES = ("sim", "netns", "ssh")
 
 
 def get(name: str):
-    try:
-        return _BACKENDS[name]
-    except KeyError:
-        raise BackendError(f"unknown backend {name!r} (available: {', '.join(NAMES)})") from None
+    if name not in NAMES:
+        raise BackendError(f"unknown backend {name!r} (available: {', '.join(NAMES)})")
+    return importlib.import_module(f".{name}", __name__)

@@ -18,7 +18,6 @@ from pathlib import Path
 import duckdb
 import numpy as np
 import pandas as pd
-from scipy import stats
 
 from .. import models, registry
 from ..report import CSS, img, plt, png
@@ -66,6 +65,8 @@ _KEY = {m.catalog_column: m.key for m in registry.RUN_METRICS}
 
 def t975(n: int) -> float:
     """Two-sided 95 % Student quantile for a mean of n samples (n − 1 degrees of freedom)."""
+    from scipy import stats  # 1 s to import: only when a campaign's intervals are drawn
+
     return float(stats.t.ppf(0.975, n - 1)) if n >= 2 else math.nan
 
 

@@ -150,6 +150,36 @@ def resolved_for(**kw):
     return base
 
 
+# ----------------------------------------------------------------------------- two workers
+
+#: The modules whose tests use this machine's network: namespaces, the ssh testbed, BPF
+#: congestion controls, iptables, listeners on fixed ports, real transfers timed against the
+#: clock. With pytest-xdist (``make test``: ``-n 2 --dist loadgroup``) they run one at a time
+#: on one worker while the others' tests run beside them, a file at a time (a module's
+#: fixtures are made once).
+HOST_MODULES = {
+    "test_ack_delays",
+    "test_bpfcc",
+    "test_bpfcc_delay",
+    "test_fidelity",
+    "test_netns",
+    "test_netns_scaling",
+    "test_qstats",
+    "test_receiver_waits",
+    "test_schedule_run",
+    "test_ssh",
+    "test_ssh_hostile",
+    "test_ssh_units",
+    "test_validation",
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        module = item.path.stem
+        item.add_marker(pytest.mark.xdist_group("host" if module in HOST_MODULES else module))
+
+
 # ----------------------------------------------------------------------------- skips are loud
 
 #: Set by CI (.ci/run): every test must run, so a skip fails the session.

@@ -154,9 +154,9 @@ def resolved_for(**kw):
 
 #: The modules whose tests use this machine's network: namespaces, the ssh testbed, BPF
 #: congestion controls, iptables, listeners on fixed ports, real transfers timed against the
-#: clock. With pytest-xdist (``make test``: ``-n 2 --dist loadgroup``) they run one at a time
-#: on one worker while the others' tests run beside them, a file at a time (a module's
-#: fixtures are made once).
+#: clock. With pytest-xdist (``make test`` runs ``-n 2``) they are one unit of work, run one
+#: at a time on one worker, while the other modules' tests run beside them a module at a time
+#: (a module's fixtures are made once).
 HOST_MODULES = {
     "test_ack_delays",
     "test_bpfcc",
@@ -174,10 +174,27 @@ HOST_MODULES = {
 }
 
 
+def unit_of_work(nodeid: str) -> str:
+    """The unit a worker takes whole: "host" for the tests of :data:`HOST_MODULES`, else the module."""
+    module = nodeid.split("::", 1)[0]
+    return "host" if Path(module).stem in HOST_MODULES else module
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    from xdist.scheduler import LoadScopeScheduling  # only under pytest-xdist
+
+    class HostApart(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return unit_of_work(nodeid)
+
+    return HostApart(config, log)
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        module = item.path.stem
-        item.add_marker(pytest.mark.xdist_group("host" if module in HOST_MODULES else module))
+        if "bed" in getattr(item, "fixturenames", ()):  # the ssh testbed: sshd per host, real runs
+            item.add_marker(pytest.mark.slow)
 
 
 # ----------------------------------------------------------------------------- skips are loud

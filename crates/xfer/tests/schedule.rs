@@ -12,7 +12,16 @@ use common::*;
 use serde_json::Value;
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
+use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
+
+/// The tests that time transfers run one at a time: cargo runs a file's tests in parallel,
+/// and two transfers on a 2-core machine slow each other (a window clamp fell 25 % short).
+static TIMED: Mutex<()> = Mutex::new(());
+
+fn one_at_a_time() -> MutexGuard<'static, ()> {
+    TIMED.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 fn unix_now() -> f64 {
     std::time::SystemTime::now()
@@ -40,6 +49,7 @@ fn traced_in(prefix: &[&str], td: &TempDir, name: &str, args: &[&str]) -> Value 
 
 #[test]
 fn start_at_waits_for_its_time_or_says_how_late() {
+    let _one = one_at_a_time();
     let td = TempDir::new("startat");
     let srv = Server::start(&td, &[]);
     // Unscheduled: the start is "now" and nothing is planned.
@@ -158,6 +168,7 @@ fn waiting_sender(td: &TempDir, args: &[&str]) -> (std::process::Child, String) 
 
 #[test]
 fn a_signal_starts_the_next_transfer_only_after_the_first_commits() {
+    let _one = one_at_a_time();
     let td = TempDir::new("signal");
     let srv = Server::start(&td, &[]);
     let bjs = td.p("b.json").display().to_string();
@@ -304,6 +315,7 @@ fn follows_the_plan(prefix: &[&str], td: &TempDir, addr: &str, limiter: &str) ->
 
 #[test]
 fn a_profile_is_followed_with_pacing() {
+    let _one = one_at_a_time();
     let td = TempDir::new("prof-pacing");
     let srv = Server::start(&td, &[]);
     let j = follows_the_plan(&[], &td, &srv.addr, "pacing");
@@ -317,6 +329,7 @@ fn a_profile_is_followed_with_pacing() {
 
 #[test]
 fn a_profile_is_followed_with_the_sleep_timer() {
+    let _one = one_at_a_time();
     let td = TempDir::new("prof-sleep");
     let srv = Server::start(&td, &[]);
     let j = follows_the_plan(&[], &td, &srv.addr, "sleep");
@@ -325,6 +338,7 @@ fn a_profile_is_followed_with_the_sleep_timer() {
 
 #[test]
 fn a_profile_is_followed_with_the_window_clamp() {
+    let _one = one_at_a_time();
     // A window is rate × RTT: loopback's RTT (microseconds) cannot carry
     // one, so this runs over a 40 ms round trip between two namespaces.
     let Some(path) = DelayedPath::create(Duration::from_millis(20)) else {
@@ -375,6 +389,7 @@ fn a_profile_is_followed_with_the_window_clamp() {
 
 #[test]
 fn a_pause_stops_the_data_until_the_plan_resumes() {
+    let _one = one_at_a_time();
     let td = TempDir::new("pause");
     let srv = Server::start(&td, &[]);
     let j = traced(

@@ -32,7 +32,8 @@ demo: build
 test: build lint
 	bash .ci/deps
 	cargo test --release --workspace --exclude xferlab-py
-	$(PY) -m pytest -q -n 2 tests   # two workers; the tests on this machine's network one at a time (tests/conftest.py)
+	$(PY) -m pytest -q -n 2 -m "not alone" tests   # two workers; the tests on this machine's network one at a time (tests/conftest.py)
+	$(PY) -m pytest -q -m alone tests               # then those that need the machine to themselves
 
 # rustfmt, clippy, ruff, and the import contract of docs/architecture.md (import-linter).
 lint: build

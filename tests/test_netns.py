@@ -139,7 +139,11 @@ def test_rtt_accuracy(cli, tmp_path, rtt_ms):
     tcp = pq.read_table(out / "trace" / "tcp.parquet").to_pandas()
     srtt = tcp["srtt_ms"][tcp["t"] > 1.0]
     assert len(srtt) >= 5
-    assert abs(float(srtt.median()) - rtt_ms) <= 1.0, srtt.describe()
+    # The delay line holds each packet for the RTT; the hosts' own time (the verdict, the veths,
+    # wakeups) only adds to it, 0.2 to 1.3 ms at the median in CI runs. The lower quartile is
+    # the path's RTT within 1 ms, the median within 2.
+    assert abs(float(srtt.quantile(0.25)) - rtt_ms) <= 1.0, srtt.describe()
+    assert abs(float(srtt.median()) - rtt_ms) <= 2.0, srtt.describe()
     q = meta["provenance"]["stats"]["delay_line"]["queues"]["0"]
     assert q["delay_ms"] == pytest.approx(rtt_ms)
     # the delay line let the packets go in verdicts of one to a few (the pacer sends two

@@ -224,7 +224,7 @@ def run_args(bed, tmp_path, label: str, inventory=None, duration="2s", **extra) 
 
 def plant(bed, host: str, text: str, state: Path | None = None) -> None:
     """Writes ``text`` where host's journal goes (as the host's own script names it), as root."""
-    script = statedir.take_script(str(state or bed.journals))
+    script = statedir.take_script(str(state or bed.journals), len(text.encode()))
     p = subprocess.run(["ip", "netns", "exec", bed.ns(host), "sh", "-c", script], input=text, capture_output=True, text=True)
     assert "taken=" in p.stdout, p.stdout + p.stderr
 

@@ -15,7 +15,7 @@ import pytest
 import yaml
 from xferlab import scenario as sc
 from xferlab.backends import netns, ssh
-from xferlab.remote import clock, facts, journal, launch, plan
+from xferlab.remote import clock, facts, journal, launch, plan, statedir
 from xferlab.remote.inventory import InventoryError, load
 from xferlab.remote.shell import RemoteError
 
@@ -109,6 +109,34 @@ def test_the_journal_undoes_newest_first_and_names_what_failed():
     assert journal.loads(journal.dumps(j)) == j
     with pytest.raises(journal.JournalError, match="not JSON"):
         journal.loads("")
+
+
+def test_a_journal_cut_short_on_its_way_is_never_put_in_place(tmp_path):
+    """A run cancelled mid-heartbeat closes its channel: the host's ``cat`` then reads a short
+    stdin and ends normally. That once put an empty journal in place, which every later run and
+    `cleanup` refused ("not JSON"). A take or an update whose journal arrived short changes
+    nothing and says why."""
+    state = tmp_path / "state"
+
+    def sh(script: str, stdin: str) -> statedir.Found:
+        p = subprocess.run(["sh", "-c", script], input=stdin, capture_output=True, text=True, timeout=30)
+        return statedir.parse(p.stdout)
+
+    j = journal.new("h", "0123abcd")
+    text = journal.dumps(j)
+    for short in ("", text[: len(text) // 2]):
+        found = sh(statedir.take_script(str(state), len(text)), short)
+        assert (found.status, found.why) == ("refused", "the journal arrived cut short")
+        assert list(state.iterdir()) == []  # no journal, no temporary file left
+    assert sh(statedir.take_script(str(state), len(text)), text).status == "taken"
+    (held,) = state.iterdir()
+    j["entries"].append(journal.sysctl("net.ipv4.tcp_no_metrics_save", "0"))
+    longer = journal.dumps(j)
+    found = sh(statedir.update_script(str(state), "0123abcd", len(longer)), longer[:10])
+    assert (found.status, found.why) == ("refused", "the journal arrived cut short")
+    assert journal.loads(held.read_text())["entries"] == []
+    assert sh(statedir.update_script(str(state), "0123abcd", len(longer)), longer).status == "updated"
+    assert journal.loads(held.read_text())["entries"] == j["entries"] and list(state.iterdir()) == [held]
 
 
 def test_facts_and_the_plan_of_a_router_with_a_configured_qdisc():

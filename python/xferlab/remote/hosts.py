@@ -108,7 +108,8 @@ class Testbed:
 
     async def _take(self, name: str) -> str | None:
         h, j = self.hosts[name], journal.new(name, self.run_id)
-        found = statedir.parse(await h.run(statedir.take_script(self.state_dir), stdin=journal.dumps(j)))
+        text = journal.dumps(j)
+        found = statedir.parse(await h.run(statedir.take_script(self.state_dir, len(text.encode())), stdin=text))
         if found.status == "taken":
             self.journals[name] = j
             return None
@@ -143,7 +144,7 @@ class Testbed:
                 statedir.save_local(self.controller_copy(name), text)
             except OSError as e:
                 raise RemoteError(f"{h.where}: cannot keep the controller's copy of its journal: {e}") from None
-        found = statedir.parse(await h.run(statedir.update_script(self.state_dir, self.run_id), stdin=text))
+        found = statedir.parse(await h.run(statedir.update_script(self.state_dir, self.run_id, len(text.encode())), stdin=text))
         if found.status == "lost":
             raise LeaseLost(
                 f"{h.where}: this run's journal was taken away (a `xferlab cleanup --force`?): its changes there may "

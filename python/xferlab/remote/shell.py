@@ -153,11 +153,13 @@ class Host:
             raise ValueError(f"file mode {mode!r}")
         folder, _, name = path.rpartition("/")
         template = f"{folder or '/'}/.{name[:40]}.XXXXXXXX"
+        data = data.encode() if isinstance(data, str) else data
+        # The size check: a connection closed mid-write gives cat a short stdin, never a short file.
         command = (
             f"umask 077 && t=$({cmd('mktemp', '--', template)}) && "
-            f'{{ cat > "$t" && chmod {mode} "$t" && mv -f -- "$t" {shlex.quote(path)} || {{ rm -f -- "$t"; false; }}; }}'
+            f'{{ cat > "$t" && [ "$(wc -c < "$t")" -eq {len(data)} ] && chmod {mode} "$t" && mv -f -- "$t" {shlex.quote(path)} '
+            '|| { rm -f -- "$t"; false; }; }'
         )
-        data = data.encode() if isinstance(data, str) else data
         res = await self._run(command, data, 300.0, encoding=None)
         if res.exit_status != 0:
             raise RemoteError(f"{self.where}: cannot write {path}: {(res.stderr or b'').decode(errors='replace').strip()}")

@@ -89,12 +89,22 @@ def _preamble(state_dir: str) -> str:
     return f"{_SECURE}\nxl_secure {cmd(state_dir)} || exit 0\n{_HOST_ID}\n"
 
 
-def take_script(state_dir: str) -> str:
-    """Takes the host (the journal on stdin becomes its journal, if it has none): prints
-    ``taken=PATH``, or what holds it (:func:`parse`)."""
+def _whole(size: int) -> str:
+    """A test that "$t" holds the ``size`` bytes sent on stdin: a controller that goes (its run
+    cancelled, its connection closed) mid-write leaves ``cat`` a short stdin, never a short
+    journal in place."""
+    if not (isinstance(size, int) and size >= 0):
+        raise ValueError(f"journal size {size!r}")
+    return f'[ "$(wc -c < "$t")" -eq {size} ]'
+
+
+def take_script(state_dir: str, size: int) -> str:
+    """Takes the host (the journal on stdin, of ``size`` bytes, becomes its journal if it has
+    none): prints ``taken=PATH``, or what holds it (:func:`parse`)."""
     take = (
         'umask 077; t=$(mktemp -- "$SD/.take.XXXXXXXX") || { echo "@R@cannot write in $SD"; exit 0; }\n'
         'cat > "$t" || { rm -f -- "$t"; echo "@R@cannot write in $SD"; exit 0; }\n'
+        f'{_whole(size)} || {{ rm -f -- "$t"; echo "@R@the journal arrived cut short"; exit 0; }}\n'
         'if ln -- "$t" "$F" 2>/dev/null; then rm -f -- "$t"; echo "taken=$F"; exit 0; fi\n'
         'rm -f -- "$t"\n'
     ).replace("@R@", REFUSED)
@@ -113,12 +123,15 @@ def _ours(run_id: str) -> str:
     return f'{{ [ -f "$F" ] && [ ! -L "$F" ] && grep -qF -- {cmd(json.dumps({"run": run_id})[1:-1])} "$F"; }}'
 
 
-def update_script(state_dir: str, run_id: str) -> str:
-    """Replaces the host's journal with the one on stdin if it is still run ``run_id``'s
-    (a heartbeat, or new entries): prints ``updated``, or ``lost`` when another has it now."""
+def update_script(state_dir: str, run_id: str, size: int) -> str:
+    """Replaces the host's journal with the one on stdin (``size`` bytes) if it is still run
+    ``run_id``'s (a heartbeat, or new entries): prints ``updated``, or ``lost`` when another
+    has it now."""
     write = (
-        'umask 077; t=$(mktemp -- "$SD/.beat.XXXXXXXX") && cat > "$t" && mv -f -- "$t" "$F" && echo updated '
-        '|| { rm -f -- "$t"; echo "@R@cannot write in $SD"; }\n'
+        'umask 077; t=$(mktemp -- "$SD/.beat.XXXXXXXX") || { echo "@R@cannot write in $SD"; exit 0; }\n'
+        'cat > "$t" || { rm -f -- "$t"; echo "@R@cannot write in $SD"; exit 0; }\n'
+        f'{_whole(size)} || {{ rm -f -- "$t"; echo "@R@the journal arrived cut short"; exit 0; }}\n'
+        'mv -f -- "$t" "$F" && echo updated || { rm -f -- "$t"; echo "@R@cannot write in $SD"; }\n'
     ).replace("@R@", REFUSED)
     return _preamble(state_dir) + f"if ! {_ours(run_id)}; then cat > /dev/null; echo lost; exit 0; fi\n" + write
 

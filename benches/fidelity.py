@@ -63,6 +63,7 @@ sys.path.insert(0, str(ROOT / "benches"))
 import sched_waits  # noqa: E402
 import tcp_probes  # noqa: E402
 from xferlab import backends, engine, metrics, scenario  # noqa: E402
+from xferlab.backends import extension  # noqa: E402
 from xferlab.backends import netns as netns_backend  # noqa: E402
 from xferlab.backends import sim as sim_backend  # noqa: E402
 from xferlab.backends.base import BackendError  # noqa: E402
@@ -770,7 +771,7 @@ def _stored(case: Case, backend: str, run, force: bool, starts: dict | None = No
         res = {"failed": str(e)}
         (RESULTS / f"{case.stem}-{backend}-samples.parquet").unlink(missing_ok=True)
     if backend != "netns":
-        res["simulator"] = sim_backend.build_digest()
+        res["simulator"] = extension.build_digest()
     if backend == "sim":
         res["reads"] = reads_tag(case)
     RESULTS.mkdir(parents=True, exist_ok=True)
@@ -781,9 +782,9 @@ def _stored(case: Case, backend: str, run, force: bool, starts: dict | None = No
 def made_now(res: dict, case: Case, backend: str) -> bool:
     """Whether a simulator's stored side of ``case`` (``backend`` "sim" or "simplain") is
     what this build would make now: made by this build of the simulator
-    (sim_backend.build_digest; a side that does not say is an older build's) and, for "sim",
+    (extension.build_digest; a side that does not say is an older build's) and, for "sim",
     with READS and what it reads now (made_with_reads)."""
-    if res.get("simulator") != sim_backend.build_digest():
+    if res.get("simulator") != extension.build_digest():
         return False
     return backend != "sim" or made_with_reads(res, case)
 

@@ -46,7 +46,8 @@ sys.path.insert(0, str(ROOT / "python"))
 import yaml  # noqa: E402
 from benchlib import machine  # noqa: E402
 from xferlab import backends, metrics, models, scenario  # noqa: E402
-from xferlab.trace import Provenance, Trace  # noqa: E402
+from xferlab.runinfo import Provenance  # noqa: E402
+from xferlab.trace import Trace  # noqa: E402
 from xferlab.trace import table as trace_table  # noqa: E402
 
 NS3_DIR = ROOT / "benches" / "ns3"

@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT / "python"))
 
 from benchlib import machine  # noqa: E402
 from xferlab import scenario  # noqa: E402
-from xferlab.backends import sim  # noqa: E402
+from xferlab.backends import extension, sim  # noqa: E402
 
 CASES = [
     ("seed004 NS-2 scenario, B = 170, 250 s", ROOT / "scenarios/seed004-ns2.yaml", ["topology.buffer=170"]),
@@ -131,7 +131,7 @@ def compare(index: int, runs: int, baseline: str, build: str | None = None) -> N
     same way as the baseline), and on that without host noise, alternately (so that the
     machine's load falls on all three alike); prints medians and each run's walls."""
     old = baseline_module(baseline)
-    new = baseline_module(build, "build._sim") if build else sim._module()
+    new = baseline_module(build, "build._sim") if build else extension.module()
     _, path, ov = CASES[index]
     s, _ = scenario.load(path, ov)
     cfg = sim.sim_config(scenario.resolve(s))

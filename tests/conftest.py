@@ -63,7 +63,8 @@ def synthetic_trace(
 ):
     """A hand-made Trace: flow i has goodput samples goodput[i] (Mbit/s) from t = 0; ``tcp``
     (optional): rows of the tcp table."""
-    from xferlab.trace import Provenance, Trace
+    from xferlab.runinfo import Provenance
+    from xferlab.trace import Trace
 
     ids = sorted(goodput)
     n = len(ids)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from xferlab import compare
-from xferlab.trace import differences
+from xferlab.runinfo import differences
 
 DATA = Path(__file__).parent / "data"
 
@@ -77,7 +77,7 @@ def test_metric_rows_give_the_relative_difference():
 
 def _info(*overrides):
     from xferlab import scenario as sc
-    from xferlab.trace import RunInfo
+    from xferlab.runinfo import RunInfo
 
     base = ["workload.duration=null", "workload.volume=1GB"]
     s, _ = sc.load(Path(__file__).parent.parent / "scenarios" / "quick.yaml", [*base, *overrides])

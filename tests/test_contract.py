@@ -12,9 +12,10 @@ import pyarrow.parquet as pq
 import pytest
 from xferlab import engine, runfolder
 from xferlab import scenario as sc
-from xferlab.backends import sim
+from xferlab.backends import extension, sim
 from xferlab.importers import iperf3, ss
-from xferlab.trace import SCHEMAS, TRACE_VERSION, Provenance, Trace, TraceError
+from xferlab.runinfo import Provenance
+from xferlab.trace import SCHEMAS, TRACE_VERSION, Trace, TraceError
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data"
@@ -36,7 +37,7 @@ def test_the_simulator_writes_exactly_the_contracts_schema():
 
 def test_the_simulator_before_conforming_declares_the_same_nullability():
     s, _ = sc.load(ROOT / "scenarios" / "quick.yaml", ["workload.duration=1s"])
-    out = sim._module().run(json.dumps(sim.sim_config(sc.resolve(s))), None, 1.0)
+    out = extension.module().run(json.dumps(sim.sim_config(sc.resolve(s))), None, 1.0)
     for name, batch in out["tables"].items():
         for f in SCHEMAS[name]:
             got = batch.schema.field(f.name)

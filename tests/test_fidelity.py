@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from test_netns import needs_host
+from xferlab.backends import extension
 from xferlab.backends import sim as sim_backend
 from xferlab.backends.netns import LATE_MEAN_MS
 from xferlab.netns import bpfcc
@@ -311,8 +312,8 @@ def test_a_side_stored_by_another_build_of_the_simulator_is_made_again():
     # --kernel-runs read seed 1's figures from sides stored by the build before a change (a
     # fidelity figure of 2026-12-06 was so): a stored side says which build made it.
     case = fidelity.Case("reno", 10, "1.0bdp", 1)
-    this = sim_backend.build_digest()
-    assert len(this) == 12 and this == sim_backend.build_digest()
+    this = extension.build_digest()
+    assert len(this) == 12 and this == extension.build_digest()
     made = {"reads": fidelity.reads_tag(case), "simulator": this}
     assert fidelity.made_now(made, case, "sim") and fidelity.made_now({"simulator": this}, case, "simplain")
     assert not fidelity.made_now(made | {"simulator": "0123456789ab"}, case, "sim")

@@ -191,7 +191,8 @@ def test_reactivity_from_sender_samples():
 
 
 def test_what_a_producer_cannot_know_is_null_with_its_reason():
-    from xferlab.trace import Provenance, Trace
+    from xferlab.runinfo import Provenance
+    from xferlab.trace import Trace
 
     tr = synthetic_trace({0: [100, 100], 1: [100, 100]}, link_mbps=[200, 200])
     prov = Provenance(producer="import", source="iperf3", unknown={"timeouts": "iperf3 does not report timeouts"})

@@ -11,8 +11,8 @@ import yaml
 from conftest import resolved_for, synthetic_trace
 from xferlab import limits, metrics, report
 from xferlab import scenario as sc
+from xferlab.runinfo import PlanInfo
 from xferlab.schedule import PlanError, Request, fluid_rates, plan, verify
-from xferlab.trace import PlanInfo
 
 ROOT = Path(__file__).resolve().parent.parent
 #: Seed 001's two transfers (its 388.33 s ideal implies 15 360 + 30 720 decimal MB) and r_TP

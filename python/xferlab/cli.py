@@ -1,35 +1,116 @@
-"""The ``xferlab`` command line."""
+"""The ``xferlab`` command. Each subcommand lives in a ``cli_*`` module that imports what it
+needs (the engine and the backends for ``run``, plots for reports, DuckDB for campaigns); this
+one loads a subcommand's module only when that subcommand is asked for, so ``xferlab check``
+or ``xferlab version`` answer without importing the simulator's whole stack.
+"""
 
 from __future__ import annotations
 
-import contextlib
-import json
-import sys
-import time
-from pathlib import Path
-from typing import Optional
+import importlib
+from dataclasses import dataclass
 
+import click
 import typer
-from rich.markup import escape
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
+from typer.core import TyperGroup
 
-from . import __version__, engine, limits, runfolder
-from . import scenario as sc
-from .backends import BackendError, sim
-from .cli_campaign import bench_app, campaign_app
-from .cli_common import console, print_summary, run_app
-from .cli_common import fail as _fail
-from .cli_import import compare_command, import_app
-from .cli_schedule import schedule_app
-from .metrics import MetricsError
-from .models import ideal_rates
-from .remote.inventory import InventoryError
-from .runfolder import RunFolderError
-from .scenario import ScenarioError
-from .units import format_elapsed, parse_rate
+from .cli_common import run_app
+
+
+@dataclass(frozen=True)
+class Entry:
+    """Where a subcommand is defined: ``module`` (under ``xferlab``) and its attribute, a
+    Typer app (``command`` names the command in it, or None when the app is the subcommand's
+    own group), and the line ``xferlab --help`` shows for it (the first line of its own help,
+    checked by a test)."""
+
+    module: str
+    attribute: str
+    command: str | None
+    line: str
+
+
+#: Every subcommand, in the order ``xferlab --help`` lists them.
+COMMANDS: dict[str, Entry] = {
+    "run": Entry("cli_run", "app", "run", "Run one scenario and write its run folder (trace, metrics, report)."),
+    "report": Entry("cli_run", "app", "report", "Re-render the metrics and the report of a run folder from its stored trace."),
+    "cleanup": Entry("cli_run", "app", "cleanup", "Undo what crashed runs left behind: here, or on remote hosts (--inventory)."),
+    "schema": Entry("cli_scenario", "app", "schema", "Print the JSON Schema of scenario files."),
+    "check": Entry(
+        "cli_scenario", "app", "check", "Validate a scenario and print it resolved (rates in bit/s, times in s, packets)."
+    ),
+    "ideal": Entry("cli_scenario", "app", "ideal", "Ideal rates r_Eth, r_IP, r_TP of a link (seed 001 §3.3)."),
+    "limits": Entry(
+        "cli_info", "app", "limits", "Print the bounds a scenario, a campaign or an import is checked against, and why."
+    ),
+    "version": Entry("cli_info", "app", "version", "Print the versions of xferlab and its simulator."),
+    "import": Entry(
+        "cli_import",
+        "import_app",
+        None,
+        "Turn logs from a real testbed (iperf3 JSON, ss snapshots) into a run folder with trace, metrics and report.",
+    ),
+    "compare": Entry(
+        "cli_import",
+        "compare_app",
+        "compare",
+        "Put two runs side by side: metrics with their relative difference, goodput and cwnd over time.",
+    ),
+    "campaign": Entry(
+        "cli_campaign", "campaign_app", None, "Sweeps and repetitions of a scenario, archived in a DuckDB catalog."
+    ),
+    "schedule": Entry("cli_schedule", "schedule_app", None, "Flow scheduling of transfer requests (seed 001)."),
+    "bench": Entry("cli_campaign", "bench_app", None, "Benchmark suites (seed 004's user-oriented benchmark)."),
+}
+
+
+def load(name: str) -> click.Command:
+    """The click command of subcommand ``name``, its module imported now."""
+    e = COMMANDS[name]
+    app = getattr(importlib.import_module(f"xferlab.{e.module}"), e.attribute)
+    group = typer.main.get_group(app)
+    cmd = group if e.command is None else group.commands[e.command]
+    cmd.name = name
+    return cmd
+
+
+class LazyGroup(TyperGroup):
+    """The top-level group: lists :data:`COMMANDS` from the table and loads one when it is
+    run (its help listing shows the table's lines, without loading any)."""
+
+    listing = False
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in COMMANDS:
+            return None
+        if self.listing:
+            line = COMMANDS[cmd_name].line
+            return click.Command(cmd_name, help=line, short_help=line)
+        cmd = load(cmd_name)
+        _markup(cmd, self.rich_markup_mode)
+        return cmd
+
+    def format_help(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        self.listing = True
+        try:
+            super().format_help(ctx, formatter)
+        finally:
+            self.listing = False
+
+
+def _markup(cmd: click.Command, mode) -> None:
+    """The top level's help style (rich panels on a terminal, plain text otherwise) for a
+    loaded command and its subcommands."""
+    if hasattr(cmd, "rich_markup_mode"):
+        cmd.rich_markup_mode = mode
+    for sub in getattr(cmd, "commands", {}).values():
+        _markup(sub, mode)
+
 
 app = typer.Typer(
+    cls=LazyGroup,
     add_completion=False,
     pretty_exceptions_enable=False,
     no_args_is_help=True,
@@ -37,215 +118,9 @@ app = typer.Typer(
 )
 
 
-@app.command()
-def run(
-    scenario: Path = typer.Argument(..., readable=False, help="scenario YAML file"),
-    out: Optional[Path] = typer.Option(
-        None, "--out", "-o", readable=False, help="run folder to create (default: results/NAME/TIMESTAMP)"
-    ),
-    set_: Optional[list[str]] = typer.Option(None, "--set", "-s", help="override a field: section.field=value (repeatable)"),
-    backend: str = typer.Option(
-        "sim", "--backend", "-b", help="sim (built-in simulator), netns (real Linux TCP, root) or ssh (remote hosts, --inventory)"
-    ),
-    scale: Optional[float] = typer.Option(
-        None, "--scale", help="netns: run K× slower (rates ÷ K, times × K); default: what this host can carry"
-    ),
-    inventory: Optional[Path] = typer.Option(
-        None, "--inventory", "-i", readable=False, help="ssh: the hosts (YAML; docs/ssh.md)"
-    ),
-    force: bool = typer.Option(False, "--force", help="replace --out if it exists"),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar"),
-):
-    """Run one scenario and write its run folder (trace, metrics, report)."""
-    options = {"scale": scale} if scale is not None else {}
-    if scale is not None and backend != "netns":
-        _fail("--scale applies to the netns backend only")
-    # --- ssh backend (issue 14)
-    if (inventory is not None) != (backend == "ssh"):
-        _fail("--inventory goes with --backend ssh" if inventory is not None else "--backend ssh needs --inventory hosts.yaml")
-    if inventory is not None:
-        options["inventory"] = str(inventory)
-    # ---
-    try:
-        s, given = sc.load(scenario, set_)
-        cost = sc.resolve(s)["cost"]
-        target = out if out is not None else engine.default_out(s)
-        with _progress(s.name, backend, cost, quiet) as progress:
-            m = engine.run(s, given, target, backend=backend, progress=progress, force=force, options=options)
-    except RunFolderError as e:
-        _fail(str(e), e.exit_status)
-    except (ScenarioError, BackendError, MetricsError) as e:
-        _fail(str(e))
-    except runfolder.Interrupted:
-        _fail(f"interrupted; the run folder was written whole: {target}", 130)
-    except KeyboardInterrupt:
-        _fail("interrupted; no run folder was written", 130)
-    print_summary(m, target)
-    _fail_if_implausible(m, target)
-
-
-def _fail_if_implausible(m: dict, folder: Path) -> None:
-    """Figures no transport can give are not a result: exit status 1 with the reason (the
-    run folder is written, its report says the same)."""
-    if why := (m.get("completion") or {}).get("implausible"):
-        _fail(f"{folder}: implausible figures: {why}", status=1)
-
-
-@contextlib.contextmanager
-def _progress(name: str, backend: str, cost: dict, quiet: bool):
-    """A progress callback: a bar on a terminal, a line every half minute elsewhere (a log,
-    CI), nothing with --quiet. A long run says its estimated cost before it starts."""
-    unit = "simulated" if backend == "sim" else "of scenario time"
-    if quiet:
-        yield None
-        return
-    estimate = cost["sim_wall_s"] if backend == "sim" else cost["span_s"]
-    if estimate > limits.ANNOUNCE_AFTER_S:
-        sim = f"{cost['packets']:.3g} packets to simulate, {cost['rows']:.3g} trace rows to sample and draw"
-        what = sim if backend == "sim" else "an emulation in real time"
-        console.print(f"{name}: {what}, an estimated {format_elapsed(estimate)}", highlight=False, markup=False)
-    if not console.is_terminal:
-        last = [time.monotonic()]
-
-        def plain(now_s: float, total_s: float | None):
-            if time.monotonic() - last[0] >= limits.ANNOUNCE_AFTER_S:
-                last[0] = time.monotonic()
-                of = f" / {total_s:.1f}" if total_s else ""
-                console.print(f"{name}: {now_s:.1f}{of} s {unit}", highlight=False, markup=False)
-
-        yield plain
-        return
-    columns = (TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.fields[label]}"), TimeElapsedColumn())
-    with Progress(*columns, console=console, transient=True) as bar:
-        task = bar.add_task(escape(f"{name} ({backend})"), total=None, label="")
-
-        def progress(now_s: float, total_s: float | None):
-            label = f"{now_s:.1f} / {total_s:.1f} s {unit}" if total_s else f"{now_s:.1f} s {unit}"
-            bar.update(task, completed=now_s, total=total_s, label=label)
-
-        yield progress
-
-
-@app.command()
-def report(folder: Path = typer.Argument(..., readable=False, help="a run folder")):
-    """Re-render the metrics and the report of a run folder from its stored trace."""
-    try:
-        m = engine.rerender(folder)
-    except RunFolderError as e:
-        _fail(str(e), e.exit_status)
-    except MetricsError as e:
-        _fail(str(e))
-    print_summary(m, folder)
-    _fail_if_implausible(m, folder)
-
-
-@app.command()
-def cleanup(
-    inventory: Optional[Path] = typer.Option(
-        None, "--inventory", "-i", help="ssh: restore these hosts from the journals of runs that did not finish"
-    ),
-    force: bool = typer.Option(False, "--force", help="ssh: undo a live run's changes too (it holds its hosts)"),
-):
-    """Remove what crashed netns runs left behind (namespaces xl-*, BPF congestion controls xl_*), or
-    with --inventory restore the remote hosts a killed ssh run changed."""
-    if force and inventory is None:
-        _fail("--force goes with --inventory (a live ssh run's hosts)")
-    if inventory is not None:  # --- ssh backend (issue 14)
-        from .remote import hosts  # asyncssh (0.5 s): only for the ssh backend's hosts
-
-        try:
-            lines = hosts.cleanup_inventory(inventory, force)
-        except InventoryError as e:
-            _fail(str(e))
-        for line in lines:
-            console.print(line, markup=False, highlight=False)
-        if any(line.startswith("could not") for line in lines):
-            raise typer.Exit(1)
-        return
-    from .netns import host  # pyroute2 (0.4 s): only to clean this machine up
-
-    try:
-        host.require_root()
-        with host.host_lock(wait=False):
-            removed = host.cleanup_leftovers()
-    except host.HostError as e:
-        _fail(str(e))
-    for thing in removed:
-        console.print(f"removed {thing}", markup=False)
-    console.print("nothing to clean up" if not removed else f"{len(removed)} leftover(s) removed")
-
-
-@app.command()
-def schema():
-    """Print the JSON Schema of scenario files."""
-    sys.stdout.write(json.dumps(sc.json_schema(), indent=2) + "\n")
-
-
-#: Pairs whose settings `xferlab check` lists one by one.
-CHECK_PAIRS_SHOWN = 50
-
-
-@app.command()
-def check(
-    scenario: Path = typer.Argument(..., readable=False, help="scenario YAML file"),
-    set_: Optional[list[str]] = typer.Option(None, "--set", "-s", help="override a field: section.field=value"),
-):
-    """Validate a scenario and print it resolved (rates in bit/s, times in s, packets)."""
-    try:
-        s, _ = sc.load(scenario, set_)
-        r = sc.resolve(s)
-    except ScenarioError as e:
-        _fail(str(e))
-    short = {k: v for k, v in r.items() if k not in ("flows", "transfers", "pair_paths")}
-    short["flows"] = len(r["flows"])
-    # Per-pair settings (variant, volume, RTT, access rate, rate limit, limiter): each pair's,
-    # or the first ones and a count when there are many.
-    shown = CHECK_PAIRS_SHOWN
-    short["transfers"] = r["transfers"][:shown]
-    if len(r["transfers"]) > shown:
-        short["transfers_not_shown"] = len(r["transfers"]) - shown
-    sys.stdout.write(json.dumps(short, indent=2) + "\n")
-
-
-@app.command()
-def ideal(
-    rate: str = typer.Argument("1Gbps", help="link rate, e.g. 10Gbps"),
-    mtu: int = typer.Option(1500, help="IP MTU, bytes"),
-    headers: int = typer.Option(40, help="IP + TCP header bytes (52 with timestamps)"),
-):
-    """Ideal rates r_Eth, r_IP, r_TP of a link (seed 001 §3.3)."""
-    try:
-        bps = parse_rate(rate)
-    except ValueError as e:
-        _fail(str(e))
-    r = ideal_rates(bps, mtu=mtu, header_bytes=headers)
-    console.print(f"r_Eth = {r.r_eth_mbps:.2f} Mbit/s   r_IP = {r.r_ip_mbps:.2f} Mbit/s   r_TP = {r.r_tp_mbps:.2f} Mbit/s")
-
-
-@app.command("limits")
-def limits_command():
-    """Print the bounds a scenario, a campaign or an import is checked against, and why."""
-    t = Table(show_header=True, header_style="bold")
-    for col in ("limit", "value", "why"):
-        t.add_column(col)
-    for name, value in vars(limits).items():
-        if isinstance(value, limits.Limit):
-            t.add_row(name.lower(), f"{value.value:,.6g}".replace(",", " "), value.reason)
-    console.print(t)
-
-
-@app.command()
-def version():
-    """Print the versions of xferlab and its simulator."""
-    console.print(f"xferlab {__version__}, simulator {sim.version()} (variants: {', '.join(sim.variants())})")
-
-
-app.add_typer(import_app, name="import")
-app.command("compare")(compare_command)
-
-app.add_typer(campaign_app, name="campaign")
-app.add_typer(schedule_app, name="schedule")
-app.add_typer(bench_app, name="bench")
+@app.callback()
+def _top() -> None:
+    """xferlab: experiments on bulk data transfers over high bandwidth-delay-product networks."""
 
 
 def main():  # pragma: no cover

@@ -138,6 +138,11 @@ def import_ss(
         _fail(str(e))
 
 
+#: ``xferlab compare`` (a top-level command; :mod:`xferlab.cli` finds it here).
+compare_app = typer.Typer()
+
+
+@compare_app.command("compare")
 def compare_command(
     run_a: Path = typer.Argument(..., readable=False, help="a run folder"),
     run_b: Path = typer.Argument(..., readable=False, help="another run folder (of the same scenario)"),

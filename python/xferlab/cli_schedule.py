@@ -18,8 +18,8 @@ from .backends.base import BackendError
 from .cli_common import console, err
 from .cli_common import fail as _fail
 from .report import plan_figure
+from .runinfo import PlanInfo, RunInfo
 from .scenario import ScenarioError
-from .trace import PlanInfo, RunInfo
 from .units import format_duration, format_rate, format_size
 
 schedule_app = typer.Typer(no_args_is_help=True, help="Flow scheduling of transfer requests (seed 001).")

@@ -23,9 +23,11 @@ import pandas as pd
 
 from . import metrics, registry, runfolder
 from .report import CSS, MAX_LINES, fmt, png
-from .trace import Trace, differences
 
 #: The metrics set side by side (every run metric of the registry, in its order).
+from .runinfo import differences
+from .trace import Trace
+
 COMPARED = [m.key for m in registry.RUN_METRICS if m.key not in ("ideal_goodput_mbps",)]
 
 

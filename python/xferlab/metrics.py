@@ -16,7 +16,8 @@ import numpy as np
 import pandas as pd
 
 from . import registry
-from .trace import RunInfo, Trace
+from .runinfo import RunInfo
+from .trace import Trace
 
 _EPS = 1e-9
 

@@ -23,7 +23,8 @@ import pandas as pd  # noqa: E402
 import yaml  # noqa: E402
 
 from . import registry, runfolder, schedule  # noqa: E402
-from .trace import PlanInfo, Trace  # noqa: E402
+from .runinfo import PlanInfo
+from .trace import Trace  # noqa: E402
 from .units import format_duration, format_rate, format_size  # noqa: E402
 
 #: Above this many lines a plot shows a sample of them plus the envelope.

@@ -36,9 +36,9 @@ from pydantic import (
     model_validator,
 )
 
-from . import constants, datafile, limits, models, schedule, variants
+from . import constants, datafile, limits, models, variants
 from .constants import FRAME_OVERHEAD, IP_TCP_HEADERS, TCP_TIMESTAMPS, qdisc_frame
-from .trace import RunInfo
+from .runinfo import RunInfo
 from .units import format_duration, format_rate, format_size, parse_duration, parse_rate, parse_size
 
 
@@ -747,7 +747,7 @@ def _stream_volumes(volume: int | None, streams: int, what: str) -> list[int | N
 
 
 def _add_flow(flows: list[dict], pair: int, stream: int, variant: str, start: float, **extra) -> None:
-    """Appends one flow (trace.FlowInfo) with the next id: a transfer unless ``role`` says."""
+    """Appends one flow (runinfo.FlowInfo) with the next id: a transfer unless ``role`` says."""
     flows.append(
         {
             "flow_id": len(flows),
@@ -806,12 +806,14 @@ def plan_margin(s: Scenario, r_tp: float) -> tuple[float, str]:
 
 def plan_of(s: Scenario) -> dict:
     """The requests planned by the schedule's strategy (xferlab.schedule) on the bottleneck's
-    ideal goodput r_TP, a :class:`xferlab.trace.PlanInfo`'s dict; refuses what no plan can
+    ideal goodput r_TP, a :class:`xferlab.runinfo.PlanInfo`'s dict; refuses what no plan can
     serve, and a plan that admits nothing. Needs no run: ``xferlab schedule plan`` shows it."""
     t = s.topology
     sch = s.schedule or Schedule()
     r_tp = models.ideal_rates(t.bottleneck_rate, mtu=t.mtu, header_bytes=header_bytes(t)).r_tp_mbps * 1e6
     margin, how = plan_margin(s, r_tp)
+    from . import schedule  # numpy: only for requests and volumes (`xferlab check` stays light)
+
     reqs = [schedule.Request(r.volume, r.release, r.deadline, r.priority, r.name) for r in s.requests]
     try:
         p = schedule.plan(reqs, r_tp, sch.strategy, margin)
@@ -853,7 +855,7 @@ def plan_of(s: Scenario) -> dict:
     }
 
 
-#: The schedule's mechanism → the limiter that enforces it (trace.LimiterInfo.kind).
+#: The schedule's mechanism → the limiter that enforces it (runinfo.LimiterInfo.kind).
 MECHANISM_LIMITER = {"pacing": "pacer", "token_bucket": "token_bucket", "cwnd_clamp": "cwnd_clamp", "sleep_timer": "sleep_timer"}
 
 
@@ -866,6 +868,8 @@ def _request_limiter(s: Scenario, segments: list[dict]) -> dict | None:
         return None
     sch, t, w = s.schedule or Schedule(), s.topology, s.workload
     to_frames = qdisc_frame(t.mtu) / (t.mtu - header_bytes(t)) / w.streams
+
+    from . import schedule  # numpy: only for requests and volumes (`xferlab check` stays light)
 
     steps = [(t, None if g is None else g * to_frames) for t, g in schedule.rate_steps(segments)]
     kind = MECHANISM_LIMITER[sch.mechanism]
@@ -963,6 +967,8 @@ def _ideal_times(transfers: list[dict], tp_access: list[float], r_tp: float) -> 
     volumes, starts = [x["volume_bytes"] for x in transfers], [x["start_s"] for x in transfers]
     if min(tp_access, default=math.inf) < r_tp:
         return models.ideal_completion_times(volumes, starts, tp_access, r_tp)
+    from . import schedule  # numpy: only for requests and volumes (`xferlab check` stays light)
+
     reqs = [schedule.Request(v, t) for v, t in zip(volumes, starts, strict=True)]
     done = schedule.fair_sharing(reqs, list(range(len(reqs))), r_tp)
     return [done[k] - t for k, t in enumerate(starts)]

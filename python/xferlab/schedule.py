@@ -51,7 +51,6 @@ import math
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy import sparse
 
 from . import limits
 
@@ -468,6 +467,9 @@ def _min_congestion(requests: list[Request], dl: list[int], c: float, margin: fl
     live = coef <= 1e9
     cols, owner, coef = cols[live], owner[live], coef[live]
     nv = len(cols)
+    from scipy import sparse  # scipy (0.5 s to import): only when a multirate plan is solved
+    from scipy.optimize import linprog  # the same
+
     a_eq = sparse.csr_matrix((np.ones(nv), (owner, np.arange(nv))), shape=(len(dl), nv + 1))
     rows = np.concatenate([cols, np.arange(m)])
     vals = np.concatenate([coef, -np.ones(m)])  # Σ_i y_ik t_i / length_k − α ≤ 0
@@ -479,7 +481,6 @@ def _min_congestion(requests: list[Request], dl: list[int], c: float, margin: fl
     start, end = np.array([w[0] for w in where]), np.array([w[1] for w in where])
     when = (mid[cols] - start[owner]) / (end[owner] - start[owner])
     cost = np.append(when * 1e-6 / len(dl), 1.0)
-    from scipy.optimize import linprog  # 0.5 s to import: only when a multirate plan is solved
 
     res = linprog(cost, A_ub=a_ub, b_ub=np.zeros(m), A_eq=a_eq, b_eq=np.ones(len(dl)), bounds=(0, None), method="highs")
     if res.status != 0:

@@ -35,7 +35,8 @@ from ..netns import bpfcc, host, scaling
 from ..netns import topology as topo
 from ..netns import watch as sockwatch
 from ..netns.qstats import QdiscReader
-from ..trace import Provenance, Trace
+from ..runinfo import Provenance
+from ..trace import Trace
 from . import xfer_plan
 from .base import BackendError, Progress
 from .linktable import link_table

@@ -2,44 +2,15 @@
 
 from __future__ import annotations
 
-import functools
-import hashlib
 import json
-from pathlib import Path
 
 from .. import constants
-from ..trace import Provenance, Trace
+from ..runinfo import Provenance
+from ..trace import Trace
 from .base import BackendError, Progress
-
-try:
-    from .. import _sim
-except ImportError as _e:  # pragma: no cover - a broken install: said when a run is asked for
-    _sim = None
-    _MISSING = str(_e)
+from .extension import module, variants
 
 NAME = "sim"
-
-
-def _module():
-    if _sim is None:  # pragma: no cover
-        raise BackendError(f"the simulator extension is not built ({_MISSING}); run `make install`")
-    return _sim
-
-
-def version() -> str:
-    return _module().__version__
-
-
-@functools.cache
-def build_digest() -> str:
-    """The compiled simulator's identity: a digest of its extension module's bytes. The
-    version stays the same from build to build; results stored by one build can be told
-    from another's by this."""
-    return hashlib.sha256(Path(_module().__file__).read_bytes()).hexdigest()[:12]
-
-
-def variants() -> list[str]:
-    return list(_module().variants())
 
 
 def _ns(seconds: float) -> int:
@@ -47,7 +18,7 @@ def _ns(seconds: float) -> int:
 
 
 def _limiter(spec: dict) -> dict:
-    """A limiter (trace.LimiterInfo) as the simulator takes it; a rate of None is unlimited."""
+    """A limiter (runinfo.LimiterInfo) as the simulator takes it; a rate of None is unlimited."""
     out = {"kind": spec["kind"], "rate_bps": spec["rate_bps"]}
     if spec["kind"] == "token_bucket":
         out["burst_bytes"] = spec["burst_bytes"]
@@ -161,7 +132,7 @@ def bottleneck_capture(cfg: dict, acks: bool = False) -> dict | tuple[dict, dict
     expected, ``wnd``: the window offered, bytes). A diagnostic: the run's Trace is not
     built."""
     try:
-        out = _module().run(json.dumps(cfg), None, 1.0, True)
+        out = module().run(json.dumps(cfg), None, 1.0, True)
     except ValueError as e:
         raise BackendError(f"simulator: {e}") from None
     if acks:
@@ -172,7 +143,7 @@ def bottleneck_capture(cfg: dict, acks: bool = False) -> dict | tuple[dict, dict
 def run_config(cfg: dict, resolved: dict, progress: Progress | None = None) -> Trace:
     """Runs a simulator configuration: ``sim_config(resolved)``, or one a bench altered (the
     emulation's hosts modelled, a cut-off end, noise off), and returns its Trace."""
-    sim = _module()
+    sim = module()
     total = expected_end_s(resolved)
     callback = None
     if progress is not None:

@@ -48,7 +48,8 @@ from ..remote import clock, facts, hosts, launch, plan
 from ..remote.inventory import Inventory, InventoryError
 from ..remote.inventory import load as load_inventory
 from ..remote.shell import RemoteError, cmd
-from ..trace import Provenance, Trace
+from ..runinfo import Provenance
+from ..trace import Trace
 from . import linktable, netns, xfer_plan
 from .base import BackendError, Progress
 

@@ -23,12 +23,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import schedule
-from ..trace import PlanInfo, RequestPlan, RunInfo
+from ..runinfo import PlanInfo, RequestPlan, RunInfo
 from .base import BackendError
 
 #: The schedule's mechanisms → xfer's --limiter (a token bucket is a qdisc: not xfer's).
 LIMITER = {"pacing": "pacing", "cwnd_clamp": "cwnd", "sleep_timer": "sleep"}
-#: The same for a flow's limiter (trace.LimiterInfo.kind).
+#: The same for a flow's limiter (runinfo.LimiterInfo.kind).
 LIMITER_OF_KIND = {"pacer": "pacing", "cwnd_clamp": "cwnd", "sleep_timer": "sleep"}
 #: An unlimited stretch of a plan in a profile of rates: far above any path.
 UNLIMITED_BPS = 1e12
@@ -130,7 +130,7 @@ def not_drivable(flow: dict) -> str | None:
 
 
 def limiter_args(lim: dict | None, start_s: float, payload_ratio: float) -> list[str]:
-    """xfer's options for a flow's limiter (trace.LimiterInfo, frame rates): a single pacing
+    """xfer's options for a flow's limiter (runinfo.LimiterInfo, frame rates): a single pacing
     rate as ``--rate``; a window clamp, a sleep timer or a changing rate as a
     ``--rate-profile`` of goodput with its ``--limiter``. A token bucket is a qdisc: none."""
     if not lim or lim["kind"] == "token_bucket":

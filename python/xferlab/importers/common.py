@@ -18,7 +18,8 @@ import pyarrow.compute as pc
 
 from .. import datafile, limits, metrics, models
 from ..constants import FRAME_OVERHEAD, IP_TCP_HEADERS, TCP_TIMESTAMPS, bdp_packets
-from ..trace import SCHEMAS, RunInfo, Trace, TraceError
+from ..runinfo import RunInfo
+from ..trace import SCHEMAS, Trace, TraceError
 from ..units import format_rate
 
 #: The largest MSS TCP can announce (its option is 16 bits).

@@ -29,7 +29,8 @@ import pyarrow as pa
 
 from .. import limits
 from ..constants import LINUX_MSS
-from ..trace import Provenance, Trace, table
+from ..runinfo import Provenance
+from ..trace import Trace, table
 from .common import (
     ImportLogError,
     check_mss,

@@ -25,7 +25,8 @@ from pathlib import Path
 import pyarrow as pa
 
 from ..constants import LINUX_MSS
-from ..trace import Provenance, Trace, table
+from ..runinfo import Provenance
+from ..trace import Trace, table
 from .common import (
     ImportLogError,
     check_mss,

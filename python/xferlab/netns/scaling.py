@@ -24,9 +24,10 @@ import math
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..trace import RunInfo, columns_of_kind, scaled
-
 #: Bottleneck rate this kind of host emulates with a punctual delay line even when shared
+from ..runinfo import RunInfo, scaled
+from ..trace import columns_of_kind
+
 #: with other work (BENCHMARKS.md "netns backend: capacity at 100 ms": 733 Mbit/s at
 #: C = 800 on a quiet 2-core host; docs/delayline.md: C ≤ 500 when the machine is shared).
 DEFAULT_CAPACITY_BPS = 500e6
@@ -60,7 +61,7 @@ def auto_factor(resolved: dict, capacity_bps: float = DEFAULT_CAPACITY_BPS) -> f
 
 def scale_resolved(resolved: dict, k: float) -> dict:
     """A copy of ``resolved`` with rates ÷ k and times × k (buffers, volumes, packets unchanged),
-    by the resolved scenario's typed fields (:func:`xferlab.trace.scaled`)."""
+    by the resolved scenario's typed fields (:func:`xferlab.runinfo.scaled`)."""
     return scaled(RunInfo.model_validate(resolved), k).dump()
 
 

@@ -27,7 +27,8 @@ the run keeps its goodput), then prints, per flow after its first ``--skip`` sec
 emulation, each ``--reads`` model), from the segments' departures from its bottleneck. No
 root. ``--runs``: the trains and ACK delays benches/fidelity.py's kernel runs kept (their
 ``acks``, tcp_probes.record), beside the simulator's trains, per case. What it measured:
-VALIDATION.md §6b, "The flows' ACK clocks".
+docs/journal/validation-history.md, "The flows' ACK clocks" (in short: VALIDATION.md §6,
+"Trains").
 """
 
 from __future__ import annotations

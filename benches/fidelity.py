@@ -89,7 +89,8 @@ VOLUME_BYTES = 300_000_000
 SAMPLE_S = 0.002
 #: The kernel's sampler's step once every flow has retransmitted, its sockets read by
 #: lookup once found: dumps every 2 ms throughout cost a lone Reno flow at 10 ms with 0.2 BDP
-#: a third of its goodput on this 2-core host (VALIDATION.md §6b, "The sampler's own cost").
+#: a third of its goodput on this 2-core host (VALIDATION.md §6, "Observers slow the kernel";
+#: docs/journal/validation-history.md, "The sampler's own cost").
 SAMPLE_SPARSE_S = 0.1
 VETH_BPS = 10e9
 #: Mean spacing of the emulation hosts' softirq runs (transmit batching), from the trains
@@ -98,15 +99,17 @@ EMULATION_TX_BATCH_NS = 400_000
 #: The emulation hosts' receiving applications (iperf3, xfer): how long after data passed
 #: the right router the receiver's ACK came back, where Linux leaves the ACK to the
 #: application's read (a window held back by unread data), as per-mille quantiles pooled
-#: from captures of four runs (`benches/path_trains.py --reads-out`; VALIDATION.md §6b,
-#: "The receiving application's reads"). The simulator draws its wake-ups from these less
+#: from captures of four runs (`benches/path_trains.py --reads-out`;
+#: docs/journal/validation-history.md, "The receiving application's reads, measured"). The
+#: simulator draws its wake-ups from these less
 #: the receive path it adds itself (EMULATION_RX_NS of receive coalescing).
 EMULATION_READS = ROOT / "benches" / "emulation-reads.json"
 EMULATION_RX_NS = 25_000
 #: How long after its data connection is set up an iperf3 stream's first data reaches the
 #: receiver, beyond the path's RTT: its control messages go round the path first. 1.06 ms
 #: in a traced run (RTT 100.16 ms; first data 101.22 ms after the cookie that ends the
-#: handshake: VALIDATION.md §6b, "iperf3's start"). xfer's data follows the handshake.
+#: handshake: VALIDATION.md §6, "iperf3's start"; docs/journal/validation-history.md,
+#: "iperf3's start, and the receive queue's buffers"). xfer's data follows the handshake.
 IPERF3_TURNAROUND_NS = 1_000_000
 #: The application that receives each kind of run on the netns backend (its reads differ).
 NETNS_APPS = {"duration": "iperf3", "volume": "xfer"}
@@ -117,7 +120,8 @@ NETNS_APPS = {"duration": "iperf3", "volume": "xfer"}
 #: Linux's ACK rules, held by the waits for a CPU of EMULATION_STALLS); `--reads`. The measured reads were
 #: captured with tcpdump beside the run, which slows the emulated hosts it watches: against
 #: the first kernel run sampled without disturbing it (2026-11-28c) the default hosts hold
-#: every tolerance in 44-46 of 84 cases, the measured reads in 34-43 (VALIDATION.md §6b).
+#: every tolerance in 44-46 of 84 cases, the measured reads in 34-43
+#: (docs/journal/validation-history.md, "The table judges the simulator's default hosts").
 #: Against the median of 2026-11-28b, c and d: uniform 47, linux 41, measured 39.
 READS_MODELS = ("uniform", "measured", "linux", "stalls")
 #: The emulated hosts' receiving applications' waits for a CPU (woken or preempted, until
@@ -138,7 +142,7 @@ TRACE_ACKS = True
 STALL_RUNS: tuple[Path, ...] | None = None
 READS = READS_MODELS[0]
 #: The simulator's senders defer new data as Linux's TSO deferral does (TcpConfig
-#: tso_defer, the default since 2026-12-06; `--no-tso-defer`): VALIDATION.md §6b, "TSO deferral".
+#: tso_defer, the default since 2026-12-06; `--no-tso-defer`): VALIDATION.md §6, "TSO deferral".
 TSO_DEFER = True
 #: What "agrees" means, per metric (issue 11).
 TOLERANCE = {"goodput": 0.05, "jain": 0.05, "ss_exit": 0.20, "completion": 0.05, "retx_over_loss": 1.10}
@@ -284,7 +288,7 @@ def emulation_stalls_ns(app: str, case_key: str | None, flows: int) -> tuple[flo
     """``app``'s waits for a CPU on the emulated hosts: per second and receiver, and the
     quantiles of their lengths (ns), from EMULATION_STALLS — those traced in case
     ``case_key``'s runs if it was, else those of the cases with the nearest number of flows
-    (the waits depend on the case: VALIDATION.md §6b)."""
+    (the waits depend on the case: VALIDATION.md §6, "The receiving applications' waits")."""
     measured = json.loads(EMULATION_STALLS.read_text())["apps"][app]
     if case_key not in measured:
         pooled = [k for k in measured if k.startswith("flows ")]
@@ -701,7 +705,8 @@ def reorderings(samples: pd.DataFrame) -> int | None:
     """How often the kernel's senders saw the path reorder (``tcpi_reord_seen``, summed
     over flows); None where it was not sampled (the simulator's paths never reorder).
     RACK waits ``min_rtt/4`` before marking a loss once a sender has seen reordering
-    (VALIDATION.md §6b)."""
+    (docs/journal/validation-history.md,
+    "One flow at 200 ms with 0.2 BDP: a lost retransmission of the head")."""
     if "reord_seen" not in samples:
         return None
     return int(samples.groupby("flow")["reord_seen"].max().sum())
@@ -709,7 +714,7 @@ def reorderings(samples: pd.DataFrame) -> int | None:
 
 def broken_window(samples: pd.DataFrame) -> dict | None:
     """The first sample whose ssthresh or cwnd no congestion control can have produced, if
-    any: the run's TCP did not follow its law (VALIDATION.md §6b, the BPF ssthresh)."""
+    any: the run's TCP did not follow its law (VALIDATION.md §6, "Void kernel runs")."""
     bad = samples[[bpfcc.impossible_window(t, c) for t, c in zip(samples["ssthresh"], samples["cwnd"], strict=True)]]
     if bad.empty:
         return None

@@ -20,8 +20,9 @@ namespaces will carry a transfer: ``--until-started`` stops once all K have one 
 seconds once each has retransmitted (its start, slow start and first loss seen at the
 full rate, the rest coarsely). The sampler is not free on a 2-core host: dumps every 2 ms
 throughout cost a lone Reno flow at 10 ms with 0.2 BDP a third of its goodput, dumps every
-0.1 s still 10–25 %, lookups every 0.1 s nothing measurable (VALIDATION.md §6b, "The
-sampler's own cost"); benches/fidelity.py samples with ``--discover inf --sparse 0.1``.
+0.1 s still 10–25 %, lookups every 0.1 s nothing measurable (VALIDATION.md §6, "Observers slow the
+kernel"; docs/journal/validation-history.md, "The sampler's own cost"); benches/fidelity.py
+samples with ``--discover inf --sparse 0.1``.
 
 It writes the CSV header when it is ready (a second or three after its launch here):
 fidelity.start_sampler waits for it before the emulation starts.

@@ -3,7 +3,7 @@
     .venv/bin/python benches/htcp_backoff.py [--rtt 11.5ms] [--variants htcp cubic htcp_linux]
                                              [--kernel linux2006] [--hz 1000] [--no-tso-defer]
 
-VALIDATION.md §4b's dumbbell (12 × 1 Gbit/s into 10 Gbit/s, a 1 000-packet buffer),
+VALIDATION.md §2.3's dumbbell (12 × 1 Gbit/s into 10 Gbit/s, a 1 000-packet buffer),
 shortened: pairs 2 s apart, 60 s with all 12 active, TCP samples every 10 ms. Per variant it
 prints the all-active window's flow mean, bottleneck throughput, mean queue, drops and
 retransmissions, and the backoff factors the samples show (ssthresh after an event over the

@@ -453,7 +453,7 @@ def write_section(body: str) -> None:
     if pattern.search(text):
         text = pattern.sub(lambda _: block, text)
     else:
-        section = f"{SECTION[0]}\n## 8. ns-3 as a second reference\n\n{block}\n{SECTION[1]}"
+        section = f"{SECTION[0]}\n## 4. The simulator beside ns-3\n\n{block}\n{SECTION[1]}"
         text = text.rstrip("\n") + f"\n\n{section}\n"
     path.write_text(text)
 

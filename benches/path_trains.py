@@ -28,7 +28,7 @@ for the connection that carried the most data:
 model, ``--seed``), at the bottleneck's entry and exit, for a side-by-side look; no root.
 
 Needs root and tcpdump (not with ``--no-run`` or ``--sim``). The capture is kept (``--pcap``). What it measured on a 2-CPU machine
-(2026-11-27): VALIDATION.md §6b, "A single flow at 10 ms with 0.2 BDP".
+(2026-11-27): docs/journal/validation-history.md, "A single flow at 10 ms with 0.2 BDP, observed".
 """
 
 from __future__ import annotations

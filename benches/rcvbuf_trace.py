@@ -21,7 +21,8 @@ kernel's.
 (sock_diag, every 2 ms, one clock), and the first loss recovery is printed every 10 ms: the
 sender's window, data in flight and segments the receiver holds out of order (``sacked``),
 and the receiver's window, buffer and memory (``rmem_alloc``, skb truesize queued), with
-the memory per held segment (VALIDATION.md §6b, the single flow's second back-off).
+the memory per held segment (VALIDATION.md §6, "A second reduction"; traced in
+docs/journal/validation-history.md, "One flow at 200 ms with 0.2 BDP: a lost retransmission of the head").
 Needs root and tracefs (mounted here if it is not).
 """
 

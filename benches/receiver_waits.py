@@ -12,9 +12,10 @@ the receiving applications (iperf3 for duration runs, xfer for volume runs, foun
 command lines in the run's namespaces; ``set_event_pid`` with ``event-fork``, so their
 threads too). A wait is the time from an application being woken, or preempted while
 running, to its running again: while it waits, the data its socket holds is not read, and
-Linux leaves the ACK to the read (VALIDATION.md §6b, "The receivers' batches and backlog
-merges"). The events are filtered in the kernel and kept in its ring buffer until the run
-ends: about a microsecond per event, a few thousand events a second.
+Linux leaves the ACK to the read (VALIDATION.md §6, "The receivers' ACKs"; traced in
+docs/journal/validation-history.md, "The receivers' batches and backlog merges, measured").
+The events are filtered in the kernel and kept in its ring buffer until the run ends: about
+a microsecond per event, a few thousand events a second.
 
 Prints, per run, the waits per second and their quantiles; writes, per application, for
 each case measured and pooled over the cases of each number of flows, every wait as the
@@ -27,7 +28,8 @@ not trace theirs (the matrix's runs trace them since 2026-11-29b: sched_waits.py
 tracing (sched_waits.py) is shared with those runs.
 
 Needs root and tracefs (mounted at /sys/kernel/tracing if it is not). What it measured:
-VALIDATION.md §6b, "The receiving applications' waits, traced".
+docs/journal/validation-history.md, "The receiving applications' waits, traced" (in short:
+VALIDATION.md §6, "The receiving applications' waits").
 """
 
 from __future__ import annotations

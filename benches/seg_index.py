@@ -1,6 +1,6 @@
 """Whether parallel flows' slow-start rounds reach the bottleneck in separate trains, on the
-kernel and on the simulator (VALIDATION.md §6b, "Four flows at 200 ms lose in different
-overflows").
+kernel and on the simulator (VALIDATION.md §6, "Four flows at 200 ms"; traced in
+docs/journal/validation-history.md, "Four flows at 200 ms lose in different overflows on the kernel").
 
     .venv/bin/python benches/seg_index.py highspeed:200:0.2bdp:4 [--kernel-run DIR] [--seeds 1 2 3]
     .venv/bin/python benches/seg_index.py cubic:200:0.2bdp:4 --without tx_batch_ns --without app_wakeup_ns

@@ -1,4 +1,4 @@
-"""Parallel streams through a small buffer (seed 002 §IV-A, VALIDATION §2) on this host's
+"""Parallel streams through a small buffer (seed 002 §IV-A, VALIDATION §1.2) on this host's
 kernel and on the simulator, with Linux's receiver ACK rules (``host.linux_acks``) off and on.
 
     sudo .venv/bin/python benches/small_buffer_streams.py [--streams 1 2 4 10] [--reps 2] [--seconds 30]
@@ -8,7 +8,7 @@ kernel and on the simulator, with Linux's receiver ACK rules (``host.linux_acks`
 One pair, N Reno streams, hosts at 1 Gbit/s into a 300 Mbit/s bottleneck (the fidelity
 matrix's rates: what this host emulates), RTT 11.5 ms, a 10-packet buffer. The question it
 answers: with the ACK rules on, the simulator's N streams through 10 packets fall to a third
-of what they get with one ACK per two segments (VALIDATION §2 at 1 Gbit/s); does the kernel's?
+of what they get with one ACK per two segments (VALIDATION §1.2 at 1 Gbit/s); does the kernel's?
 The simulator runs the emulated path (benches/fidelity.py's ``emulated``: HTB-shaped veths,
 the hosts' transmit batching) and, for reference, the plain path. Printed: aggregate goodput
 (Mbit/s) per N, each kernel repetition and each simulator seed; nothing is written.

@@ -176,7 +176,7 @@ _FULL_RATE: dict = {}
 
 
 def _full_rate(variant: str, rtt: float, quick: bool, kernel: str = "linux6") -> dict:
-    """One §4b run (remembered, so that the 2006 table reuses the Linux 6 runs)."""
+    """One §2.3 run (remembered, so that the 2006 table reuses the Linux 6 runs)."""
     key = (variant, rtt, quick, kernel)
     if key not in _FULL_RATE:
         _FULL_RATE[key] = run(
@@ -310,7 +310,7 @@ def seed001_tables(quick: bool) -> str:
 
 
 def table2_2006(quick: bool) -> str:
-    """§4b's full-rate runs with the 2006 sender beside the Linux 6 one."""
+    """§2.4: §2.3's full-rate runs with the 2006 sender beside the Linux 6 one."""
     paper = PAPER["variants_vs_rtt_gtrcnet10"]
     rows = [
         "| variant | RTT | flow mean, paper | Linux 6 | 2006 | Jain, paper | Linux 6 | 2006 | CoV, paper | Linux 6 | 2006 |",

@@ -289,7 +289,7 @@ def void_because(tr: Trace) -> str | None:
     """Why the law cannot be checked on the run, or None.  The fault is not the program's:
 
     * the kernel handed the socket a window no congestion control gives
-      (bpfcc.impossible_window; VALIDATION.md §6b), named by its first sample;
+      (bpfcc.impossible_window; VALIDATION.md §6, "Void kernel runs"), named by its first sample;
     * the path reordered.  The kernel then enters recovery on a segment that was only late,
       calls the program's ``ssthresh`` (H-TCP restarts Δ, BIC moves W_max) and undoes the
       reduction a few ms later, often between two samples: the next epochs grow from a state

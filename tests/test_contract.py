@@ -135,7 +135,8 @@ def test_linux_s_ack_rules_are_an_option_that_reaches_the_receivers():
     # By default a receiver acknowledges every second segment (ACKs per data packet a little
     # under 0.5: some segments are acknowledged by the delayed-ACK timer). With Linux's rules
     # a receiver whose application has not read yet leaves the ACK to the read, which
-    # acknowledges all it read at once: fewer ACKs on the quick scenario (VALIDATION.md §6b).
+    # acknowledges all it read at once: fewer ACKs on the quick scenario (VALIDATION.md §6,
+    # "The receivers' ACKs").
     ratio = {}
     for on in (False, True):
         tr = _sim_trace(**{"host.linux_acks": str(on).lower()})

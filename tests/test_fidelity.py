@@ -136,7 +136,7 @@ def test_sim_beside_the_kernel(case):
         assert sim["ss_time_s"] == pytest.approx(net["ss_time_s"], rel=EXIT_TOLERANCE)
     # CUBIC's HyStart exit on the kernel moves from run to run (a window of 2 245, 2 704,
     # 4 646 segments in three runs of this case), and BBR's startup ends ~0.2 s later
-    # on the simulator (VALIDATION.md §6): neither is compared here, where it would flicker.
+    # on the simulator (VALIDATION.md §3.1): neither is compared here, where it would flicker.
 
 
 def _samples(rows):
@@ -185,7 +185,7 @@ def test_a_window_no_congestion_control_gives_voids_the_run():
     inf = bpfcc.SSTHRESH_INFINITE
     good = [(0.0, 0, 10, inf, False), (1.0, 0, 300, 183, True)]
     assert fidelity.broken_window(_samples(good)) is None
-    # What this host's BPF BIC and HighSpeed handed the kernel (VALIDATION.md §6b).
+    # What this host's BPF BIC and HighSpeed handed the kernel (VALIDATION.md §6, "Void kernel runs").
     bad = _samples([*good, (24.49, 0, 130_554_012, 0x822034E5, True), (24.5, 0, 1498, 0x822034E5, True)])
     assert fidelity.broken_window(bad) == {"t": 24.49, "flow": 0, "ssthresh": 0x822034E5, "cwnd": 130_554_012}
     # A window of 2^24 segments is as impossible here.

@@ -446,7 +446,7 @@ def test_vifi_starts_the_next_transfer_when_the_first_has_committed(cli, tmp_pat
 @needs_host
 def test_a_void_run_is_run_again_and_repeated_voids_fail_cleanly(tmp_path, monkeypatch):
     """A run where the window watch sees an impossible window (netns.watch.SocketWatch; the kernel
-    defect of VALIDATION.md §6b) is not kept: it is run again, said in the kept run's
+    defect of VALIDATION.md §6, "Void kernel runs") is not kept: it is run again, said in the kept run's
     warnings; when every attempt is void the run fails naming the flow, and nothing is
     written. The defect cannot be caused on demand, so the watch's predicate stands in for it
     (any window over 20 segments), on the attempts chosen here."""

@@ -33,7 +33,7 @@ def test_one_reno_stream_with_a_small_buffer_follows_altman_when_it_sends_smooth
     # Linux's is not one: it sends skbs of 45 segments at its 10 Gbit/s (TSO deferral),
     # and a Linux 6.x receiver compresses SACKs in recovery (one ACK per 44 segments);
     # 30 packets hold neither, and the stream loses again in recovery and halves several
-    # times, at a fraction of the model, as the kernel does on netns (VALIDATION.md §2).
+    # times, at a fraction of the model, as the kernel does on netns (VALIDATION.md §1.2).
     # Without deferral, 30 packets hold the bursts that SACK compression causes.
     data = {
         "name": "altman",

@@ -117,7 +117,7 @@ def import_iperf3(
 
 @import_app.command("ss")
 def import_ss(
-    file: Path = typer.Argument(..., help="a log of repeated timestamped `ss -tin` snapshots (see README)"),
+    file: Path = typer.Argument(..., help="a log of repeated timestamped `ss -tin` snapshots (see docs/import.md)"),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="run folder to create (default: results/NAME/import-TIMESTAMP)"),
     capacity: Optional[str] = typer.Option(None, "--capacity", help="bottleneck rate, e.g. 1Gbps (for efficiency, r_TP, …)"),
     name: Optional[str] = typer.Option(None, "--name", help="run name, one folder name (default: the file's name)"),

@@ -16,7 +16,7 @@ from . import engine, runfolder, scenario
 from .cli_common import console, err
 
 #: Table II in the seed staggers pairs by 200 s (2 800 s per run); the demo by 2 s, with a
-#: fixed switch-like buffer of 1 000 packets (as VALIDATION.md §4b) so that losses happen.
+#: fixed switch-like buffer of 1 000 packets (as VALIDATION.md §2.3) so that losses happen.
 TABLE2_REDUCED = ["workload.stagger=2s", "workload.duration=10s", "topology.buffer=1000"]
 #: Seed 002's Table II names (seed-results.yaml keys) → Linux names.
 TABLE2_VARIANTS = {"reno": "reno", "bic": "bic", "cubic": "cubic", "hstcp": "highspeed", "htcp": "htcp", "scalable": "scalable"}

@@ -386,14 +386,15 @@ class Host(_Model):
         description="with rcvbuf_autotuning and noise, the receiver acknowledges as Linux 6.x does when its "
         "application lags: quick ACKs at the first data and while its window grows, and one ACK at the read "
         "where unread data would shrink the window (false: one ACK per two segments; off by default: with "
-        "several streams through a small buffer its deferred ACKs cost goodput the kernel keeps, VALIDATION §6b)",
+        "several streams through a small buffer its deferred ACKs cost goodput the kernel keeps, "
+        "VALIDATION §6 on the receivers' ACKs)",
     )
     tso_defer: bool = Field(
         True,
         description="the sender defers new data as Linux 6.x does (tcp_tso_should_defer): outside loss recovery "
         "it waits, at most 1 ms after its last transmission and only while an ACK is due within 1 ms, until an "
         "skb's worth (~1 ms of its rate) or a third of its window fits in the window, so it sends in bursts of "
-        "an skb (false: a few segments per ACK, the default until 2026-12-06; VALIDATION §6b 'TSO deferral')",
+        "an skb (false: a few segments per ACK, the default until 2026-12-06; VALIDATION §6 'TSO deferral')",
     )
 
 

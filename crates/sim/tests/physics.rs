@@ -443,13 +443,14 @@ fn retransmissions_equal_losses_for_every_variant() {
     // RACK-TLP (RFC 8985): holes are marked lost in time order, lost retransmissions are
     // found without a timeout, and a timeout marks only segments older than the latest
     // RTT, so a sender resends what was dropped and nothing else. Two flows from hosts at
-    // 1 Gbit/s into 200 Mbit/s, 40 ms, half a BDP of buffer (VALIDATION.md §6). Hosts at
+    // 1 Gbit/s into 200 Mbit/s, 40 ms, half a BDP of buffer (VALIDATION.md §3.1). Hosts at
     // the bottleneck's own rate would send back to back in step with its departures, and
     // drop-tail phase can then lock one flow out (host_noise_breaks_drop_tail_phase_lockout):
     // at 200 Mbit/s, BBR's startup had flow 0 lose all its 163 packets per 10 ms for 50 ms
     // and then all 67 retransmissions, an RTO, in 1 to 2 of 8 seeds, with or without TSO
-    // deferral (traced by the bottleneck capture, VALIDATION.md §6b); the kernel on netns,
-    // whose shaped veths do not send in step, had none in 8 runs.
+    // deferral (traced by the bottleneck capture: docs/journal/validation-history.md,
+    // "TSO deferral as the default"; VALIDATION.md §6, "Hosts as fast as the bottleneck");
+    // the kernel on netns, whose shaped veths do not send in step, had none in 8 runs.
     for variant in cc_names() {
         let mut cfg = dumbbell(2, 1e9, 200e6, 40, 417, 30);
         for f in cfg.flows.iter_mut() {
@@ -618,7 +619,7 @@ fn data_arriving_in_trains_holds_slow_start_back_until_the_application_reads() {
     // its application is woken (20 µs on average) sit unread and take that space: a round
     // arriving as a train at 10 Gbit/s (1.2 µs apart) leaves the window near its 64 KiB
     // start, and the fourth round (80 segments) is held by it, as on the kernel
-    // (VALIDATION.md §6b, "The receive window"). An application that reads at once opens
+    // (VALIDATION.md §6, "the receive window"). An application that reads at once opens
     // it in time.
     let run = |wakeup_ns: u64| {
         let mut cfg = dumbbell(1, 10e9, 10e9, 200, 100_000, 2);
@@ -642,10 +643,11 @@ fn data_arriving_in_trains_holds_slow_start_back_until_the_application_reads() {
         "4th round: window {rwnd:?}, cwnd {cwnd}"
     );
     // The held round grows cwnd by what it carried, and slow start doubles from there: the
-    // rounds of a kernel's trace (…, 492, 984, 1 968, 3 936; VALIDATION.md §6b), not 640,
-    // 1 280, 2 560. The round ends at the window's edge, whose pushed segment the read
-    // acknowledges, with the window update that lets the next 61 go: 122, not the 123 of
-    // a straggler left to the delayed-ACK timer (before the PSH rule, 2026-12-06).
+    // rounds of a kernel's trace (…, 492, 984, 1 968, 3 936; docs/journal/validation-history.md,
+    // "The receive window"), not 640, 1 280, 2 560. The round ends at the window's edge,
+    // whose pushed segment the read acknowledges, with the window update that lets the next
+    // 61 go: 122, not the 123 of a straggler left to the delayed-ACK timer (before the PSH
+    // rule, 2026-12-06).
     let rounds: Vec<u32> = (4..10).map(|r| in_round(&late, r as f64).2).collect();
     assert_eq!(rounds, [122, 244, 488, 976, 1952, 3904]);
     let at_once = run(0);
@@ -665,7 +667,9 @@ fn a_host_batching_its_transmissions_still_sends_a_round_in_one_train() {
     // softirq goes on while work is pending. So a slow-start round still reaches the
     // bottleneck as one train: 160 segments in about 160 bottleneck slots (6.5 ms at
     // 300 Mbit/s), not four segments per run (16 ms). Trains that stay whole keep parallel
-    // flows apart, as the kernel's are (VALIDATION.md §6b).
+    // flows apart, as the kernel's are (VALIDATION.md §6: softirq runs that take their own TSQ
+    // releases; traced in docs/journal/validation-history.md,
+    // "Four flows at 200 ms lose in different overflows on the kernel").
     let mut cfg = dumbbell(1, 1e9, 300e6, 200, 100_000, 2);
     cfg.flows[0].start_ns = 0;
     cfg.noise.tx_batch_ns = 400_000;
@@ -691,7 +695,8 @@ fn with_linux_acks_slow_start_is_still_held_back_by_unread_data() {
     // ACKs while the window grows, an ACK left to the read when unread data would shrink
     // it). The fourth round is still held by the window, the held round grows cwnd by less
     // than the 160 of an unheld one, and slow start doubles from there. Three kernel runs
-    // of reno:200:0.2bdp:1 (VALIDATION.md §6b): held rounds of 123, 125 and 148 segments.
+    // of reno:200:0.2bdp:1: held rounds of 123, 125 and 148 segments
+    // (docs/journal/validation-history.md, "The receiver's ACKs, as Linux sends them").
     let mut cfg = dumbbell(1, 10e9, 10e9, 200, 100_000, 2);
     cfg.flows[0].start_ns = 0;
     cfg.tcp.rcvbuf_autotuning = true;
@@ -754,7 +759,8 @@ fn readers_woken_late_now_and_then_stretch_linux_acks() {
     // about an ACK per two segments. A distribution with the tail of a busy 2-CPU host (the
     // emulation's receivers: median ~0.1 ms, 1 % beyond 3 ms; benches/emulation-reads.json)
     // makes one ACK cover many segments: the kernel's receiver there sends one per 8–10
-    // (VALIDATION.md §6b). Reno at 10 ms through 300 Mbit/s with a BDP of buffer.
+    // (VALIDATION.md §6, "The receivers' ACKs"). Reno at 10 ms through 300 Mbit/s with a BDP
+    // of buffer.
     let run = |quantiles: Vec<u64>| {
         let mut cfg = dumbbell(1, 1e9, 300e6, 10, 250, 4);
         cfg.tcp.rcvbuf_autotuning = true;

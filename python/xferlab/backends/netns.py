@@ -53,8 +53,9 @@ SETUP_RTTS = 5
 #: iperf3's smallest reporting interval.
 IPERF3_MIN_INTERVAL = 0.1
 #: How many times a void run (an impossible window from a BPF congestion control, seen by
-#: netns.watch.SocketWatch) is run again before the run fails. The matrix of VALIDATION.md §6b
-#: had 12 void runs in 48 with these programs: three in a row ≈ 1.6 % of runs, at that rate.
+#: netns.watch.SocketWatch) is run again before the run fails. The fidelity matrix had 12 void
+#: runs in 48 with these programs (docs/journal/validation-history.md, "12 kernel runs were void"):
+#: three in a row ≈ 1.6 % of runs, at that rate.
 VOID_RETRIES = 2
 
 

@@ -49,7 +49,8 @@ CWND_ABSURD = 1 << 24
 def impossible_window(ssthresh: int, cwnd: int) -> bool:
     """A window no congestion control can have set. This host's kernel sometimes hands a
     socket run by one of these BPF programs a stale stack value as its ssthresh
-    (0x822034e5, ``srso_return_thunk + 5``; VALIDATION.md §6b); the run is then void."""
+    (0x822034e5, ``srso_return_thunk + 5``; VALIDATION.md §6, "Void kernel runs"); the run is
+    then void."""
     return ssthresh > SSTHRESH_INFINITE or cwnd > CWND_ABSURD
 
 

@@ -23,10 +23,10 @@ from . import bpfcc
 from .tcpdiag import OPEN_OR_CLOSING, TcpDiag, TcpSample
 
 #: How often the watch reads the senders' tcp_info where a BPF congestion control runs: as
-#: often as the fidelity matrix's sampler, which found the 12 void runs of VALIDATION.md
-#: §6b. They held 78 episodes of an impossible window (1 to 36 per run), lasting from one
-#: 2 ms sample (12 episodes, and all of one run's two) to 1.26 s, median 29 ms; a coarser
-#: watch would have missed that run.
+#: often as the fidelity matrix's sampler, which found the 12 void runs of
+#: docs/journal/validation-history.md, "12 kernel runs were void". They held 78 episodes of
+#: an impossible window (1 to 36 per run), lasting from one 2 ms sample (12 episodes, and all
+#: of one run's two) to 1.26 s, median 29 ms; a coarser watch would have missed that run.
 WATCH_INTERVAL_S = 0.002
 #: How often it reads them otherwise: only the timeouts are wanted, and a sender's socket
 #: lives at least a round trip after its last timeout (the resent segment's ACK, then its

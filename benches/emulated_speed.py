@@ -21,7 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import fidelity as F  # noqa: E402
-from sim_speed import baseline_module  # noqa: E402
+from builds import load_build  # noqa: E402
 from xferlab import scenario  # noqa: E402
 from xferlab.backends import extension  # noqa: E402
 from xferlab.backends import sim as sim_backend  # noqa: E402
@@ -56,7 +56,7 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--only", nargs="+", default=CASES, metavar="CASE")
     a = ap.parse_args()
-    old, new = baseline_module(a.baseline), extension.module()
+    old, new = load_build(a.baseline), extension.module()
     print("| case | baseline wall | this build | ratio |\n|---|---:|---:|---:|")
     for key in a.only:
         cfg = config(next(c for c in F.matrix() if c.key == key))

@@ -29,6 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "python"))
 
 from benchlib import machine  # noqa: E402
+from builds import load_build, run_on_build  # noqa: E402
 from xferlab import scenario  # noqa: E402
 from xferlab.backends import extension, sim  # noqa: E402
 
@@ -72,66 +73,12 @@ def measure(path: Path, overrides: list[str], runs: int) -> dict:
     }
 
 
-def baseline_module(path: str, name: str = "baseline._sim"):
-    """Another build of the extension module, loaded beside this one."""
-    from importlib.machinery import ExtensionFileLoader
-    from importlib.util import module_from_spec, spec_from_loader
-
-    loader = ExtensionFileLoader(name, path)
-    mod = module_from_spec(spec_from_loader(name, loader))
-    loader.exec_module(mod)
-    return mod
-
-
-def _drop_empty(node, key: str) -> bool:
-    """Removes ``key`` wherever it holds an empty value (None, [], {}) or a switch left off
-    (False: a model the baseline predates, e.g. ``tso_defer``); whether any went."""
-    found = False
-    if isinstance(node, dict):
-        if key in node and (node[key] is False or node[key] in (None, [], {})):
-            del node[key]
-            found = True
-        children = node.values()
-    else:
-        children = node if isinstance(node, list) else []
-    for child in children:
-        found = _drop_empty(child, key) or found
-    return found
-
-
-#: Keys of a model the comparison is about: a baseline that predates them runs without it
-#: (the receive window, 2026-11-27).
-MODEL_KEYS = {"rcvbuf_autotuning", "rmem_max_bytes"}
-
-
-def _drop_model_key(cfg: dict, key: str) -> bool:
-    if key in MODEL_KEYS and key in cfg.get("tcp", {}):
-        del cfg["tcp"][key]
-        return True
-    return False
-
-
-def _run_on_baseline(mod, cfg: dict) -> float:
-    """One run of ``cfg`` on an older build, whose config may predate some keys: a key it
-    refuses is left out where it is empty or off (the default), or where it turns on a model the
-    comparison is about (MODEL_KEYS), never elsewhere where it says something."""
-    while True:
-        t0 = time.perf_counter()
-        try:
-            mod.run(json.dumps(cfg), None, 1.0)
-            return time.perf_counter() - t0
-        except ValueError as e:
-            m = re.search(r"unknown field `(\w+)`", str(e))
-            if not m or not (_drop_empty(cfg, m.group(1)) or _drop_model_key(cfg, m.group(1))):
-                raise SystemExit(f"the baseline cannot run this case: {e}") from None
-
-
 def compare(index: int, runs: int, baseline: str, build: str | None = None) -> None:
     """One case on the baseline build, on this one (or ``build``, another build made the
     same way as the baseline), and on that without host noise, alternately (so that the
     machine's load falls on all three alike); prints medians and each run's walls."""
-    old = baseline_module(baseline)
-    new = baseline_module(build, "build._sim") if build else extension.module()
+    old = load_build(baseline)
+    new = load_build(build, "build._sim") if build else extension.module()
     _, path, ov = CASES[index]
     s, _ = scenario.load(path, ov)
     cfg = sim.sim_config(scenario.resolve(s))
@@ -140,9 +87,9 @@ def compare(index: int, runs: int, baseline: str, build: str | None = None) -> N
     legacy = json.loads(json.dumps(cfg))
     walls = {"old": [], "new": [], "quiet": []}
     for _ in range(runs):
-        walls["old"].append(_run_on_baseline(old, legacy))
+        walls["old"].append(run_on_build(old, legacy)[0])
         for key, c in (("new", cfg), ("quiet", quiet)):
-            walls[key].append(_run_on_baseline(new, json.loads(json.dumps(c))))
+            walls[key].append(run_on_build(new, json.loads(json.dumps(c)))[0])
     print(json.dumps({**{k: statistics.median(v) for k, v in walls.items()}, "walls": walls}))
 
 

@@ -10,6 +10,11 @@ use pyo3::types::PyDict;
 use xferlab_sim::config::SimConfig;
 use xferlab_sim::Simulation;
 
+mod heap;
+
+#[global_allocator]
+static ALLOCATOR: heap::CountingAllocator = heap::CountingAllocator;
+
 /// Hands a record batch to pyarrow (`RecordBatch._import_from_c` moves the data out).
 fn to_pyarrow<'py>(py: Python<'py>, batch: RecordBatch) -> PyResult<Bound<'py, PyAny>> {
     let data = StructArray::from(batch).into_data();
@@ -121,10 +126,23 @@ fn variants() -> Vec<&'static str> {
     xferlab_sim::cc::NAMES.to_vec()
 }
 
+/// Heap allocations made by the extension's Rust code since it was loaded, as
+/// `{"allocations": n, "reallocations": n}` (new blocks; blocks resized). Read it before and
+/// after a run for the run's own (tests/test_sim_cost.py).
+#[pyfunction]
+fn allocations(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
+    let (allocations, reallocations) = heap::counts();
+    let d = PyDict::new(py);
+    d.set_item("allocations", allocations)?;
+    d.set_item("reallocations", reallocations)?;
+    Ok(d)
+}
+
 #[pymodule]
 fn _sim(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(run, m)?)?;
     m.add_function(wrap_pyfunction!(variants, m)?)?;
+    m.add_function(wrap_pyfunction!(allocations, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

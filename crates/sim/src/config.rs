@@ -292,14 +292,14 @@ pub struct TcpConfig {
     /// for each segment that grows the window offered), and an ACK left to the read when
     /// unread data would shrink the window (`__tcp_ack_snd_check`, `tcp_cleanup_rbuf`).
     /// Off: an ACK per two segments. Off by default until the validation tables are rerun
-    /// with it (VALIDATION.md §6b, "The receiver's ACKs, as Linux sends them").
+    /// with it (VALIDATION.md §6, "The receivers' ACKs").
     #[serde(default)]
     pub linux_acks: bool,
     /// TSO deferral (`tcp_tso_should_defer`): outside loss recovery, new data waits for
     /// an skb's worth of window (~1 ms of the pacing rate) for at most 1 ms after the last
     /// transmission, and only while an ACK is due within 1 ms, so a bulk sender goes in
     /// bursts of an skb, not a few segments per ACK. On by default since 2026-12-06
-    /// (VALIDATION.md §6b, "TSO deferral"); false: a few segments per ACK.
+    /// (VALIDATION.md §6, "TSO deferral"); false: a few segments per ACK.
     #[serde(default = "default_tso_defer")]
     pub tso_defer: bool,
     /// How far autotuning may grow a receive buffer (`tcp_rmem[2]`, bytes; Linux's default

@@ -19,6 +19,7 @@ pub mod config;
 pub mod gate;
 pub mod host;
 pub mod link;
+pub mod pipe;
 pub mod sim;
 pub mod tcp;
 pub mod time;

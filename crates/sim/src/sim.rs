@@ -19,6 +19,7 @@ use crate::config::{ConfigError, FlowConfig, FlowRole, LimiterConfig, LinkConfig
 use crate::gate::Gate;
 use crate::host::{uniform, Batches, Host, Noise};
 use crate::link::{Link, Offer};
+use crate::pipe::{AckPipe, Pipe};
 use crate::tcp::{AckSegment, Poll, Receiver, Segment, Sender};
 use crate::time::{secs, Time};
 use crate::trace::{TcpTable, Trace};
@@ -60,17 +61,6 @@ enum Packet {
     None,
 }
 
-/// A fixed-delay FIFO: packets arrive at the far end in the order they entered.
-struct Pipe<T> {
-    q: VecDeque<(Time, T)>,
-}
-
-impl<T: Copy> Pipe<T> {
-    fn new() -> Self {
-        Self { q: VecDeque::new() }
-    }
-}
-
 /// An unresponsive ON/OFF background source (see `OnOffConfig`).
 struct OnOff {
     /// Picoseconds between packets while ON (serialisation at the access rate).
@@ -104,7 +94,7 @@ struct Flow {
     to_nic: Pipe<Segment>,
     to_bottleneck: Pipe<Segment>,
     to_receiver: Pipe<Segment>,
-    to_sender: Pipe<AckSegment>,
+    to_sender: AckPipe,
     nic: usize,
     /// The host that sends this flow's data, and the one that receives it.
     src_host: usize,
@@ -315,7 +305,7 @@ fn build_flow(cfg: &SimConfig, i: usize, route: Route) -> Flow {
         to_nic: Pipe::new(),
         to_bottleneck: Pipe::new(),
         to_receiver: Pipe::new(),
-        to_sender: Pipe::new(),
+        to_sender: AckPipe::new(),
         nic: route.nic,
         src_host: route.src_host,
         dst_host: route.dst_host,
@@ -545,13 +535,13 @@ impl Simulation {
                         AT_RECEIVER => &mut f.to_receiver,
                         _ => &mut f.to_nic,
                     };
-                    let (_, seg) = pipe.q.pop_front().expect("scheduled head");
-                    (Packet::Data(seg), pipe.q.front().map(|h| h.0))
+                    let (seg, next) = pipe.pop().expect("scheduled head");
+                    (Packet::Data(seg), next)
                 }
                 AT_SENDER => {
                     let f = &mut self.flows[i];
-                    let (_, ack) = f.to_sender.q.pop_front().expect("scheduled head");
-                    (Packet::Ack(ack), f.to_sender.q.front().map(|h| h.0))
+                    let (ack, next) = f.to_sender.pop().expect("scheduled head");
+                    (Packet::Ack(ack), next)
                 }
                 _ => (Packet::None, None),
             };
@@ -648,7 +638,7 @@ impl Simulation {
             unreachable!("host interfaces never drop")
         };
         self.hosts[h].tx_departs(&self.noise, d);
-        if push(&mut self.flows[i].to_bottleneck, d, seg) {
+        if self.flows[i].to_bottleneck.push(d, seg) {
             self.schedule(d, AT_BOTTLENECK, i);
         }
     }
@@ -679,7 +669,7 @@ impl Simulation {
             let t = self.hosts[f.dst_host].rx_deliver(&mut self.noise, arrival);
             if self.eager_receivers {
                 self.receive(i, t, seg);
-            } else if push(&mut f.to_receiver, t, seg) {
+            } else if f.to_receiver.push(t, seg) {
                 self.schedule(t, AT_RECEIVER, i);
             }
         }
@@ -963,7 +953,7 @@ impl Simulation {
         };
         let f = &mut self.flows[i];
         let t = self.hosts[f.src_host].rx_deliver(&mut self.noise, depart + f.one_way_rev);
-        if push(&mut f.to_sender, t, ack) {
+        if f.to_sender.push(t, ack) {
             self.schedule(t, AT_SENDER, i);
         }
     }
@@ -1062,7 +1052,7 @@ impl Simulation {
             let f = &mut self.flows[i];
             // Segments in `to_nic` and `to_bottleneck` are exactly those still in the host
             // (queued or being serialised): the hop after the host link has no delay.
-            let queued = f.to_nic.q.len() + f.to_bottleneck.q.len() + f.uncompleted;
+            let queued = f.to_nic.len() + f.to_bottleneck.len() + f.uncompleted;
             let seg = match f.sender.poll_transmit(now, queued) {
                 Poll::Send(seg) => seg,
                 Poll::HostQueue => {
@@ -1085,7 +1075,7 @@ impl Simulation {
             let f = &mut self.flows[i];
             if let Some(gate) = f.gate.as_mut() {
                 let t = gate.release(now, bytes);
-                if push(&mut f.to_nic, t, seg) {
+                if f.to_nic.push(t, seg) {
                     self.schedule(t, AT_NIC, i);
                 }
                 continue;
@@ -1295,16 +1285,8 @@ impl Simulation {
         let in_flight: u64 = self
             .flows
             .iter()
-            .map(|f| (f.to_nic.q.len() + f.to_bottleneck.q.len() + f.to_receiver.q.len()) as u64)
+            .map(|f| (f.to_nic.len() + f.to_bottleneck.len() + f.to_receiver.len()) as u64)
             .sum();
         (sent, self.received_segments, dropped, in_flight)
     }
-}
-
-/// Pushes onto a pipe; true if it was empty (its head must be scheduled).
-#[inline]
-fn push<T: Copy>(p: &mut Pipe<T>, t: Time, item: T) -> bool {
-    debug_assert!(p.q.back().is_none_or(|b| b.0 <= t), "pipes are FIFO");
-    p.q.push_back((t, item));
-    p.q.len() == 1
 }

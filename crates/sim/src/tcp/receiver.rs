@@ -53,7 +53,7 @@ const APP_READ_BYTES: u64 = 131_072;
 /// Segments one buffer of the receive queue holds at most when Linux coalesces arriving
 /// segments into the queue's last (`tcp_try_coalesce`: up to `MAX_SKB_FRAGS` page
 /// fragments). Measured, not a constant of Linux: on this host's veths each read's first
-/// buffer held 16 (`tcp_rcvbuf_grow`'s copied and inq, VALIDATION §6b).
+/// buffer held 16 (`tcp_rcvbuf_grow`'s copied and inq, VALIDATION.md §6, "iperf3's start").
 const COALESCED_SEGS: u64 = 16;
 
 pub struct Receiver {
@@ -744,8 +744,9 @@ mod tests {
         // each segment acknowledged at once; after them, data the application has not read
         // shrinks the window the receiver would offer, so it does not acknowledge every
         // second segment but leaves it to the read, one ACK for all (`__tcp_ack_snd_check`,
-        // `tcp_cleanup_rbuf`). A kernel receiver in slow start (VALIDATION.md §6b): 10 ACKs
-        // for its first 10 segments, then 3 for a round of 40 that arrived unread.
+        // `tcp_cleanup_rbuf`). A kernel receiver in slow start: 10 ACKs for its first 10
+        // segments, then 3 for a round of 40 that arrived unread (docs/journal/
+        // validation-history.md, "The receiver's ACKs, as Linux sends them").
         let mut r = linux_receiver();
         let acked: Vec<u64> = (0..24)
             .filter_map(|s| r.on_segment(s * NS_PER_US, &seg(s)).ack.map(|a| a.cum))

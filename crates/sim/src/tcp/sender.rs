@@ -427,24 +427,23 @@ impl Sender {
         ((bytes.min(GSO_MAX_SIZE) / self.mss as f64) as u32).max(self.cc.min_tso_segs())
     }
 
-    fn compute_tsq_limit(&self, retransmission: bool) -> usize {
+    /// The TSQ limits for new data and for retransmissions (`tcp_small_queue_check`, whose
+    /// limit doubles for retransmissions), in segments. TSQ counts skbs: at least two of the
+    /// size TCP builds.
+    fn compute_tsq_limits(&self) -> [usize; 2] {
         if self.kernel == Kernel::Linux2006 {
-            return TXQUEUELEN;
+            return [TXQUEUELEN; 2];
         }
-        // TSQ counts skbs (`tcp_small_queue_check`): at least two of the size TCP builds.
         let segs = self.tso_segs() as f64;
         let truesize = segs * self.mss as f64 + SKB_OVERHEAD as f64;
         let mut limit = (2.0 * truesize).max(self.pacing_rate / PACING_SHIFT);
         if !self.paced {
             limit = limit.min(LIMIT_OUTPUT_BYTES);
         }
-        if retransmission {
-            limit *= 2.0;
-        }
         // Another skb may go while the memory in use (one unit over the skbs' truesize)
-        // does not exceed the limit.
-        let skbs = ((limit - 1.0) / truesize).floor() + 1.0;
-        (skbs * segs) as usize
+        // does not exceed the limit. The quotient is positive: truncation is its floor.
+        let in_segs = |limit: f64| ((((limit - 1.0) / truesize) as u64 + 1) as f64 * segs) as usize;
+        [in_segs(limit), in_segs(2.0 * limit)]
     }
 
     fn tsq_blocks(&self, host_queued: usize, retransmission: bool) -> bool {
@@ -1145,7 +1144,7 @@ impl Sender {
     }
 
     fn refresh_tsq(&mut self) {
-        self.tsq_segs = [self.compute_tsq_limit(false), self.compute_tsq_limit(true)];
+        self.tsq_segs = self.compute_tsq_limits();
     }
 
     /// What the congestion control is told about an ACK.

@@ -44,7 +44,7 @@ lint: build
 	$(VENV)/bin/lint-imports
 
 bench: build
-	$(PY) benches/sim_speed.py
+	$(PY) benches/reference.py   # today against the fixed reference build (BENCHMARKS.md, first table)
 
 clean:
 	rm -rf target $(VENV) results

@@ -30,7 +30,7 @@ from xferlab import engine  # noqa: E402
 from xferlab import scenario as sc  # noqa: E402
 from xferlab.campaign import spec  # noqa: E402
 from xferlab.importers import ImportLogError, iperf3, ss  # noqa: E402
-from xferlab.metrics import MetricsError  # noqa: E402
+from xferlab.registry import MetricsError  # noqa: E402
 from xferlab.runfolder import RunFolderError  # noqa: E402
 
 

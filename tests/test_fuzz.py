@@ -24,7 +24,7 @@ from xferlab import scenario as sc
 from xferlab.backends import sim as simbackend
 from xferlab.campaign import spec
 from xferlab.importers import ImportLogError, iperf3, ss
-from xferlab.metrics import MetricsError
+from xferlab.registry import MetricsError
 from xferlab.runfolder import RunFolderError
 
 DATA = Path(__file__).parent / "data"

@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from xferlab import engine, limits, metrics
 from xferlab.importers import ImportLogError, iperf3, ss, xfer
-from xferlab.metrics import MetricsError
+from xferlab.registry import MetricsError
 from xferlab.runfolder import RunFolderError
 
 DATA = Path(__file__).parent / "data"

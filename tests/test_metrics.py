@@ -4,7 +4,7 @@ import math
 
 import pytest
 from conftest import resolved_for, synthetic_trace
-from xferlab import metrics
+from xferlab import metrics, registry
 
 
 def test_mean_std_cov_population_form():
@@ -105,7 +105,7 @@ def test_all_active_window_and_transfers_sum_their_streams():
 
 def test_an_empty_window_is_an_error():
     tr = synthetic_trace({0: [1, 1], 1: [1, 1]}, starts=[0.0, 2.0], ends=[1.0, 3.0])
-    with pytest.raises(metrics.MetricsError, match="never all active"):
+    with pytest.raises(registry.MetricsError, match="never all active"):
         metrics.compute(tr, window="all-active")
 
 

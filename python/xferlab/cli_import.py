@@ -15,7 +15,7 @@ from .cli_common import console, err, print_summary
 from .cli_common import fail as _fail
 from .importers import ImportLogError, iperf3, ss
 from .importers.common import check_name, name_of_file
-from .metrics import MetricsError
+from .registry import MetricsError
 from .runfolder import RunFolderError
 from .units import format_duration, format_elapsed, format_rate, parse_duration, parse_rate
 

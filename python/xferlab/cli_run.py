@@ -17,7 +17,7 @@ from . import scenario as sc
 from .backends import BackendError
 from .cli_common import console, print_summary
 from .cli_common import fail as _fail
-from .metrics import MetricsError
+from .registry import MetricsError
 from .remote.inventory import InventoryError
 from .runfolder import RunFolderError
 from .scenario import ScenarioError

@@ -50,7 +50,7 @@ def load(folder: Path, label: str) -> Run:
     trace = runfolder.load_trace(folder)
     try:
         m = metrics.compute(trace)
-    except metrics.MetricsError as e:
+    except registry.MetricsError as e:
         raise runfolder.RunFolderError(f"{folder}: {e}") from None
     return Run(Path(folder), label, trace, m)
 

@@ -8,33 +8,45 @@ atomically (trace, ``run.json``, ``metrics.json``, report).
 from __future__ import annotations
 
 import datetime as _dt
+import importlib.metadata
 import os
 import platform
 import shutil
+import threading
 import time
 from pathlib import Path
 
-import matplotlib
-import pandas
-import pyarrow as pa
-import pydantic
-
-from . import __version__, backends, metrics, report, runfolder
+from . import __version__, backends, runfolder
+from .registry import MetricsError
 from .scenario import Scenario, resolve
 from .trace import Trace, TraceError
 
+#: The libraries a run's results depend on, whose versions ``run.json`` records.
+LIBRARIES = ("pyarrow", "pandas", "pydantic", "matplotlib")
+
 
 def versions(extra: dict | None = None) -> dict:
-    v = {
-        "xferlab": __version__,
-        "python": platform.python_version(),
-        "pyarrow": pa.__version__,
-        "pandas": pandas.__version__,
-        "pydantic": pydantic.__version__,
-        "matplotlib": matplotlib.__version__,
-    }
+    v = {"xferlab": __version__, "python": platform.python_version()}
+    v.update({name: importlib.metadata.version(name) for name in LIBRARIES})
     v.update(extra or {})
     return v
+
+
+def analysis():
+    """The metrics and the report. They import pandas and matplotlib, about a second of CPU
+    that :func:`run` spends while the backend runs (:func:`warm_up`): the simulator leaves
+    Python's lock while it computes."""
+    from . import metrics, report  # imported ahead by warm_up, while the backend runs
+
+    return metrics, report
+
+
+def warm_up() -> threading.Thread:
+    """Imports :func:`analysis` in a thread; a failure there is met again, and said, when
+    :func:`save` imports it."""
+    t = threading.Thread(target=analysis, name="xferlab-warm-up", daemon=True)
+    t.start()
+    return t
 
 
 def cpu_model() -> str | None:
@@ -74,6 +86,7 @@ def run(
     resolved = resolve(scenario)
     runfolder.check_destination(out, force)
     be = backends.get(backend)
+    warm_up()  # after the backend's own imports: the two threads never wait on each other's
     t0 = time.perf_counter()
     trace = be.run(scenario, resolved, progress, **(options or {}))
     stamp(trace, scenario=given, seed=scenario.seed, wall_seconds=time.perf_counter() - t0)
@@ -105,6 +118,7 @@ def save(trace: Trace, out: Path, force: bool = False) -> dict:
             raise TraceError(
                 f"the {trace.run.get('backend', '?')} backend produced a trace that breaks the contract: {e}"
             ) from None
+        metrics, report = analysis()
         m = metrics.compute(trace)
         with runfolder.staged(out, force) as tmp, runfolder.writing(out):
             trace.write(tmp / runfolder.TRACE_DIR)
@@ -137,9 +151,10 @@ def rerender(folder: Path) -> dict:
     names the file."""
     folder = Path(folder)
     trace = runfolder.load_trace(folder)
+    metrics, report = analysis()
     try:
         m = metrics.compute(trace)
-    except metrics.MetricsError as e:  # a window the stored trace does not cover, …
+    except MetricsError as e:  # a window the stored trace does not cover, …
         raise runfolder.RunFolderError(f"{folder}: {e}") from None
     with runfolder.writing(folder):
         runfolder.write_json(folder / runfolder.METRICS_FILE, m)

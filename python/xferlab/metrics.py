@@ -16,14 +16,11 @@ import numpy as np
 import pandas as pd
 
 from . import registry
+from .registry import MetricsError
 from .runinfo import RunInfo
 from .trace import Trace
 
 _EPS = 1e-9
-
-
-class MetricsError(Exception):
-    """The metrics cannot be computed as asked (e.g. an empty window)."""
 
 
 # ----------------------------------------------------------------------------- formulas

@@ -98,7 +98,8 @@ def section(rows: list[dict], passes: int, load: tuple[float, float]) -> str:
         f"Command: `make bench` (`.venv/bin/python benches/reference.py --passes {passes}`). CPU seconds of the "
         f"simulator alone, min / median / max of {passes} passes, both builds alternately in one process. "
         f"Reference: main at {REFERENCE}, built once and kept in `target/reference/` (benches/builds.py). "
-        f"Today: {commit()}. Machine: {machine()}; load average {load[0]:.1f} before, {load[1]:.1f} after.",
+        f"Today: {commit()}. Machine: {machine()}; load average {load[0]:.1f} before, {load[1]:.1f} after. "
+        "The reference changes only on purpose, with a line under History.",
         "",
         "| case | data packets | events / packet | reference CPU s | today CPU s | today / reference | today ns / packet |",
         "|---|---:|---:|---:|---:|---:|---:|",

@@ -60,6 +60,12 @@ COMMANDS: dict[str, Entry] = {
     ),
     "schedule": Entry("cli_schedule", "schedule_app", None, "Flow scheduling of transfer requests (seed 001)."),
     "bench": Entry("cli_campaign", "bench_app", None, "Benchmark suites (seed 004's user-oriented benchmark)."),
+    "advise": Entry(
+        "cli_advise",
+        "app",
+        "advise",
+        "Advise a transfer: variant, streams and pacing for a path, with its predicted completion time.",
+    ),
 }
 
 

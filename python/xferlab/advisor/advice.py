@@ -1,0 +1,87 @@
+"""The advisor end to end: a question and a budget in, the advice out."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from concurrent.futures import Executor
+from dataclasses import dataclass
+
+from . import apply, runs
+from .candidates import Config, Plan, candidates, check_budget, plan
+from .question import Question
+from .recommend import Row, choose, default_row, rows
+
+
+@dataclass(frozen=True)
+class Advice:
+    question: Question
+    plan: Plan
+    table: list[Row]
+    recommended: Row
+    default: Row | None
+    planned: int  # runs the campaign would have made without a budget
+    ran: int
+    left_out: int
+    budget_s: float
+    wall_s: float
+    workers: int
+
+    def as_dict(self) -> dict:
+        """The whole advice as plain data (an infinite time, a job never done, as null)."""
+        c = self.recommended.config
+        return finite(
+            {
+                "question": self.question.as_dict(),
+                "method": self.plan.as_dict(),
+                "recommended": self.recommended.as_dict(),
+                "default": self.default.as_dict() if self.default else None,
+                "configurations": [r.as_dict() for r in self.table],
+                "xfer": apply.xfer_argv(self.question, c),
+                "sysctls": [{"setting": n, "value": v, "why": w} for n, v, w in apply.sysctls(self.question, c)],
+                "campaign": {
+                    "planned": self.planned,
+                    "ran": self.ran,
+                    "left_out": self.left_out,
+                    "budget_s": self.budget_s,
+                    "wall_s": self.wall_s,
+                    "workers": self.workers,
+                },
+            }
+        )
+
+
+def finite(x):
+    """``x`` with every infinite or NaN float replaced by None (JSON has neither)."""
+    if isinstance(x, dict):
+        return {k: finite(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [finite(v) for v in x]
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    return x
+
+
+def advise(
+    q: Question,
+    budget_s: float,
+    workers: int,
+    configs: list[Config] | None = None,
+    repetitions: int = runs.MAX_REPETITIONS,
+    progress: Callable[[int, int], None] | None = None,
+    clock: Callable[[], float] = time.monotonic,
+    executor: Executor | None = None,
+    run: Callable[[dict], dict] | None = None,
+) -> Advice:
+    """Runs the advisor's campaign within ``budget_s`` and chooses (AdviceError: a budget
+    too small for the first runs)."""
+    configs = configs or candidates()
+    p = plan(q, len(configs), budget_s, workers)
+    check_budget(p, budget_s, 2 if q.competing else 1, workers)
+    extra = {"run": run} if run else {}
+    res = runs.campaign(q, p, configs, budget_s, workers, repetitions, progress, clock, executor, **extra)
+    table = rows(res, configs, q, p)
+    return Advice(
+        q, p, table, choose(table, q), default_row(table), res.planned, len(res.runs), res.left_out, budget_s, res.wall_s, workers
+    )

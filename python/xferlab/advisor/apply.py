@@ -1,0 +1,80 @@
+"""What applies a configuration on real hosts: the ``xfer send`` command line
+(docs/xfer.md) and the host settings it needs (ESnet fasterdata's host tuning rules, with
+the numbers of this path)."""
+
+from __future__ import annotations
+
+import math
+import shlex
+
+from .candidates import Config
+from .question import Question
+
+#: Linux's defaults for the largest socket buffers (tcp_rmem[2], tcp_wmem[2]), bytes.
+LINUX_RMEM_MAX = 6 << 20
+LINUX_WMEM_MAX = 4 << 20
+#: Variants built into every distribution's kernel (the others are modules: tcp_<name>).
+BUILT_IN = ("reno", "cubic")
+
+
+def rate_text(bps: float) -> str:
+    """A goodput rate as xfer's --rate takes it (decimal M or G, bit/s)."""
+    return f"{bps / 1e9:.3g}G" if bps >= 1e9 else f"{bps / 1e6:.4g}M"
+
+
+def xfer_argv(q: Question, c: Config, source: str = "FILE", dest: str = "RECEIVER:7447:/FILE") -> list[str]:
+    """The ``xfer send`` command of a configuration: its streams, congestion control and,
+    when paced, its rate (xfer's --rate is the goodput of all streams together)."""
+    argv = ["xfer", "send", "-P", str(c.streams), "--cc", c.variant]
+    if c.pacing:
+        argv += ["--rate", rate_text(c.pacing * q.goodput_bps)]
+    return argv + ["--key-file", "xfer.key", source, dest]
+
+
+def xfer_line(q: Question, c: Config) -> str:
+    return shlex.join(xfer_argv(q, c))
+
+
+def socket_buffer_bytes(q: Question, c: Config) -> int:
+    """The largest socket buffer each stream needs: its share of the window that fills the
+    path and its bottleneck buffer, (BDP + buffer) / streams, twice over (Linux offers about
+    half a receive buffer as window: the rest is skb overhead, constants.RX_SKB_OVERHEAD),
+    rounded up to a MiB."""
+    window = (q.bdp_bytes + q.buffer_packets() * q.mtu) / c.streams
+    return math.ceil(2 * window / (1 << 20)) << 20
+
+
+def sysctls(q: Question, c: Config) -> list[tuple[str, str, str]]:
+    """(setting, value, why) for both hosts; Linux's defaults kept where they suffice."""
+    need = socket_buffer_bytes(q, c)
+    rmem, wmem = max(need, LINUX_RMEM_MAX), max(need, LINUX_WMEM_MAX)
+    why = f"each of {c.streams} stream(s) needs a {need >> 20} MiB buffer for its share of the BDP"
+    out = [
+        ("net.ipv4.tcp_rmem", f"4096 131072 {rmem}", why),
+        ("net.ipv4.tcp_wmem", f"4096 16384 {wmem}", why),
+        ("net.core.rmem_max", str(rmem), "the same limit for buffers an application sets itself"),
+        ("net.core.wmem_max", str(wmem), "the same limit for buffers an application sets itself"),
+    ]
+    if c.variant not in BUILT_IN:
+        out.append(("modprobe", f"tcp_{c.variant}", f"{c.variant} is a kernel module"))
+    out.append(
+        (
+            "net.ipv4.tcp_allowed_congestion_control",
+            f"reno cubic {c.variant}" if c.variant not in BUILT_IN else "reno cubic",
+            "lets xfer --cc choose it without root",
+        )
+    )
+    if c.pacing or c.variant == "bbr":
+        out.append(("(kernel)", "Linux ≥ 4.13", "TCP paces itself (SO_MAX_PACING_RATE, BBR) without the fq qdisc"))
+    return out
+
+
+def shell_lines(q: Question, c: Config) -> list[str]:
+    """The settings as commands to run as root on each host."""
+    lines = []
+    for name, value, _ in sysctls(q, c):
+        if name == "modprobe":
+            lines.append(f"modprobe {value}")
+        elif not name.startswith("("):
+            lines.append(f"sysctl -w {name}={shlex.quote(value)}" if " " in value else f"sysctl -w {name}={value}")
+    return lines

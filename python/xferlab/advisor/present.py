@@ -1,0 +1,105 @@
+"""The advice on a terminal: the recommendation, every configuration tried, the default
+beside it, the commands that apply it, and how the prediction was made."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from ..units import format_duration, format_rate, format_size
+from . import apply
+from .advice import Advice
+from .candidates import DEFAULT
+from .recommend import Row
+
+
+def _time(s: float) -> str:
+    return format_duration(s) if s != float("inf") else "never"
+
+
+def _pct(x: float | None) -> str:
+    return "—" if x is None else f"{100 * x:.0f} %"
+
+
+def table(a: Advice) -> Table:
+    q = a.question
+    t = Table(title="configurations tried", title_justify="left")
+    for name, justify in (
+        ("configuration", "left"),
+        ("seeds", "right"),
+        ("goodput", "right"),
+        ("p50", "right"),
+        ("p99", "right"),
+    ):
+        t.add_column(name, justify=justify)
+    if q.deadline_s is not None:
+        t.add_column(f"P(≤ {format_duration(q.deadline_s)})", justify="right")
+    if q.competing:
+        t.add_column("harm", justify="right")
+    for r in sorted(a.table, key=lambda r: r.prediction.p99_s):
+        cells = [
+            _label(r, a),
+            str(r.repetitions),
+            format_rate(r.prediction.goodput_bps),
+            _time(r.prediction.p50_s),
+            _time(r.prediction.p99_s),
+        ]
+        if q.deadline_s is not None:
+            cells.append(_pct(r.prediction.p_deadline))
+        if q.competing:
+            cells.append(_pct(r.harm))
+        t.add_row(*cells, style="bold green" if r is a.recommended else None)
+    return t
+
+
+def _label(r: Row, a: Advice) -> str:
+    marks = [m for m, yes in (("recommended", r is a.recommended), ("default", r.config == DEFAULT)) if yes]
+    return escape(r.config.label + (f"  ({', '.join(marks)})" if marks else ""))
+
+
+def _headline(r: Row, a: Advice) -> str:
+    p, q = r.prediction, a.question
+    line = f"{escape(r.config.label)}: p50 {_time(p.p50_s)}, p99 {_time(p.p99_s)}"
+    if q.deadline_s is not None:
+        line += f", P(done within {format_duration(q.deadline_s)}) {_pct(p.p_deadline)}"
+    if q.competing:
+        line += f", harm to the competing flows {_pct(r.harm)}"
+    return line
+
+
+def show(a: Advice, out: Console) -> None:
+    q = a.question
+    out.print(
+        f"path: RTT {format_duration(q.rtt_s)}, bottleneck {format_rate(q.bottleneck_bps)} (r_TP "
+        f"{format_rate(q.goodput_bps)}), buffer {q.buffer_packets()} packets; job {format_size(q.volume_bytes)}"
+        f" (ideal {format_duration(q.ideal_time_s)}); competing: {q.competing} × {q.competing_variant}",
+        highlight=False,
+    )
+    out.print(table(a))
+    out.print(f"[bold]recommended[/] {_headline(a.recommended, a)}", highlight=False)
+    if a.default is not None and a.default is not a.recommended:
+        out.print(f"[bold]default[/]     {_headline(a.default, a)}", highlight=False)
+    c = a.recommended.config
+    out.print("\n[bold]apply it[/] (on both hosts, as root, then on the sender):", highlight=False)
+    for line in apply.shell_lines(q, c):
+        out.print(f"  {escape(line)}", highlight=False)
+    out.print(f"  {escape(apply.xfer_line(q, c))}", highlight=False)
+    out.print(f"\n[dim]{escape(method_line(a))}[/]", highlight=False)
+
+
+def method_line(a: Advice) -> str:
+    p = a.plan
+    if p.whole:
+        how = f"each run moved the whole job ({format_duration(p.run_s)} at most)"
+    else:
+        scaled = f", rates ÷ {p.scale:g}" if p.scale > 1 else ""
+        how = (
+            f"each run {format_duration(p.run_s)} (slow start + 4 epochs of {format_duration(p.epoch_s)}{scaled}),"
+            " extrapolated: start-up + rest / steady goodput, block bootstrap over epochs"
+        )
+    left = f"; {a.left_out} runs left out by the budget" if a.left_out else ""
+    return (
+        f"{a.ran} simulator runs of {a.planned} planned in {a.wall_s:.0f} s "
+        f"(budget {a.budget_s:g} s, {a.workers} workers){left}; {how}"
+    )

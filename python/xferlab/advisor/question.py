@@ -1,0 +1,114 @@
+"""What a user asks the advisor: a path, a job and the competition it will meet.
+
+Parsed from the command line's text (``100ms``, ``10Gbps``, ``2TB``, ``1bdp``) and checked
+here, each problem one :class:`AdviceError` sentence.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+from .. import constants, variants
+from ..models import ideal_rates
+from ..units import format_duration, format_rate, parse_duration, parse_rate, parse_size
+
+
+class AdviceError(ValueError):
+    """A question the advisor cannot answer as asked: the message says why."""
+
+
+@dataclass(frozen=True)
+class Question:
+    rtt_s: float
+    bottleneck_bps: float
+    access_bps: float
+    buffer: str  # as the scenario's topology.buffer takes it: "1.0bdp" or a packet count
+    volume_bytes: int
+    deadline_s: float | None
+    competing: int  # long-lived flows sharing the bottleneck
+    competing_variant: str
+    mtu: int = constants.DEFAULT_MTU
+
+    @property
+    def header_bytes(self) -> int:
+        """IP + TCP headers with timestamps (Linux's default), as the scenario counts them."""
+        return constants.IP_TCP_HEADERS + constants.TCP_TIMESTAMPS
+
+    @property
+    def goodput_bps(self) -> float:
+        """r_TP of the bottleneck (seed 001 §3.3): the best any configuration can do alone."""
+        rate = min(self.bottleneck_bps, self.access_bps)
+        return ideal_rates(rate, self.mtu, self.header_bytes).r_tp_mbps * 1e6
+
+    @property
+    def ideal_time_s(self) -> float:
+        """The job at r_TP from the first byte, plus one round trip (handshake)."""
+        return self.volume_bytes * 8 / self.goodput_bps + self.rtt_s
+
+    @property
+    def bdp_bytes(self) -> float:
+        return self.bottleneck_bps * self.rtt_s / 8
+
+    def buffer_packets(self) -> int:
+        if self.buffer.endswith("bdp"):
+            bdp = constants.bdp_packets(self.bottleneck_bps, self.rtt_s, self.mtu)
+            return max(1, math.ceil(float(self.buffer[:-3]) * bdp))
+        return int(self.buffer)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def _positive(parse, text: str, option: str) -> float:
+    try:
+        value = parse(text)
+    except ValueError as e:
+        raise AdviceError(f"{option} {text}: {e}") from None
+    if not value > 0 or not math.isfinite(value):
+        raise AdviceError(f"{option} {text}: must be above 0")
+    return value
+
+
+def _buffer(text: str) -> str:
+    t = text.strip().lower()
+    try:
+        n = float(t[:-3]) if t.endswith("bdp") else int(t)
+    except ValueError:
+        raise AdviceError(f"--buffer {text}: expected a multiple of the BDP (1bdp, 0.5bdp) or packets (1000)") from None
+    if not n > 0 or not math.isfinite(n):
+        raise AdviceError(f"--buffer {text}: must be above 0")
+    return f"{n}bdp" if t.endswith("bdp") else str(int(n))
+
+
+def ask(
+    rtt: str,
+    bottleneck: str,
+    volume: str,
+    access: str | None = None,
+    buffer: str = "1bdp",
+    deadline: str | None = None,
+    competing: int = 0,
+    competing_variant: str = "cubic",
+) -> Question:
+    """The question from the command line's text, checked: one AdviceError per problem."""
+    rtt_s = _positive(lambda t: parse_duration(t, require_unit=True), rtt, "--rtt")
+    c = _positive(parse_rate, bottleneck, "--bottleneck")
+    a = _positive(parse_rate, access, "--access") if access is not None else c
+    v = int(_positive(parse_size, volume, "--volume"))
+    if competing < 0:
+        raise AdviceError(f"--competing {competing}: must be 0 or more")
+    try:
+        cv = variants.canonical(competing_variant)
+    except ValueError as e:
+        raise AdviceError(f"--competing-variant: {e}") from None
+    q = Question(rtt_s, c, a, _buffer(buffer), v, None, competing, cv)
+    if deadline is not None:
+        d = _positive(lambda t: parse_duration(t, require_unit=True), deadline, "--deadline")
+        if d < q.ideal_time_s:
+            raise AdviceError(
+                f"--deadline {deadline}: shorter than the ideal transfer time, {format_duration(q.ideal_time_s)} "
+                f"(the whole bottleneck, {format_rate(q.goodput_bps)} of goodput, from the first byte): no configuration meets it"
+            )
+        q = Question(rtt_s, c, a, q.buffer, v, d, competing, cv)
+    return q

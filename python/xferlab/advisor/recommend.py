@@ -1,0 +1,91 @@
+"""From the runs to the advice: a row per configuration tried (its predicted completion
+time and its harm to the competing flows) and the one recommended.
+
+**The choice.** With competing flows, a configuration is eligible when its harm is at most
+the larger of the default's and the fair share's (1/(n + 1) of the competitors' goodput
+for n competitors, what a job taking exactly its share would cost them) plus
+HARM_SLACK: the advisor does not buy speed by starving others. Among the eligible ones:
+with a deadline, those meeting it with probability ≥ DEADLINE_CONFIDENCE, the least
+harmful first, then the shortest p99; when none does, the most likely to meet it; without
+a deadline, the shortest p99. Configurations within NEAR of the best p99 count as equal and
+the simplest wins (fewer streams, then no pacing, then the default variant).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .candidates import DEFAULT, Config, Plan
+from .predict import Prediction, harm, predict, whole
+from .question import Question
+from .runs import Results
+
+#: Harm above the default's or the fair share's that is still acceptable (percentage points / 100).
+HARM_SLACK = 0.05
+#: The probability of meeting the deadline the advisor wants.
+DEADLINE_CONFIDENCE = 0.99
+#: p99 completion times within this share of the best are equal.
+NEAR = 0.02
+
+
+@dataclass(frozen=True)
+class Row:
+    config: Config
+    repetitions: int
+    prediction: Prediction
+    harm: float | None
+
+    def as_dict(self) -> dict:
+        return {
+            **self.config.as_dict(),
+            "label": self.config.label,
+            "repetitions": self.repetitions,
+            **self.prediction.as_dict(),
+            "harm": self.harm,
+        }
+
+
+def rows(results: Results, configs: list[Config], q: Question, p: Plan, seed: int = 0) -> list[Row]:
+    """A row per configuration with at least one run, in the order tried."""
+    rng = np.random.default_rng(seed)
+    baseline = {r["rep"]: r for r in results.of(None)}
+    out = []
+    for c in configs:
+        runs = results.of(c)
+        if not runs:
+            continue
+        if p.whole:
+            done = [r["completion_s"] for r in runs if r["completion_s"] is not None]
+            pred = whole(done, q) if done else predict([r["job_bps"] for r in runs], q, p, rng)
+        else:
+            pred = predict([r["job_bps"] for r in runs], q, p, rng)
+        out.append(Row(c, len(runs), pred, harm(runs, baseline, q, p)))
+    return out
+
+
+def _simplicity(c: Config) -> tuple:
+    return (c.streams, c.pacing is not None, c.variant != DEFAULT.variant)
+
+
+def choose(table: list[Row], q: Question) -> Row:
+    """The recommended row (see the module's rule)."""
+    default = next((r for r in table if r.config == DEFAULT), table[0])
+    eligible = table
+    if q.competing:
+        limit = max(default.harm or 0.0, 1 / (q.competing + 1)) + HARM_SLACK
+        eligible = [r for r in table if r.harm is None or r.harm <= limit] or [default]
+    if q.deadline_s is not None:
+        sure = [r for r in eligible if (r.prediction.p_deadline or 0.0) >= DEADLINE_CONFIDENCE]
+        if sure:
+            return min(sure, key=lambda r: (round(r.harm or 0.0, 2), _simplicity(r.config), r.prediction.p99_s))
+        best = max(r.prediction.p_deadline or 0.0 for r in eligible)
+        eligible = [r for r in eligible if (r.prediction.p_deadline or 0.0) >= best - 0.01]
+    fastest = min(r.prediction.p99_s for r in eligible)
+    near = [r for r in eligible if r.prediction.p99_s <= fastest * (1 + NEAR)]
+    return min(near, key=lambda r: (_simplicity(r.config), r.prediction.p99_s))
+
+
+def default_row(table: list[Row]) -> Row | None:
+    return next((r for r in table if r.config == DEFAULT), None)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from . import apply, runs
 from .candidates import Config, Plan, candidates, check_budget, plan
 from .question import Question
-from .recommend import Row, choose, default_row, rows
+from .recommend import DEADLINE_CONFIDENCE, Row, choose, default_row, rows
 
 
 @dataclass(frozen=True)
@@ -28,6 +28,21 @@ class Advice:
     wall_s: float
     workers: int
 
+    def notes(self) -> list[str]:
+        """What the user should know before trusting the figures."""
+        out = []
+        if self.plan.scale > 1:
+            out.append(
+                f"the path was simulated at 1/{self.plan.scale:g} of its rates to fit the budget: loss-based "
+                "variants regrow a smaller window sooner, so few-stream predictions are optimistic there "
+                "(docs/advisor.md); a larger --budget lowers the scale"
+            )
+        if self.question.deadline_s is not None and (self.recommended.prediction.p_deadline or 0.0) < DEADLINE_CONFIDENCE:
+            out.append("no configuration tried meets the deadline with 99 % confidence within the harm allowed")
+        if self.left_out:
+            out.append(f"{self.left_out} runs did not fit the budget: some configurations have fewer seeds or none")
+        return out
+
     def as_dict(self) -> dict:
         """The whole advice as plain data (an infinite time, a job never done, as null)."""
         c = self.recommended.config
@@ -40,6 +55,7 @@ class Advice:
                 "configurations": [r.as_dict() for r in self.table],
                 "xfer": apply.xfer_argv(self.question, c),
                 "sysctls": [{"setting": n, "value": v, "why": w} for n, v, w in apply.sysctls(self.question, c)],
+                "notes": self.notes(),
                 "campaign": {
                     "planned": self.planned,
                     "ran": self.ran,

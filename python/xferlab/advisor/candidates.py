@@ -25,9 +25,9 @@ PACING = (None, 0.9)
 #: Congestion epochs a run covers after slow start.
 EPOCHS = 4
 #: Simulated packets per second of one core, all counted (data and ACKs at ~2 data packets
-#: per ACK); measured 2.4 M/s on this machine (1 Gbit/s, 4 + 1 flows, 20 ms): a cost model
+#: per ACK); measured 1.3–2 M/s on this machine (1 Gbit/s, 10–20 ms): a cost model
 #: for the budget, not a promise.
-SIM_PACKETS_PER_S = 2.0e6
+SIM_PACKETS_PER_S = 1.4e6
 #: A run's fixed cost (process, configuration, tables), seconds.
 RUN_OVERHEAD_S = 0.05
 #: Scales tried, smallest first. The scaled path keeps at least MIN_SCALED_BPS and a BDP of

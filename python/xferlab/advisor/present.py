@@ -86,6 +86,8 @@ def show(a: Advice, out: Console) -> None:
         out.print(f"  {escape(line)}", highlight=False)
     out.print(f"  {escape(apply.xfer_line(q, c))}", highlight=False)
     out.print(f"\n[dim]{escape(method_line(a))}[/]", highlight=False)
+    for line in a.notes():
+        out.print(f"[yellow]note:[/] {escape(line)}", highlight=False)
 
 
 def method_line(a: Advice) -> str:

@@ -92,7 +92,7 @@ def advise(
 ) -> Advice:
     """Runs the advisor's campaign within ``budget_s`` and chooses (AdviceError: a budget
     too small for the first runs)."""
-    configs = configs or candidates()
+    configs = configs or candidates(q.competing)
     p = plan(q, len(configs), budget_s, workers)
     check_budget(p, budget_s, 2 if q.competing else 1, workers)
     extra = {"run": run} if run else {}

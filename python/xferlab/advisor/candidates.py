@@ -59,9 +59,11 @@ class Config:
 DEFAULT = Config("cubic", 1, None)
 
 
-def candidates(variants: tuple[str, ...] = VARIANTS, streams: tuple[int, ...] = STREAMS) -> list[Config]:
-    """Every candidate, the default first, then by streams, variant, pacing."""
-    grid = [Config(v, n, p) for n in streams for v in variants for p in PACING]
+def candidates(competing: int = 0, variants: tuple[str, ...] = VARIANTS, streams: tuple[int, ...] = STREAMS) -> list[Config]:
+    """Every candidate, the default first, then by streams, variant, pacing. With ``n``
+    competing flows, pacing to the fair share, 1/(n + 1) of r_TP, is tried too."""
+    pacing = PACING + ((round(1 / (competing + 1), 3),) if competing else ())
+    grid = [Config(v, n, p) for n in streams for v in variants for p in pacing]
     return [DEFAULT, *(c for c in grid if c != DEFAULT)]
 
 

@@ -7,7 +7,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from ..units import format_duration, format_rate, format_size
+from ..units import format_duration, format_elapsed, format_rate, format_size
 from . import apply
 from .advice import Advice
 from .candidates import DEFAULT
@@ -15,7 +15,13 @@ from .recommend import Row
 
 
 def _time(s: float) -> str:
-    return format_duration(s) if s != float("inf") else "never"
+    if s == float("inf"):
+        return "never"
+    return f"{s:.3g} s" if s < 60 else format_elapsed(s)
+
+
+def _rate(bps: float) -> str:
+    return f"{bps / 1e9:.2f} Gbit/s" if bps >= 1e9 else f"{bps / 1e6:.0f} Mbit/s"
 
 
 def _pct(x: float | None) -> str:
@@ -34,14 +40,14 @@ def table(a: Advice) -> Table:
     ):
         t.add_column(name, justify=justify)
     if q.deadline_s is not None:
-        t.add_column(f"P(≤ {format_duration(q.deadline_s)})", justify="right")
+        t.add_column(f"P(≤ {_time(q.deadline_s)})", justify="right")
     if q.competing:
         t.add_column("harm", justify="right")
     for r in sorted(a.table, key=lambda r: r.prediction.p99_s):
         cells = [
             _label(r, a),
             str(r.repetitions),
-            format_rate(r.prediction.goodput_bps),
+            _rate(r.prediction.goodput_bps),
             _time(r.prediction.p50_s),
             _time(r.prediction.p99_s),
         ]
@@ -62,7 +68,7 @@ def _headline(r: Row, a: Advice) -> str:
     p, q = r.prediction, a.question
     line = f"{escape(r.config.label)}: p50 {_time(p.p50_s)}, p99 {_time(p.p99_s)}"
     if q.deadline_s is not None:
-        line += f", P(done within {format_duration(q.deadline_s)}) {_pct(p.p_deadline)}"
+        line += f", P(done within {_time(q.deadline_s)}) {_pct(p.p_deadline)}"
     if q.competing:
         line += f", harm to the competing flows {_pct(r.harm)}"
     return line
@@ -72,8 +78,9 @@ def show(a: Advice, out: Console) -> None:
     q = a.question
     out.print(
         f"path: RTT {format_duration(q.rtt_s)}, bottleneck {format_rate(q.bottleneck_bps)} (r_TP "
-        f"{format_rate(q.goodput_bps)}), buffer {q.buffer_packets()} packets; job {format_size(q.volume_bytes)}"
-        f" (ideal {format_duration(q.ideal_time_s)}); competing: {q.competing} × {q.competing_variant}",
+        f"{_rate(q.goodput_bps)}), access {format_rate(q.access_bps)}, buffer {q.buffer_packets()} packets; "
+        f"job {format_size(q.volume_bytes)} (ideal {_time(q.ideal_time_s)}); "
+        f"competing: {q.competing} × {q.competing_variant}",
         highlight=False,
     )
     out.print(table(a))
@@ -93,11 +100,11 @@ def show(a: Advice, out: Console) -> None:
 def method_line(a: Advice) -> str:
     p = a.plan
     if p.whole:
-        how = f"each run moved the whole job ({format_duration(p.run_s)} at most)"
+        how = f"each run moved the whole job ({_time(p.run_s)} at most)"
     else:
         scaled = f", rates ÷ {p.scale:g}" if p.scale > 1 else ""
         how = (
-            f"each run {format_duration(p.run_s)} (slow start + 4 epochs of {format_duration(p.epoch_s)}{scaled}),"
+            f"each run {_time(p.run_s)} (slow start + 4 epochs of {_time(p.epoch_s)}{scaled}),"
             " extrapolated: start-up + rest / steady goodput, block bootstrap over epochs"
         )
     left = f"; {a.left_out} runs left out by the budget" if a.left_out else ""

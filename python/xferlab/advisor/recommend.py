@@ -5,10 +5,11 @@ time and its harm to the competing flows) and the one recommended.
 the larger of the default's and the fair share's (1/(n + 1) of the competitors' goodput
 for n competitors, what a job taking exactly its share would cost them) plus
 HARM_SLACK: the advisor does not buy speed by starving others. Among the eligible ones:
-with a deadline, those meeting it with probability ≥ DEADLINE_CONFIDENCE, the least
-harmful first, then the shortest p99; when none does, the most likely to meet it; without
-a deadline, the shortest p99. Configurations within NEAR of the best p99 count as equal and
-the simplest wins (fewer streams, then no pacing, then the default variant).
+with a deadline, those meeting it with probability ≥ DEADLINE_CONFIDENCE and harming the
+competitors at most HARM_SLACK more than the least harmful of them, the simplest; when
+none does, the most likely to meet it; without a deadline, the shortest p99.
+Configurations within NEAR of the best p99 count as equal and the simplest wins (fewer
+streams, then no pacing, then the default variant).
 """
 
 from __future__ import annotations
@@ -79,7 +80,9 @@ def choose(table: list[Row], q: Question) -> Row:
     if q.deadline_s is not None:
         sure = [r for r in eligible if (r.prediction.p_deadline or 0.0) >= DEADLINE_CONFIDENCE]
         if sure:
-            return min(sure, key=lambda r: (round(r.harm or 0.0, 2), _simplicity(r.config), r.prediction.p99_s))
+            least = min(r.harm or 0.0 for r in sure)
+            gentle = [r for r in sure if (r.harm or 0.0) <= least + HARM_SLACK]
+            return min(gentle, key=lambda r: (_simplicity(r.config), r.prediction.p99_s))
         best = max(r.prediction.p_deadline or 0.0 for r in eligible)
         eligible = [r for r in eligible if (r.prediction.p_deadline or 0.0) >= best - 0.01]
     fastest = min(r.prediction.p99_s for r in eligible)

@@ -34,8 +34,8 @@ class Advice:
         if self.plan.scale > 1:
             out.append(
                 f"the path was simulated at 1/{self.plan.scale:g} of its rates to fit the budget: loss-based "
-                "variants regrow a smaller window sooner, so few-stream predictions are optimistic there "
-                "(docs/advisor.md); a larger --budget lowers the scale"
+                "variants with few streams behave differently with a smaller window (up to 29 % off in "
+                "docs/advisor.md's checks); a larger --budget lowers the scale"
             )
         if self.question.deadline_s is not None and (self.recommended.prediction.p_deadline or 0.0) < DEADLINE_CONFIDENCE:
             out.append("no configuration tried meets the deadline with 99 % confidence within the harm allowed")

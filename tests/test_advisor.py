@@ -17,7 +17,7 @@ from xferlab import cli
 from xferlab.advisor import apply, runs, simulate
 from xferlab.advisor.advice import advise
 from xferlab.advisor.candidates import DEFAULT, Config, Plan, candidates, run_cost_s, run_length
-from xferlab.advisor.predict import predict, startup
+from xferlab.advisor.predict import harm, predict, startup
 from xferlab.advisor.question import AdviceError, ask
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -184,6 +184,18 @@ def test_two_workers_run_twice_as_many_in_the_same_budget():
     assert len(res.runs) == 20 and res.left_out == 5
 
 
+def test_harm_is_the_competitors_goodput_lost_against_the_baseline_of_the_same_seed():
+    q = ask("20ms", "1Gbps", "1GB", competing=1)
+    p = Plan(1, 10.0, 0.1, 1.0, 0.1, 1.0)
+    baseline = {0: {"competing_bps": [9e8] * 100}, 1: {"competing_bps": [8e8] * 100}}
+    job = [
+        {"rep": 0, "job_bps": [5e8] * 100, "competing_bps": [4.5e8] * 100},
+        {"rep": 1, "job_bps": [5e8] * 100, "competing_bps": [2e8] * 100},
+    ]
+    assert harm(job, baseline, q, p) == pytest.approx((0.5 + 0.75) / 2)
+    assert harm(job, baseline, ask("20ms", "1Gbps", "1GB"), p) is None
+
+
 def test_the_host_settings_cover_each_streams_share_of_the_bdp():
     q = ask("100ms", "10Gbps", "2TB")
     for c in (Config("htcp", 1, None), Config("cubic", 8, 0.9)):
@@ -193,3 +205,5 @@ def test_the_host_settings_cover_each_streams_share_of_the_bdp():
         assert int(settings["net.core.wmem_max"]) >= 2 * need
     assert ("modprobe", "tcp_htcp") in [(n, v) for n, v, _ in apply.sysctls(q, Config("htcp", 1, None))]
     assert "--rate" in apply.xfer_argv(q, Config("cubic", 8, 0.9))
+    huge = ask("1s", "40Gbps", "1TB")
+    assert int(dict((n, v) for n, v, _ in apply.sysctls(huge, DEFAULT))["net.core.rmem_max"]) == 2**31 - 1

@@ -13,6 +13,8 @@ from .question import Question
 #: Linux's defaults for the largest socket buffers (tcp_rmem[2], tcp_wmem[2]), bytes.
 LINUX_RMEM_MAX = 6 << 20
 LINUX_WMEM_MAX = 4 << 20
+#: The largest value tcp_rmem and tcp_wmem take (a C int): more streams share a bigger BDP.
+SYSCTL_INT_MAX = 2**31 - 1
 #: Variants built into every distribution's kernel (the others are modules: tcp_<name>).
 BUILT_IN = ("reno", "cubic")
 
@@ -39,9 +41,9 @@ def socket_buffer_bytes(q: Question, c: Config) -> int:
     """The largest socket buffer each stream needs: its share of the window that fills the
     path and its bottleneck buffer, (BDP + buffer) / streams, twice over (Linux offers about
     half a receive buffer as window: the rest is skb overhead, constants.RX_SKB_OVERHEAD),
-    rounded up to a MiB."""
+    rounded up to a MiB (at most what the sysctl takes)."""
     window = (q.bdp_bytes + q.buffer_packets() * q.mtu) / c.streams
-    return math.ceil(2 * window / (1 << 20)) << 20
+    return min(math.ceil(2 * window / (1 << 20)) << 20, SYSCTL_INT_MAX)
 
 
 def sysctls(q: Question, c: Config) -> list[tuple[str, str, str]]:

@@ -169,10 +169,28 @@ def test_the_budget_is_respected_as_a_count_of_runs():
     clock = FakeClock()
     q = ask("20ms", "1Gbps", "1GB")
     configs = candidates()[:4]
-    a = advise(q, 10.0, 1, configs=configs, repetitions=5, clock=clock, executor=Inline(), run=_fake_run(clock, 1.0))
+    a = advise(
+        q, 10.0, 1, configs=configs, repetitions=5, clock=clock, executor=Inline(), run=_fake_run(clock, 1.0), refine=False
+    )
     assert a.ran == 10 and a.planned == 20 and a.left_out == 10
     assert [r.repetitions for r in a.table] == [3, 3, 2, 2]
     assert a.default is not None and a.default.config == DEFAULT
+
+
+def test_a_scaled_path_screens_with_half_the_budget_and_runs_the_contenders_again_closer_to_scale():
+    """10 Gbit/s at 100 ms must be scaled: 20 runs of 1 s screen 8 candidates (20 of the 40
+    s), then the contenders (the default, the choice, the three fastest: here, all alike,
+    fewer) run again at a smaller scale in the other 20 s, and the choice is made among them."""
+    clock = FakeClock()
+    q = ask("100ms", "10Gbps", "2TB")
+    configs = candidates()[:8]
+    a = advise(q, 40.0, 1, configs=configs, repetitions=5, clock=clock, executor=Inline(), run=_fake_run(clock, 1.0))
+    assert a.final_plan is not None and a.final_plan.scale < a.plan.scale
+    second = min(20, 5 * len(a.finalists))  # every run of the contenders that fits 20 s
+    assert sum(r.repetitions for r in a.table) == 20 and sum(r.repetitions for r in a.finalists) == second
+    assert a.ran == 20 + second and a.planned == 40 + 5 * len(a.finalists)
+    assert a.finalists[0].config == DEFAULT and a.recommended in a.finalists
+    assert a.as_dict()["finalists_method"]["scale"] == a.final_plan.scale
 
 
 def test_two_workers_run_twice_as_many_in_the_same_budget():

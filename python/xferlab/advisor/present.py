@@ -28,9 +28,9 @@ def _pct(x: float | None) -> str:
     return "—" if x is None else f"{100 * x:.0f} %"
 
 
-def table(a: Advice) -> Table:
+def table(a: Advice, rows: list[Row], title: str) -> Table:
     q = a.question
-    t = Table(title="configurations tried", title_justify="left")
+    t = Table(title=title, title_justify="left")
     for name, justify in (
         ("configuration", "left"),
         ("seeds", "right"),
@@ -43,7 +43,7 @@ def table(a: Advice) -> Table:
         t.add_column(f"P(≤ {_time(q.deadline_s)})", justify="right")
     if q.competing:
         t.add_column("harm", justify="right")
-    for r in sorted(a.table, key=lambda r: r.prediction.p99_s):
+    for r in sorted(rows, key=lambda r: r.prediction.p99_s):
         cells = [
             _label(r, a),
             str(r.repetitions),
@@ -55,12 +55,12 @@ def table(a: Advice) -> Table:
             cells.append(_pct(r.prediction.p_deadline))
         if q.competing:
             cells.append(_pct(r.harm))
-        t.add_row(*cells, style="bold green" if r is a.recommended else None)
+        t.add_row(*cells, style="bold green" if r.config == a.recommended.config else None)
     return t
 
 
 def _label(r: Row, a: Advice) -> str:
-    marks = [m for m, yes in (("recommended", r is a.recommended), ("default", r.config == DEFAULT)) if yes]
+    marks = [m for m, yes in (("recommended", r.config == a.recommended.config), ("default", r.config == DEFAULT)) if yes]
     return escape(r.config.label + (f"  ({', '.join(marks)})" if marks else ""))
 
 
@@ -83,9 +83,13 @@ def show(a: Advice, out: Console) -> None:
         f"competing: {q.competing} × {q.competing_variant}",
         highlight=False,
     )
-    out.print(table(a))
+    if a.finalists:
+        out.print(table(a, a.table, f"configurations tried (screening, rates ÷ {a.plan.scale:g})"))
+        out.print(table(a, a.finalists, f"the contenders again, rates ÷ {a.final_plan.scale:g}"))
+    else:
+        out.print(table(a, a.table, "configurations tried"))
     out.print(f"[bold]recommended[/] {_headline(a.recommended, a)}", highlight=False)
-    if a.default is not None and a.default is not a.recommended:
+    if a.default is not None and a.default.config != a.recommended.config:
         out.print(f"[bold]default[/]     {_headline(a.default, a)}", highlight=False)
     c = a.recommended.config
     out.print("\n[bold]apply it[/] (on both hosts, as root, then on the sender):", highlight=False)
@@ -107,6 +111,8 @@ def method_line(a: Advice) -> str:
             f"each run {_time(p.run_s)} (slow start + 4 epochs of {_time(p.epoch_s)}{scaled}),"
             " extrapolated: start-up + rest / steady goodput, block bootstrap over epochs"
         )
+    if a.final_plan is not None:
+        how += f"; the {len(a.finalists)} contenders again at rates ÷ {a.final_plan.scale:g} ({_time(a.final_plan.run_s)} runs)"
     left = f"; {a.left_out} runs left out by the budget" if a.left_out else ""
     return (
         f"{a.ran} simulator runs of {a.planned} planned in {a.wall_s:.0f} s "

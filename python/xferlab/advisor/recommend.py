@@ -70,24 +70,44 @@ def _simplicity(c: Config) -> tuple:
     return (c.streams, c.pacing is not None, c.variant != DEFAULT.variant)
 
 
+def eligible(table: list[Row], q: Question) -> list[Row]:
+    """The rows the harm rule allows (all of them without competition)."""
+    if not q.competing:
+        return table
+    default = default_row(table) or table[0]
+    limit = max(default.harm or 0.0, 1 / (q.competing + 1)) + HARM_SLACK
+    return [r for r in table if r.harm is None or r.harm <= limit] or [default]
+
+
 def choose(table: list[Row], q: Question) -> Row:
     """The recommended row (see the module's rule)."""
-    default = next((r for r in table if r.config == DEFAULT), table[0])
-    eligible = table
-    if q.competing:
-        limit = max(default.harm or 0.0, 1 / (q.competing + 1)) + HARM_SLACK
-        eligible = [r for r in table if r.harm is None or r.harm <= limit] or [default]
+    eligible_rows = eligible(table, q)
     if q.deadline_s is not None:
-        sure = [r for r in eligible if (r.prediction.p_deadline or 0.0) >= DEADLINE_CONFIDENCE]
+        sure = [r for r in eligible_rows if (r.prediction.p_deadline or 0.0) >= DEADLINE_CONFIDENCE]
         if sure:
             least = min(r.harm or 0.0 for r in sure)
             gentle = [r for r in sure if (r.harm or 0.0) <= least + HARM_SLACK]
             return min(gentle, key=lambda r: (_simplicity(r.config), r.prediction.p99_s))
-        best = max(r.prediction.p_deadline or 0.0 for r in eligible)
-        eligible = [r for r in eligible if (r.prediction.p_deadline or 0.0) >= best - 0.01]
-    fastest = min(r.prediction.p99_s for r in eligible)
-    near = [r for r in eligible if r.prediction.p99_s <= fastest * (1 + NEAR)]
+        best = max(r.prediction.p_deadline or 0.0 for r in eligible_rows)
+        eligible_rows = [r for r in eligible_rows if (r.prediction.p_deadline or 0.0) >= best - 0.01]
+    fastest = min(r.prediction.p99_s for r in eligible_rows)
+    near = [r for r in eligible_rows if r.prediction.p99_s <= fastest * (1 + NEAR)]
     return min(near, key=lambda r: (_simplicity(r.config), r.prediction.p99_s))
+
+
+#: How many of the fastest eligible configurations are run again at a smaller scale.
+CONTENDERS = 3
+
+
+def contenders(table: list[Row], q: Question) -> list[Config]:
+    """The configurations worth a closer look: the default, the choice, and the
+    CONTENDERS fastest of those the harm rule allows."""
+    picked = [choose(table, q), *sorted(eligible(table, q), key=lambda r: r.prediction.p99_s)[:CONTENDERS]]
+    out = [DEFAULT]
+    for r in picked:
+        if r.config not in out:
+            out.append(r.config)
+    return out
 
 
 def default_row(table: list[Row]) -> Row | None:

@@ -43,28 +43,29 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "python"))
-sys.path.insert(0, str(ROOT / "benches"))
 
-import fidelity  # noqa: E402
-import sched_waits  # noqa: E402
-import tcp_probes  # noqa: E402
 from xferlab.backends import sim as sim_backend  # noqa: E402
+from xferlab.fidelity import simulator, store  # noqa: E402
+from xferlab.fidelity.kernel import run_scenario  # noqa: E402
+from xferlab.fidelity.matrix import DURATION_S, Case, matrix, select  # noqa: E402
+from xferlab.fidelity.settings import OPTIONS, READS_MODELS  # noqa: E402
+from xferlab.netns import sched_waits, tcp_probes  # noqa: E402
 
 QUANTILES = (0.1, 0.25, 0.5, 0.75, 0.9, 0.99)
 
 
-def sim_trains(case: fidelity.Case, seconds: float, skip_s: float, seed: int, reads: str) -> float:
+def sim_trains(case: Case, seconds: float, skip_s: float, seed: int, reads: str) -> float:
     """train_length of the segments leaving the simulator's bottleneck (its capture)."""
-    cfg, _ = fidelity.sim_setup(case, "duration", duration_s=seconds, seed=seed, reads=reads)
+    cfg, _ = simulator.sim_setup(case, "duration", duration_s=seconds, seed=seed, reads=reads)
     c = {k: np.asarray(v) for k, v in sim_backend.bottleneck_capture(cfg).items()}
     keep = c["departs_ns"] >= skip_s * 1e9  # drops are -1
     order = c["flow"][keep][np.argsort(c["departs_ns"][keep])]
     return tcp_probes.train_length(order.tolist(), [1.0] * len(order))
 
 
-def kernel_report(case: fidelity.Case, seconds: float, skip_s: float) -> None:
+def kernel_report(case: Case, seconds: float, skip_s: float) -> None:
     with tcp_probes.traced() as got:
-        m, _, _ = fidelity.run_scenario(case.scenario("duration", seconds), "netns")
+        m, _, _ = run_scenario(case.scenario("duration", seconds), "netns")
     if "error" in got:
         sys.exit(f"tcp_probe could not be traced: {got['error']}")
     probes = got["trace"]
@@ -87,7 +88,7 @@ def kernel_report(case: fidelity.Case, seconds: float, skip_s: float) -> None:
     print(f"\nTrains at the receivers (segments, weighted): {tcp_probes.kernel_trains(probes, skip_s):.1f}")
 
 
-def kept_records(runs: list[Path], case: fidelity.Case) -> list[dict]:
+def kept_records(runs: list[Path], case: Case) -> list[dict]:
     """The ACK clocks (tcp_probes.record) the duration runs of ``case`` in ``runs`` (archives
     or results directories of benches/fidelity.py) kept, those clean, not void and traced
     whole (no events lost). Records without ``in_recovery`` are left out: made before
@@ -95,11 +96,11 @@ def kept_records(runs: list[Path], case: fidelity.Case) -> list[dict]:
     recovery (tcp_probes.acked), timed from data that had reached the receiver past a hole."""
     out = []
     for run in runs:
-        got = fidelity.kernel_side(run, case, samples=False)
+        got = store.kernel_side(run, case, samples=False)
         side = None if got is None or "failed" in got else got.get("duration")
         acks = side and side.get("acks")
         measured = acks and "in_recovery" in acks and not acks.get("lost")
-        if measured and not fidelity.unclean(side) and side.get("broken") is None:
+        if measured and not store.unclean(side) and side.get("broken") is None:
             out.append(side["acks"])
     return out
 
@@ -110,12 +111,12 @@ def delay_cells(records: list[dict], field: str) -> str:
     return " / ".join(f"{x * 1e6:.0f}" for x in sched_waits.hist_quantiles(counts, np.array([0.5, 0.9, 0.99])))
 
 
-def sim_trains_job(job: tuple[fidelity.Case, int]) -> float:
+def sim_trains_job(job: tuple[Case, int]) -> float:
     case, seed = job
-    return sim_trains(case, fidelity.DURATION_S, tcp_probes.SKIP_S, seed, fidelity.READS)
+    return sim_trains(case, DURATION_S, tcp_probes.SKIP_S, seed, OPTIONS.reads)
 
 
-def runs_report(kept: dict[str, list[dict]], cases: list[fidelity.Case], seeds: int, jobs: int) -> str:
+def runs_report(kept: dict[str, list[dict]], cases: list[Case], seeds: int, jobs: int) -> str:
     """Per case with ACK clocks ``kept`` (kept_records, by case key): the kernel's trains
     (each run), the simulator's (seeds 1 to ``seeds``, the table's hosts), and the
     kernel's ACK delays."""
@@ -158,7 +159,7 @@ def main() -> None:
         missing = [str(r) for r in args.runs if not r.exists()]
         if missing:
             sys.exit(f"no such run: {', '.join(missing)} (an archive in benches/fidelity-runs/ or a results directory)")
-        cases = fidelity.select(fidelity.matrix(), [args.case] if args.case else [])
+        cases = select(matrix(), [args.case] if args.case else [])
         kept = {c.key: r for c in cases if (r := kept_records(args.runs, c))}
         if not kept:
             sys.exit(
@@ -167,13 +168,13 @@ def main() -> None:
             )
         print(runs_report(kept, cases, args.seeds, args.jobs))
         return
-    case = next((c for c in fidelity.matrix() if c.key == args.case), None)
+    case = next((c for c in matrix() if c.key == args.case), None)
     if case is None:
         sys.exit(f"no such case: {args.case} (a key of benches/fidelity.py's matrix, e.g. cubic:50:0.2bdp:4)")
     if not args.sim:
         kernel_report(case, args.seconds, args.skip)
         return
-    for reads in fidelity.READS_MODELS:
+    for reads in READS_MODELS:
         got = [sim_trains(case, args.seconds, args.skip, seed, reads) for seed in range(1, args.seeds + 1)]
         print(f"{case.key}, reads {reads}: trains at the bottleneck (segments, weighted) " + ", ".join(f"{x:.1f}" for x in got))
 

@@ -27,9 +27,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "python"))
-sys.path.insert(0, str(ROOT / "benches"))
 
-import fidelity  # noqa: E402
+from xferlab.fidelity import kernel  # noqa: E402
+from xferlab.fidelity.matrix import Case  # noqa: E402
 
 ETH_IPV4, ETH_LEN = b"\x08\x00", 14
 PCAP_NS_MAGIC = 0xA1B23C4D
@@ -54,7 +54,7 @@ def capture_when_up(pcap: Path, pattern: str, started: list, timeout_s: float = 
         time.sleep(0.005)
 
 
-def captured_run(case: fidelity.Case, seconds: float, pcap: Path, pattern: str, dev: str, kind: str = "duration") -> dict:
+def captured_run(case: Case, seconds: float, pcap: Path, pattern: str, dev: str, kind: str = "duration") -> dict:
     """One netns run of ``case`` (``kind``: a duration run of ``seconds``, iperf3's, or its
     volume run, xfer's) with tcpdump on ``dev`` of the namespace ending in ``pattern``
     writing ``pcap``; the run's summary."""
@@ -63,7 +63,7 @@ def captured_run(case: fidelity.Case, seconds: float, pcap: Path, pattern: str, 
     watcher = threading.Thread(target=capture_when_up, args=(pcap, pattern, started, 60.0, dev), daemon=True)
     watcher.start()
     try:
-        return fidelity.run_netns(case, kind, duration_s=seconds, samples_dir=Path(tempfile.mkdtemp()))
+        return kernel.run_netns(case, kind, duration_s=seconds, samples_dir=Path(tempfile.mkdtemp()))
     finally:
         watcher.join(timeout=1)
         for p in started:
@@ -137,7 +137,7 @@ def main() -> int:
         print("error: needs root and tcpdump", file=sys.stderr)
         return 2
     v, rtt, buf, n = args.case.split(":")
-    case = fidelity.Case(v, int(rtt), buf, int(n))
+    case = Case(v, int(rtt), buf, int(n))
     pcap = Path(args.pcap)
     res = captured_run(case, args.seconds, pcap, "-a0", "eth0")
     print(f"{case.key}: ssthresh at slow-start exit {res.get('ss_ssthresh')} at {res.get('ss_time_s')} s")

@@ -5,7 +5,7 @@
 One case of benches/ns3_compare.py's dumbbell group, shortened, on the netns backend with the
 TCP_INFO sampler every 2 ms beside it (benches/fidelity_tcpinfo.py, by lookup), and on the
 simulator with TCP samples every 2 ms, with and without TSO deferral (`host.tso_defer`), and on
-the emulated configuration (fidelity.emulated) with its default receivers and with Linux's
+the emulated configuration (fidelity's emulation.emulated) with its default receivers and with Linux's
 ACK rules (reads "linux"), and with ``--wakeups`` on the plain simulator with Linux's ACK rules
 and its receiving applications reading later. After the first 3 s it prints, per run, the
 utilisation and the bottleneck drops, and how far the flow's data in flight falls short of
@@ -27,12 +27,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "python"))
 
-import fidelity  # noqa: E402
 import ns3_compare  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from xferlab import backends, metrics, scenario  # noqa: E402
 from xferlab.backends import sim  # noqa: E402
+from xferlab.fidelity import emulation, figures  # noqa: E402
+from xferlab.fidelity.kernel import start_sampler  # noqa: E402
+from xferlab.fidelity.settings import OPTIONS  # noqa: E402
 
 #: Samples before this are left out (slow start and the first loss).
 SKIP_S = 3.0
@@ -68,14 +70,14 @@ def kernel(d: dict, bdp: float) -> None:
     r = scenario.resolve(s)
     csv = ROOT / "results" / f".defer-{d['name']}.csv"
     csv.parent.mkdir(parents=True, exist_ok=True)
-    sampler = fidelity.start_sampler(csv, "--flows", "1", "--discover", "inf")
+    sampler = start_sampler(csv, "--flows", "1", "--discover", "inf")
     try:
         tr = backends.get("netns").run(s, r)
     finally:
         sampler.send_signal(signal.SIGTERM)
         sampler.wait(timeout=10)
     m = metrics.compute(tr)
-    f = fidelity.netns_samples(csv, 1, time.monotonic_ns())  # the data connection's, from its first data
+    f = figures.netns_samples(csv, 1, time.monotonic_ns())  # the data connection's, from its first data
     csv.unlink(missing_ok=True)
     if f is None:
         raise SystemExit("error: the TCP_INFO sampler saw no data connection of the kernel's run")
@@ -94,7 +96,7 @@ def simulated(d: dict, bdp: float, wakeups_us: list[float]) -> None:
     runs = [
         ("sim", {}, None, None),
         ("sim, no deferral", {"tso_defer": False}, None, None),
-        ("sim, emulated", {}, fidelity.READS, None),
+        ("sim, emulated", {}, OPTIONS.reads, None),
         ("sim, emulated, Linux ACKs", {}, "linux", None),
     ]
     runs += [(f"sim, Linux ACKs, reads {w:g} µs", {}, None, w) for w in wakeups_us]
@@ -107,7 +109,7 @@ def simulated(d: dict, bdp: float, wakeups_us: list[float]) -> None:
         if wakeup_us is not None:  # the receivers' reads later (noise.app_wakeup_ns, a uniform mean)
             cfg["tcp"]["linux_acks"] = True
             cfg["noise"]["app_wakeup_ns"] = int(wakeup_us * 1000)
-        tr = sim.run_config(cfg if reads is None else fidelity.emulated(cfg, reads=reads), r)
+        tr = sim.run_config(cfg if reads is None else emulation.emulated(cfg, reads=reads), r)
         m = metrics.compute(tr)
         t = tr.df("tcp")
         t = t[t.t > SKIP_S]

@@ -20,11 +20,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import fidelity as F  # noqa: E402
 from builds import load_build  # noqa: E402
 from xferlab import scenario  # noqa: E402
 from xferlab.backends import extension  # noqa: E402
 from xferlab.backends import sim as sim_backend  # noqa: E402
+from xferlab.fidelity import emulation  # noqa: E402
+from xferlab.fidelity.matrix import Case, matrix  # noqa: E402
+from xferlab.fidelity.settings import OPTIONS  # noqa: E402
 
 CASES = ["reno:50:1.0bdp:1", "cubic:200:0.2bdp:1", "highspeed:200:0.2bdp:4", "bbr:50:0.2bdp:4"]
 
@@ -32,11 +34,11 @@ CASES = ["reno:50:1.0bdp:1", "cubic:200:0.2bdp:1", "highspeed:200:0.2bdp:4", "bb
 READS = "uniform"
 
 
-def config(case: F.Case) -> dict:
+def config(case: Case) -> dict:
     data = case.scenario("duration")
     r = scenario.resolve(scenario.from_dict(data, data["name"]))
-    cfg = F.emulated(sim_backend.sim_config(r), reads=READS)
-    stored = F.RESULTS / f"{case.stem}-netns.json"
+    cfg = emulation.emulated(sim_backend.sim_config(r), reads=READS)
+    stored = OPTIONS.results / f"{case.stem}-netns.json"
     starts = json.loads(stored.read_text())["duration"].get("starts_s") if stored.exists() else None
     if case.flows > 1 and starts:
         for flow, start in zip(cfg["flows"], starts, strict=True):
@@ -59,7 +61,7 @@ def main() -> int:
     old, new = load_build(a.baseline), extension.module()
     print("| case | baseline wall | this build | ratio |\n|---|---:|---:|---:|")
     for key in a.only:
-        cfg = config(next(c for c in F.matrix() if c.key == key))
+        cfg = config(next(c for c in matrix() if c.key == key))
         walls = {"old": [], "new": []}
         for _ in range(a.runs):
             walls["old"].append(wall(old, cfg))

@@ -9,7 +9,7 @@ simulator's side of the duration run again with the same sampling and prints, si
 kernel: how many congestion events the flows entered (Recovery or Loss), the median cwnd
 just before one (all of them, then without each flow's first, its exit from slow start),
 and the median backoff (the ssthresh set over that cwnd). The simulator's flows start as the
-kernel's did where the matrix measured it (fidelity.kernel_starts). Nothing runs on the
+kernel's did where the matrix measured it (xferlab.fidelity.figures.kernel_starts). Nothing runs on the
 kernel; nothing is written.
 
     sudo .venv/bin/python benches/fidelity_events.py --kernel-runs N KEY-PATTERN ...
@@ -37,13 +37,16 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "python"))
-sys.path.insert(0, str(ROOT / "benches"))
 
-import fidelity  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from xferlab import metrics  # noqa: E402
 from xferlab.backends.base import BackendError  # noqa: E402
+from xferlab.fidelity import judge, runs, simulator  # noqa: E402
+from xferlab.fidelity.figures import broken_window  # noqa: E402
+from xferlab.fidelity.kernel import run_netns_once  # noqa: E402
+from xferlab.fidelity.matrix import Case, matrix, select  # noqa: E402
+from xferlab.fidelity.settings import OPTIONS, READS_MODELS  # noqa: E402
 from xferlab.netns.bpfcc import SSTHRESH_INFINITE  # noqa: E402
 from xferlab.trace import Trace  # noqa: E402
 
@@ -168,11 +171,11 @@ def sampler_gaps(samples: pd.DataFrame) -> tuple[float, float]:
     return float((gaps >= SAMPLER_GAP_S).sum() / span), float(gaps.max() * 1e3) if len(gaps) else float("nan")
 
 
-def sim_run(case: fidelity.Case, starts_s: list[float] | None = None, first_ns: int = 0, seed: int | None = None) -> Trace:
-    """The simulator's duration run of ``case`` as fidelity.run_sim makes it (``starts_s``:
+def sim_run(case: Case, starts_s: list[float] | None = None, first_ns: int = 0, seed: int | None = None) -> Trace:
+    """The simulator's duration run of ``case`` as simulator.run_sim makes it (``starts_s``:
     the flows' starts instead, shifted by ``first_ns``; one flow keeps the scenario's)."""
     starts = None if starts_s is None or len(starts_s) < 2 else [round(s * 1e9) + first_ns for s in starts_s]
-    return fidelity.sim_trace(case, "duration", starts_ns=starts, seed=seed)
+    return simulator.sim_trace(case, "duration", starts_ns=starts, seed=seed)
 
 
 def measured_starts(res: dict, kind: str) -> list[float] | None:
@@ -196,14 +199,14 @@ def first_exits(samples: pd.DataFrame) -> list[tuple[float, float]]:
     return out
 
 
-def starts_table(cases: list[fidelity.Case]) -> None:
+def starts_table(cases: list[Case]) -> None:
     print(
         "| case | kernel's starts, inferred (ms) | exit, kernel | simulator | simulator, those starts "
         "| Jain, kernel | simulator | those starts |"
     )
     print("|---|---|---:|---:|---:|---:|---:|---:|")
     for case in cases:
-        stored = fidelity.RESULTS / f"{case.stem}-netns-samples.parquet"
+        stored = OPTIONS.results / f"{case.stem}-netns-samples.parquet"
         if not stored.exists():
             continue
         kernel = first_exits(pd.read_parquet(stored))
@@ -212,25 +215,25 @@ def starts_table(cases: list[fidelity.Case]) -> None:
         mean = lambda exits: np.mean([s for s, _ in exits])  # noqa: E731
         plain, moved = sim_run(case), sim_run(case, starts, FIRST_START_NS)
         exits = [mean(e) for e in (kernel, first_exits(samples(plain)), first_exits(samples(moved)))]
-        stored_jain = json.loads((fidelity.RESULTS / f"{case.stem}-netns.json").read_text())["duration"]["jain"]
+        stored_jain = json.loads((OPTIONS.results / f"{case.stem}-netns.json").read_text())["duration"]["jain"]
         jain = [stored_jain] + [metrics.compute(t)["jain_index"] for t in (plain, moved)]
         cells = [", ".join(f"{1000 * s:.0f}" for s in starts)] + [f"{e:.1f}" for e in exits] + [f"{j:.3f}" for j in jain]
         print(f"| {case.key} | " + " | ".join(cells) + " |", flush=True)
 
 
-def seeds_table(cases: list[fidelity.Case], seeds: int) -> None:
+def seeds_table(cases: list[Case], seeds: int) -> None:
     passing, per_case = [0] * seeds, []
     for case in cases:
-        res = fidelity.run_case(case, backends_=())
+        res = runs.run_case(case, backends_=())
         if res is None or "failed" in res or res["netns_duration"].get("broken") is not None:
             continue  # no stored kernel run, or a void one
         net = {**res["netns_duration"], "makespan_s": res["netns_volume"]["makespan_s"]}
         marks = []
         for k in range(seeds):
             sd, sv = (
-                fidelity.run_sim(case, kind, seed=k + 1, starts_s=measured_starts(res, kind)) for kind in ("duration", "volume")
+                simulator.run_sim(case, kind, seed=k + 1, starts_s=measured_starts(res, kind)) for kind in ("duration", "volume")
             )
-            ok = fidelity.verdict({**sd, "makespan_s": sv["makespan_s"]}, net)
+            ok = judge.verdict({**sd, "makespan_s": sv["makespan_s"]}, net)
             good = all(g is not False for g in ok.values())
             passing[k] += good
             marks.append(good)
@@ -241,21 +244,21 @@ def seeds_table(cases: list[fidelity.Case], seeds: int) -> None:
     print(f"with every seed: {every}; with some seed: {some}; it depends on the seed: {some - every}")
 
 
-def starts_effect(cases: list[fidelity.Case]) -> None:
+def starts_effect(cases: list[Case]) -> None:
     """The tally of the multi-flow cases with the simulator's flows started as the scenario
     says (1 ms jitter) and as the kernel's started (what the matrix does), against the same
     stored kernel runs."""
     scenario_starts, kernel_starts = [], []
     for case in cases:
-        res = fidelity.run_case(case, backends_=())
+        res = runs.run_case(case, backends_=())
         if case.flows == 1 or res is None or "failed" in res or res["netns_duration"].get("broken") is not None:
             continue
         net = {**res["netns_duration"], "makespan_s": res["netns_volume"]["makespan_s"]}
-        sd, sv = (fidelity.run_sim(case, kind) for kind in ("duration", "volume"))
-        scenario_starts.append(fidelity.verdict({**sd, "makespan_s": sv["makespan_s"]}, net))
-        kernel_starts.append(fidelity.verdicts(res))
-    print("the scenario's starts:", fidelity.tally(scenario_starts))
-    print("the kernel's starts:  ", fidelity.tally(kernel_starts))
+        sd, sv = (simulator.run_sim(case, kind) for kind in ("duration", "volume"))
+        scenario_starts.append(judge.verdict({**sd, "makespan_s": sv["makespan_s"]}, net))
+        kernel_starts.append(judge.verdicts(res))
+    print("the scenario's starts:", judge.tally(scenario_starts))
+    print("the kernel's starts:  ", judge.tally(kernel_starts))
 
 
 #: Decimals of run_row's numbers as printed.
@@ -278,7 +281,7 @@ def run_row(label: str, figures: dict, s: pd.DataFrame) -> tuple[str, list[float
     return f"| {label} | " + " | ".join(cells) + " |", values
 
 
-def fresh_runs(cases: list[fidelity.Case], n: int, out: Path) -> None:
+def fresh_runs(cases: list[Case], n: int, out: Path) -> None:
     """``n`` new kernel duration runs of each case, sampled every 2 ms throughout (every
     congestion event seen; the samples kept in ``out``), beside the simulator's seeds 1 to
     ``n`` (seed k's flows started as kernel run k's), and both sides' medians (unclean kernel
@@ -293,7 +296,7 @@ def fresh_runs(cases: list[fidelity.Case], n: int, out: Path) -> None:
         for k in range(1, n + 1):
             path = out / f"{case.stem}-netns-samples.parquet"
             try:
-                got = fidelity.run_netns_once(case, "duration", samples_dir=out, dense=True)
+                got = run_netns_once(case, "duration", samples_dir=out, dense=True)
             except BackendError as e:  # every attempt void (a BPF congestion control's defect)
                 path.unlink(missing_ok=True)
                 print(f"| kernel {k} | no run: {e} |", flush=True)
@@ -342,7 +345,7 @@ def kept_starts(samples: pd.DataFrame) -> list[float] | None:
     return [float(g.start_s.iloc[0]) for _, g in samples.groupby("flow")]
 
 
-def kept_runs(cases: list[fidelity.Case], out: Path) -> None:
+def kept_runs(cases: list[Case], out: Path) -> None:
     """Congestion events after slow start in the kernel runs --kernel-runs kept in ``out``,
     beside the simulator's seeds 1 to N: the segments each retransmitted, how many came
     after a stall of the ACK stream of STALL_S or more and their share of the
@@ -399,36 +402,36 @@ def main() -> None:
     )
     ap.add_argument("--out", type=Path, default=ROOT / "results/fidelity-events", help="where --kernel-runs keeps its samples")
     ap.add_argument(
-        "--reads", choices=fidelity.READS_MODELS, default=fidelity.READS, help="the emulated simulator's receiving applications"
+        "--reads", choices=READS_MODELS, default=OPTIONS.reads, help="the emulated simulator's receiving applications"
     )
     args = ap.parse_args()
-    fidelity.READS = args.reads
+    OPTIONS.reads = args.reads
     if args.kept:
-        kept_runs(fidelity.select(fidelity.matrix(), args.patterns), args.out)
+        kept_runs(select(matrix(), args.patterns), args.out)
         return
     if args.kernel_runs:
-        fresh_runs(fidelity.select(fidelity.matrix(), args.patterns), args.kernel_runs, args.out)
+        fresh_runs(select(matrix(), args.patterns), args.kernel_runs, args.out)
         return
     if args.starts_effect:
-        starts_effect(fidelity.select(fidelity.matrix(), args.patterns))
+        starts_effect(select(matrix(), args.patterns))
         return
     if args.seeds:
-        seeds_table(fidelity.select(fidelity.matrix(), args.patterns), args.seeds)
+        seeds_table(select(matrix(), args.patterns), args.seeds)
         return
     if args.starts:
-        starts_table(fidelity.select(fidelity.matrix(), args.patterns))
+        starts_table(select(matrix(), args.patterns))
         return
     print("| case | events, sim / kernel | cwnd at an event | the same, after slow start | backoff |")
     print("|---|---:|---:|---:|---:|")
-    for case in fidelity.select(fidelity.matrix(), args.patterns):
-        stored = fidelity.RESULTS / f"{case.stem}-netns-samples.parquet"
+    for case in select(matrix(), args.patterns):
+        stored = OPTIONS.results / f"{case.stem}-netns-samples.parquet"
         if not stored.exists():
             continue
         kernel = pd.read_parquet(stored)
-        res = fidelity.run_case(case, backends_=())
+        res = runs.run_case(case, backends_=())
         starts = measured_starts(res, "duration") if res and "failed" not in res else None
         a, b = events(samples(sim_run(case, starts))), events(kernel)
-        void = " (kernel run void)" if fidelity.broken_window(kernel) is not None else ""
+        void = " (kernel run void)" if broken_window(kernel) is not None else ""
         cells = [f"{a[0]} / {b[0]}", f"{a[1]:.0f} / {b[1]:.0f}", f"{a[2]:.0f} / {b[2]:.0f}", f"{a[3]:.3f} / {b[3]:.3f}"]
         print(f"| {case.key}{void} | " + " | ".join(cells) + " |", flush=True)
 

@@ -25,7 +25,7 @@ kernel"; docs/journal/validation-history.md, "The sampler's own cost"); benches/
 samples with ``--discover inf --sparse 0.1``.
 
 It writes the CSV header when it is ready (a second or three after its launch here):
-fidelity.start_sampler waits for it before the emulation starts.
+xferlab.fidelity.kernel.start_sampler waits for it before the emulation starts.
 """
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ def main() -> int:
     signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
     with open(args.out, "w") as out:
         out.write(",".join(("t_ns", "ns") + FIELDS) + "\n")
-        out.flush()  # the header says the sampler is ready (fidelity.start_sampler waits for it)
+        out.flush()  # the header says the sampler is ready (fidelity.kernel.start_sampler waits for it)
         sample(args, out, stop)
     return 0
 

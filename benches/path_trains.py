@@ -50,9 +50,11 @@ sys.path.insert(0, str(ROOT / "python"))
 sys.path.insert(0, str(ROOT / "benches"))
 
 import ack_trains  # noqa: E402
-import fidelity  # noqa: E402
 from xferlab import constants, scenario  # noqa: E402
 from xferlab.backends import sim as sim_backend  # noqa: E402
+from xferlab.fidelity import emulation, simulator  # noqa: E402
+from xferlab.fidelity.matrix import BOTTLENECK, Case  # noqa: E402
+from xferlab.fidelity.settings import OPTIONS  # noqa: E402
 from xferlab.netns import topology  # noqa: E402
 
 MSS = constants.LINUX_MSS
@@ -167,7 +169,7 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=10.0, help="the duration run's length")
     ap.add_argument(
         "--kind",
-        choices=tuple(fidelity.NETNS_APPS),
+        choices=tuple(emulation.NETNS_APPS),
         default="duration",
         help="the case's duration run (iperf3) or its volume run (xfer); with --no-run, which the captures were",
     )
@@ -227,15 +229,15 @@ def main() -> int:
         if not delays:
             print("error: --reads-out needs captures at the right router (--at R:h0)", file=sys.stderr)
             return 2
-        write_reads(Path(args.reads_out), fidelity.NETNS_APPS[args.kind], np.concatenate(delays), pcaps)
+        write_reads(Path(args.reads_out), emulation.NETNS_APPS[args.kind], np.concatenate(delays), pcaps)
     return 0
 
 
-def parse_case(key: str) -> fidelity.Case | None:
+def parse_case(key: str) -> Case | None:
     """A fidelity case from its key (``reno:10:0.2bdp:1``), or None."""
     try:
         v, rtt, buf, n = key.split(":")
-        return fidelity.Case(v, int(rtt), buf, int(n))
+        return Case(v, int(rtt), buf, int(n))
     except ValueError:
         return None
 
@@ -246,12 +248,12 @@ def simulated(args: argparse.Namespace) -> int:
     if case is None:
         print("error: CASE is variant:rtt_ms:buffer:flows", file=sys.stderr)
         return 2
-    cfg, _ = fidelity.sim_setup(case, args.kind, args.seconds, seed=args.seed)
+    cfg, _ = simulator.sim_setup(case, args.kind, args.seconds, seed=args.seed)
     c = {k: np.asarray(v) for k, v in sim_backend.bottleneck_capture(cfg).items()}
     busiest = np.bincount(c["flow"]).argmax()
     mine = c["flow"] == busiest
     arrivals, departs = c["t_ns"][mine] / 1e9, c["departs_ns"][mine]
-    print(f"{case.key}, the emulated simulator ({args.kind}, seed {args.seed}, READS {fidelity.READS}), "
+    print(f"{case.key}, the emulated simulator ({args.kind}, seed {args.seed}, READS {OPTIONS.reads}), "
           f"flow {busiest}: {int((departs < 0).sum())} of {len(departs)} segments dropped at the bottleneck")  # fmt: skip
     print("== arriving at the bottleneck (L:h0)")
     print("\n".join(trains(arrivals - arrivals[0])))
@@ -261,12 +263,12 @@ def simulated(args: argparse.Namespace) -> int:
     return 0
 
 
-def virtual_drops(case: fidelity.Case, seconds: float, buffer: int | None, data: np.ndarray) -> None:
+def virtual_drops(case: Case, seconds: float, buffer: int | None, data: np.ndarray) -> None:
     spec = case.scenario("duration", seconds)
     r = scenario.resolve(scenario.from_dict(spec, spec["name"]))
     rate, frame = r["bottleneck_rate_bps"], r["mss"] + r["header_bytes"] + 14
     buffer = buffer or r["buffer_packets"]
-    print(f"a smooth {fidelity.BOTTLENECK} bottleneck with {buffer} packets of buffer would drop "
+    print(f"a smooth {BOTTLENECK} bottleneck with {buffer} packets of buffer would drop "
           f"{virtual_queue(data, rate, buffer, frame)} of these arrivals")  # fmt: skip
 
 

@@ -42,9 +42,9 @@ import pandas as pd
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "python"))
-sys.path.insert(0, str(ROOT / "benches"))
 
-import fidelity  # noqa: E402
+from xferlab.fidelity import kernel  # noqa: E402
+from xferlab.fidelity.matrix import Case  # noqa: E402
 
 TRACEFS = Path("/sys/kernel/tracing")
 EVENT = "events/tcp/tcp_rcvbuf_grow"
@@ -157,7 +157,7 @@ def main() -> int:
         print(f"error: needs root and {TRACEFS / EVENT}", file=sys.stderr)
         return 2
     v, rtt, buf, n = args.case.split(":")
-    case = fidelity.Case(v, int(rtt), buf, int(n))
+    case = Case(v, int(rtt), buf, int(n))
     inst = TRACEFS / "instances" / f"xferlab-rcvbuf-{os.getpid()}"
     inst.mkdir()
     tmp = Path(tempfile.mkdtemp(prefix="xferlab-rcvbuf-"))
@@ -166,9 +166,9 @@ def main() -> int:
         (inst / EVENT / "enable").write_text("1\n")
         pair_csv, pair = tmp / "pair.csv", None
         if args.recovery:
-            pair = fidelity.start_sampler(pair_csv, "--pattern", "xl-*-[ab]0")
+            pair = kernel.start_sampler(pair_csv, "--pattern", "xl-*-[ab]0")
         try:
-            fidelity.run_netns(case, "duration", duration_s=args.seconds, samples_dir=tmp)
+            kernel.run_netns(case, "duration", duration_s=args.seconds, samples_dir=tmp)
         finally:
             if pair is not None:
                 pair.terminate()

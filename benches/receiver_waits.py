@@ -47,11 +47,11 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "python"))
-sys.path.insert(0, str(ROOT / "benches"))
 
-import fidelity  # noqa: E402
-import sched_waits  # noqa: E402
 from xferlab import engine  # noqa: E402
+from xferlab.fidelity import emulation, kernel  # noqa: E402
+from xferlab.fidelity.matrix import Case, matrix, select  # noqa: E402
+from xferlab.netns import sched_waits  # noqa: E402
 
 #: The cases measured by default: a lone flow at 10 ms with a small buffer (the busiest
 #: receiver), four flows at 50 ms with a BDP, a lone flow at 200 ms.
@@ -59,17 +59,17 @@ STALL_CASES = ("reno:10:0.2bdp:1", "cubic:50:1.0bdp:4", "bbr:200:0.2bdp:1")
 DEFAULT_OUT = ROOT / "benches" / "emulation-stalls.json"
 
 
-def measure(cases: list[fidelity.Case], kinds: list[str], runs: int, dense: bool) -> dict:
+def measure(cases: list[Case], kinds: list[str], runs: int, dense: bool) -> dict:
     """Runs each case and kind ``runs`` times with its receivers traced; returns per
     application, for each case and each number of flows (receivers at once: ``flows N``),
     the pooled waits (s), the traced seconds and the runs' figures."""
     apps: dict = {}
     for case in cases:
         for kind in kinds:
-            app = fidelity.NETNS_APPS[kind]
+            app = emulation.NETNS_APPS[kind]
             for k in range(1, runs + 1):
                 with sched_waits.traced(app, case.flows) as got:
-                    res = fidelity.run_netns_once(
+                    res = kernel.run_netns_once(
                         case,
                         kind,
                         samples_dir=Path("/tmp/xferlab-receiver-waits"),
@@ -128,7 +128,7 @@ def dumps(out: dict) -> str:
     return re.sub(r"\[\s*([-0-9.e,\s]+?)\s*\]", inline, json.dumps(out, indent=1)) + "\n"
 
 
-def kept_table(run: Path, cases: list[fidelity.Case]) -> str:
+def kept_table(run: Path, cases: list[Case]) -> str:
     """The waits a kernel run of the matrix traced (``--from RUN``), per case and kind: per
     second per receiver, their median, 99th percentile and longest (µs, read off the
     histogram: within 12 %), and how many of 1 ms or more a second."""
@@ -138,13 +138,13 @@ def kept_table(run: Path, cases: list[fidelity.Case]) -> str:
     ]
     for case in cases:
         for kind in ("duration", "volume"):
-            rec = fidelity.kept_waits(run, case, kind)
+            rec = emulation.kept_waits(run, case, kind)
             if rec is None:
                 continue
             rate, q = sched_waits.stall_model([rec])
             long_ = sched_waits.per_second_at_least([rec], 1e-3)
             rows.append(
-                f"| {case.key} | {kind} ({fidelity.NETNS_APPS[kind]}) | {rate:.0f} | {q[500] / 1e3:.0f} | "
+                f"| {case.key} | {kind} ({emulation.NETNS_APPS[kind]}) | {rate:.0f} | {q[500] / 1e3:.0f} | "
                 f"{q[990] / 1e3:.0f} | {q[-1] / 1e3:.0f} | {long_:.1f} |"
             )
     return "\n".join(rows) if len(rows) > 2 else f"{run}: no traced waits kept for these cases"
@@ -166,11 +166,11 @@ def main() -> None:
     if args.from_:
         if not args.from_.exists():
             sys.exit(f"error: {args.from_}: no such archive or results directory")
-        print(kept_table(args.from_, fidelity.select(fidelity.matrix(), args.patterns)))
+        print(kept_table(args.from_, select(matrix(), args.patterns)))
         return
     if os.geteuid() != 0:
         sys.exit("receiver_waits.py needs root (network namespaces, tracefs)")
-    cases = fidelity.select(fidelity.matrix(), args.patterns or ([] if args.all else list(STALL_CASES)))
+    cases = select(matrix(), args.patterns or ([] if args.all else list(STALL_CASES)))
     if not cases:
         sys.exit(f"no case matches {' '.join(args.patterns)}")
     apps = measure(cases, args.kinds, args.runs, args.dense)

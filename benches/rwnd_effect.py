@@ -29,11 +29,9 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import fidelity as F  # noqa: E402
-from xferlab.backends import sim as sim_backend  # noqa: E402
+from xferlab.backends import sim as sim_backend
+from xferlab.fidelity import figures, judge, simulator, store
+from xferlab.fidelity.matrix import matrix, select
 
 SPREAD_FIELDS = ("ss_ssthresh", "makespan_s", "goodput_mbps")
 HELD_S = 3.0
@@ -47,7 +45,7 @@ BASE_CONFIG = sim_backend.sim_config
 def _config(on: bool, option: str = OPTIONS[0]):
     def cfg(r: dict) -> dict:
         c = BASE_CONFIG(r)
-        if option == "reads":  # fidelity.emulated() applies it
+        if option == "reads":  # emulation.emulated() applies it
             return c
         c["tcp"][option] = on
         if option == "linux_acks":
@@ -61,34 +59,36 @@ def sim_run(args: tuple[str, bool, int, Path, str]) -> tuple[str, bool, int, dic
     """The simulator's duration and volume runs of one case, ``option`` on or off, its
     flows started as in the kernel run ``starts_from`` (an archive or a results directory)."""
     key, on, seed, starts_from, option = args
-    case = next(c for c in F.matrix() if c.key == key)
+    case = next(c for c in matrix() if c.key == key)
     sim_backend.sim_config = _config(on, option)
     # The ACK options are judged on the simulator's default hosts; "reads" compares those
     # (off) with the emulation's measured reads under Linux's ACK rules (on).
     reads = "measured" if option == "reads" and on else "uniform"
-    starts = F.starts_from_kernel(starts_from, case) or {}
-    out = {kind: F.run_sim(case, kind, seed=seed, starts_s=starts.get(kind), reads=reads) for kind in ("duration", "volume")}
+    starts = store.starts_from_kernel(starts_from, case) or {}
+    out = {
+        kind: simulator.run_sim(case, kind, seed=seed, starts_s=starts.get(kind), reads=reads) for kind in ("duration", "volume")
+    }
     return key, on, seed, {**out["duration"], "makespan_s": out["volume"]["makespan_s"]}
 
 
 def report(cases: list, dirs: list[Path], seeds: list[int], res: dict) -> None:
-    kernel = {c.key: [r for d in dirs if (r := F.kernel_run(d, c)) is not None] for c in cases}
+    kernel = {c.key: [r for d in dirs if (r := store.kernel_run(d, c)) is not None] for c in cases}
     # With several runs, a case needs two valid ones; a single run is judged as it stands.
     needed = min(2, len(dirs))
     for seed in seeds:
         for mode in ("off", "on"):
             judged = [(res[(c.key, mode, seed)], kernel[c.key]) for c in cases if len(kernel[c.key]) >= needed]
-            med = F.tally([F.verdict(sim, F.median_run(runs)) for sim, runs in judged])
-            rng = F.tally([F.within_range(sim, runs) for sim, runs in judged])
+            med = judge.tally([judge.verdict(sim, judge.median_run(runs)) for sim, runs in judged])
+            rng = judge.tally([judge.within_range(sim, runs) for sim, runs in judged])
             print(f"seed {seed}, model {mode}: against the median {med}; against the range {rng}")
     three = [c for c in cases if len(kernel[c.key]) >= 3]
     for field in SPREAD_FIELDS:
-        rows = {"kernel": [F.spread([r.get(field) for r in kernel[c.key]]) for c in three]}
+        rows = {"kernel": [judge.spread([r.get(field) for r in kernel[c.key]]) for c in three]}
         for mode in ("off", "on"):
-            rows[mode] = [F.spread([res[(c.key, mode, s)].get(field) for s in seeds]) for c in three]
+            rows[mode] = [judge.spread([res[(c.key, mode, s)].get(field) for s in seeds]) for c in three]
         for name, v in rows.items():
             v = [x for x in v if x is not None]
-            over = sum(x > F.SPREAD_BIG for x in v)
+            over = sum(x > judge.SPREAD_BIG for x in v)
             print(f"{field} spread, {name}: {len(v)} cases, mean {np.mean(v):.3f}, over 10 % in {over}")
 
 
@@ -96,7 +96,7 @@ def sim_held(case, on: bool) -> float:
     """Seconds per flow the simulator's sender was held by the receive window in its first
     HELD_S seconds."""
     sim_backend.sim_config = _config(on)
-    s = F.sim_samples(F.sim_trace(case, "duration", duration_s=max(HELD_S, 5), reads="uniform"))
+    s = figures.sim_samples(simulator.sim_trace(case, "duration", duration_s=max(HELD_S, 5), reads="uniform"))
     s = s[s["t"] <= HELD_S].sort_values(["flow", "t"])
     held = 0.0
     for _, g in s.groupby("flow"):
@@ -125,7 +125,7 @@ def main() -> int:
     ap.add_argument("--option", choices=OPTIONS, default=OPTIONS[0], help="what to turn off and on")
     a = ap.parse_args()
     if a.held:
-        for c in F.select(F.matrix(), a.held):
+        for c in select(matrix(), a.held):
             k = [kernel_held(d / f"{c.stem}-netns-samples.parquet") for d in a.kernel_runs]
             shown = ", ".join("–" if x is None else f"{x:.2f}" for x in k)
             print(
@@ -133,7 +133,7 @@ def main() -> int:
                 f"simulator, model on {sim_held(c, True):.2f} s, off {sim_held(c, False):.2f} s"
             )
         return 0
-    cases = F.select(F.matrix(), a.only)
+    cases = select(matrix(), a.only)
     jobs = [(c.key, on, s, a.kernel_runs[-1], a.option) for c in cases for on in (False, True) for s in a.seeds]
     res = {}
     with ProcessPoolExecutor(a.jobs) as ex:

@@ -10,7 +10,7 @@ first loss, from each flow's cwnd growth (its ACKs coming back) in 5 ms bins: th
 flow's share of the growth, summed over the bins. 1 when each flow's ACKs come alone, 1/n
 when the n flows are fully interleaved. Then each flow's slow-start exit (s). The kernel's
 from the samples stored in DIR (default results/fidelity), the simulator's with the
-kernel's flow starts and the emulated hosts (fidelity.sim_trace), for each seed;
+kernel's flow starts and the emulated hosts (simulator.sim_trace), for each seed;
 ``--without FIELD`` sets a host-noise field (NoiseConfig) to 0 on the simulator's side.
 """
 
@@ -23,18 +23,17 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import fidelity as F  # noqa: E402
-from xferlab.backends.base import BackendError  # noqa: E402
+from xferlab.backends.base import BackendError
+from xferlab.fidelity import figures, simulator
+from xferlab.fidelity.matrix import matrix
+from xferlab.fidelity.settings import OPTIONS
 
 BIN_S = 0.005
 
 
 def segregation(samples: pd.DataFrame, rtt_s: float) -> float:
     """The index over the RTT (and 50 ms) before the first flow's slow-start exit."""
-    first = min(e[1] for e in F.flow_exits(samples) if e is not None)
+    first = min(e[1] for e in figures.flow_exits(samples) if e is not None)
     bins = np.arange(first - rtt_s - 0.05, first - 0.02, BIN_S)
     growth = np.array(
         [
@@ -47,7 +46,7 @@ def segregation(samples: pd.DataFrame, rtt_s: float) -> float:
 
 
 def show(label: str, samples: pd.DataFrame, rtt_s: float) -> None:
-    exits = F.flow_exits(samples.sort_values("t"))
+    exits = figures.flow_exits(samples.sort_values("t"))
     shown = " ".join("–" if e is None else f"{e[1]:.2f}" for e in exits)
     print(f"{label:24s} index {segregation(samples, rtt_s):.2f}  exits (s) {shown}")
 
@@ -55,11 +54,11 @@ def show(label: str, samples: pd.DataFrame, rtt_s: float) -> None:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("case", help="a multi-flow case key, e.g. highspeed:200:0.2bdp:4")
-    ap.add_argument("--kernel-run", type=Path, default=F.RESULTS, metavar="DIR")
+    ap.add_argument("--kernel-run", type=Path, default=OPTIONS.results, metavar="DIR")
     ap.add_argument("--seeds", nargs="+", type=int, default=[1, 2])
     ap.add_argument("--without", action="append", default=[], metavar="FIELD", help="a NoiseConfig field set to 0")
     a = ap.parse_args()
-    matches = [c for c in F.matrix() if c.key == a.case and c.flows > 1]
+    matches = [c for c in matrix() if c.key == a.case and c.flows > 1]
     if not matches:
         ap.error(f"{a.case!r} is not a multi-flow case of the matrix (e.g. highspeed:200:0.2bdp:4)")
     case, stem = matches[0], a.case.replace(":", "_")
@@ -74,7 +73,7 @@ def main() -> int:
     label = "simulator" + "".join(f", no {f}" for f in a.without)
     for seed in a.seeds:
         try:
-            trace = F.sim_trace(
+            trace = simulator.sim_trace(
                 case,
                 "duration",
                 seed=seed,
@@ -83,7 +82,7 @@ def main() -> int:
             )
         except BackendError as e:  # a --without that is not a host-noise field
             ap.error(str(e))
-        show(f"{label}, seed {seed}", F.sim_samples(trace), rtt_s)
+        show(f"{label}, seed {seed}", figures.sim_samples(trace), rtt_s)
     return 0
 
 

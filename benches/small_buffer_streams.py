@@ -32,15 +32,16 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import ack_trains  # noqa: E402
-import fidelity as F  # noqa: E402
 from xferlab import backends, constants, metrics, scenario  # noqa: E402
 from xferlab.backends import sim as sim_backend  # noqa: E402
+from xferlab.fidelity import emulation  # noqa: E402
+from xferlab.fidelity.matrix import ACCESS, BOTTLENECK  # noqa: E402
 
 RTT = "11.5ms"
 BUFFER_PACKETS = 10
 
 #: Its table judges the ACK rules on the simulator's default hosts (their reads 20 µs late
-#: on average), never with the emulation's measured reads, whatever fidelity.READS is.
+#: on average), never with the emulation's measured reads, whatever Options.reads is.
 READS = "uniform"
 
 
@@ -49,8 +50,8 @@ def data(streams: int, seconds: float, seed: int) -> dict:
         "name": f"small-buffer-{streams}",
         "topology": {
             "pairs": 1,
-            "access_rate": F.ACCESS,
-            "bottleneck_rate": F.BOTTLENECK,
+            "access_rate": ACCESS,
+            "bottleneck_rate": BOTTLENECK,
             "rtt": RTT,
             "buffer": BUFFER_PACKETS,
         },
@@ -71,7 +72,7 @@ def simulated_trace(streams: int, seconds: float, seed: int, linux_acks: bool, e
     r = scenario.resolve(s)
     cfg = sim_backend.sim_config(r)
     if emulate:
-        cfg = F.emulated(cfg, reads=READS)
+        cfg = emulation.emulated(cfg, reads=READS)
     cfg["tcp"]["linux_acks"] = linux_acks
     return sim_backend.run_config(cfg, r)
 

@@ -13,7 +13,6 @@ VALIDATION.md (between `<!-- table:NAME -->` markers; the prose around them is k
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 import time
 from pathlib import Path
@@ -27,6 +26,9 @@ from xferlab.campaign import load as load_campaign  # noqa: E402
 from xferlab.campaign import report as creport  # noqa: E402
 from xferlab.campaign import runner  # noqa: E402
 from xferlab.demo import TABLE2_VARIANTS  # noqa: E402
+from xferlab.fidelity import dispersion, runs, validation_md  # noqa: E402
+from xferlab.fidelity.matrix import Case, matrix, select  # noqa: E402
+from xferlab.fidelity.table import table as fidelity_table  # noqa: E402
 
 PAPER = yaml.safe_load((ROOT / "python/xferlab/data/seed_results.yaml").read_text())
 
@@ -337,9 +339,11 @@ SIM_ONLY = False
 
 def _stored_netns_row(table: str, label: str) -> list[str]:
     """The cells of the netns row for `label` in VALIDATION.md's current `table`."""
-    text = (ROOT / "VALIDATION.md").read_text()
-    block = re.search(rf"<!-- table:{table} -->(.*?)<!-- /table:{table} -->", text, re.S)
-    for line in block.group(1).splitlines() if block else []:
+    try:
+        block = validation_md.block(validation_md.PATH.read_text(), table)
+    except ValueError:
+        block = ""
+    for line in block.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         if cells[:2] == [label, "netns"]:
             return cells
@@ -404,24 +408,14 @@ def netns_variants(quick: bool) -> str:
 
 def netns_fidelity(quick: bool) -> str:
     """benches/fidelity.py's matrix (stored cases are reused; see its --force)."""
-    sys.path.insert(0, str(ROOT / "benches"))
-    import fidelity
-
-    cases = fidelity.select(fidelity.matrix(), ["reno:50", "cubic:50"] if quick else [])
-    return fidelity.table([fidelity.run_case(c) for c in cases])
+    cases = select(matrix(), ["reno:50", "cubic:50"] if quick else [])
+    return fidelity_table([runs.run_case(c) for c in cases])
 
 
 def netns_dispersion(quick: bool) -> str:
     """Run-to-run spread of completion times, netns against the simulator's host noise."""
-    sys.path.insert(0, str(ROOT / "benches"))
-    import fidelity
-
     keys = ["reno:50:1.0bdp:1"] if quick else ["reno:50:1.0bdp:1", "cubic:10:0.2bdp:4"]
-    parts = []
-    for key in keys:
-        v, rtt, buf, n = key.split(":")
-        parts.append(fidelity.dispersion(fidelity.Case(v, int(rtt), buf, int(n)), 3 if quick else 10))
-    return "\n\n".join(parts)
+    return "\n\n".join(dispersion.dispersion(Case.from_key(key), 3 if quick else 10) for key in keys)
 
 
 CASES = {
@@ -446,19 +440,6 @@ CASES = {
 SEED001_REPETITIONS = 30
 #: Cases that need root (netns) or long campaigns: run by name, or with --all.
 SIM_CASES = [c for c in CASES if not c.startswith("netns") and c != "seed001_tables"]
-
-
-def write(name: str, table: str) -> None:
-    path = ROOT / "VALIDATION.md"
-    text = path.read_text() if path.exists() else "# Validation\n"
-    block = f"<!-- table:{name} -->\n{table}\n<!-- /table:{name} -->"
-    pattern = re.compile(rf"<!-- table:{name} -->.*?<!-- /table:{name} -->", re.S)
-    if pattern.search(text):
-        text = pattern.sub(lambda _: block, text)
-    else:
-        text = text.rstrip("\n") + f"\n\n{block}\n"
-        print(f"VALIDATION.md had no <!-- table:{name} --> block: appended at the end; move it where it belongs", flush=True)
-    path.write_text(text)
 
 
 def main() -> int:
@@ -490,7 +471,7 @@ def main() -> int:
         table = CASES[name](args.quick)
         print(f"## {name} ({time.perf_counter() - t0:.0f} s)\n{table}\n", flush=True)
         if not args.quick and not HOST:
-            write(name, table)
+            validation_md.write(name, table)
     return 0
 
 

@@ -1,4 +1,4 @@
-"""benches/tcp_probes.py and ack_delays.py: the receivers' ACK delays and the flows' trains, from tcp_probe."""
+"""xferlab.netns.tcp_probes and benches/ack_delays.py: the receivers' ACK delays and the flows' trains, from tcp_probe."""
 
 import subprocess
 import sys
@@ -6,14 +6,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from xferlab.fidelity.matrix import Case
+from xferlab.netns import ftrace, sched_waits, tcp_probes
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benches"))
 
 import ack_delays  # noqa: E402
-import ftrace  # noqa: E402
-import sched_waits  # noqa: E402
-import tcp_probes  # noqa: E402
 
 MSS = 1448
 
@@ -149,8 +148,8 @@ def test_the_simulator_s_trains_come_from_its_bottleneck_s_departures():
     # A lone flow is one train: every segment of its last 2 s (20 000 to 50 000 at 120 to
     # 280 Mbit/s, slow start's recovery in them: 24 400 with TSO deferral, over 30 000
     # without). Four flows make many, each shorter.
-    alone = ack_delays.fidelity.Case("cubic", 50, "0.2bdp", 1)
-    four = ack_delays.fidelity.Case("cubic", 50, "0.2bdp", 4)
+    alone = Case("cubic", 50, "0.2bdp", 1)
+    four = Case("cubic", 50, "0.2bdp", 4)
     whole = ack_delays.sim_trains(alone, 3.0, 1.0, seed=1, reads="uniform")
     assert 20_000 < whole < 50_000
     assert 1 < ack_delays.sim_trains(four, 3.0, 1.0, seed=1, reads="uniform") < whole / 10

@@ -1,4 +1,4 @@
-"""benches/sched_waits.py and receiver_waits.py: the receiving applications' waits read from
+"""xferlab.netns.sched_waits and benches/receiver_waits.py: the receiving applications' waits read from
 an ftrace text, kept per kernel run, and the stall model they give the emulated simulator
 (benches/fidelity.py --reads stalls)."""
 
@@ -10,14 +10,17 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from xferlab import metrics
+from xferlab.backends import sim as sim_backend
+from xferlab.fidelity import emulation, simulator
+from xferlab.fidelity.matrix import Case
+from xferlab.fidelity.runs import made_with_reads, reads_tag
+from xferlab.fidelity.settings import OPTIONS
+from xferlab.netns import sched_waits
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benches"))
 
-import fidelity  # noqa: E402
 import receiver_waits  # noqa: E402
-import sched_waits  # noqa: E402
-from xferlab import metrics  # noqa: E402
-from xferlab.backends import sim as sim_backend  # noqa: E402
 
 
 def _switch(t: float, prev: int, state: str, nxt: int, cpu: int = 1) -> str:
@@ -84,33 +87,33 @@ def test_the_stall_model_pools_every_wait_and_the_simulator_takes_it(tmp_path, m
     stalls.write_text(receiver_waits.dumps(model))
     assert json.loads(stalls.read_text()) == model
     assert len(stalls.read_text().splitlines()) < 60  # a list of numbers takes a line
-    monkeypatch.setattr(fidelity, "EMULATION_STALLS", stalls)
-    monkeypatch.setattr(fidelity, "STALL_RUNS", ())  # no kernel run's own waits
-    fidelity.emulation_stalls_ns.cache_clear()
+    monkeypatch.setattr(emulation, "EMULATION_STALLS", stalls)
+    monkeypatch.setattr(OPTIONS, "stall_runs", ())  # no kernel run's own waits
+    emulation.emulation_stalls_ns.cache_clear()
     try:
-        case = fidelity.Case("reno", 10, "0.2bdp", 1)
-        cfg, r = fidelity.sim_setup(case, "duration", duration_s=2, reads="stalls")
+        case = Case("reno", 10, "0.2bdp", 1)
+        cfg, r = simulator.sim_setup(case, "duration", duration_s=2, reads="stalls")
         assert cfg["noise"]["app_stall_rate_hz"] == 150.0
         assert cfg["noise"]["app_stall_quantiles_ns"][0] == 100_000
         assert cfg["noise"]["app_stall_quantiles_ns"][-1] == 2_900_000
         assert cfg["tcp"]["linux_acks"] is True
         # A case measured takes its own; others, their number of flows' (or the nearest).
-        four_cfg, _ = fidelity.sim_setup(fidelity.Case("reno", 10, "0.2bdp", 4), "duration", reads="stalls")
+        four_cfg, _ = simulator.sim_setup(Case("reno", 10, "0.2bdp", 4), "duration", reads="stalls")
         assert four_cfg["noise"]["app_stall_rate_hz"] == 100.0
-        assert fidelity.emulation_stalls_ns("iperf3", "bic:50:1.0bdp:2", 2)[0] == 150.0
+        assert emulation.emulation_stalls_ns("iperf3", "bic:50:1.0bdp:2", 2)[0] == 150.0
         model["apps"]["iperf3"]["reno:10:0.2bdp:1"] = {**a, "rate_hz": 75.0}
         stalls.write_text(json.dumps(model))
-        fidelity.emulation_stalls_ns.cache_clear()
-        assert fidelity.emulation_stalls_ns("iperf3", "reno:10:0.2bdp:1", 1)[0] == 75.0
+        emulation.emulation_stalls_ns.cache_clear()
+        assert emulation.emulation_stalls_ns("iperf3", "reno:10:0.2bdp:1", 1)[0] == 75.0
         # The simulator runs with it: held a fifth of the time (150 waits of 1.5 ms a second),
         # a lone flow through a fifth of a BDP carries much less than with prompt readers.
         goodput = lambda c: metrics.compute(sim_backend.run_config(c, r))["aggregate_goodput_mbps"]  # noqa: E731
-        prompt, _ = fidelity.sim_setup(case, "duration", duration_s=2, reads="linux")
+        prompt, _ = simulator.sim_setup(case, "duration", duration_s=2, reads="linux")
         assert goodput(cfg) < 0.8 * goodput(prompt)
-        plain, _ = fidelity.sim_setup(case, "duration", duration_s=2)
+        plain, _ = simulator.sim_setup(case, "duration", duration_s=2)
         assert "app_stall_rate_hz" not in plain["noise"]
     finally:
-        fidelity.emulation_stalls_ns.cache_clear()
+        emulation.emulation_stalls_ns.cache_clear()
 
 
 def test_a_run_keeps_its_waits_as_a_histogram_whose_quantiles_are_within_a_bin_of_the_waits():
@@ -139,33 +142,33 @@ def _kernel_side(waits: dict | None, unclean: bool = False) -> dict:
 
 
 def test_the_simulator_takes_the_waits_traced_in_the_case_s_own_kernel_runs(tmp_path, monkeypatch):
-    case = fidelity.Case("reno", 10, "0.2bdp", 1)
+    case = Case("reno", 10, "0.2bdp", 1)
     short = sched_waits.record(np.full(3000, 100e-6), 30.0, 1)  # 100 a second of 0.1 ms
     long_ = sched_waits.record(np.full(1000, 2e-3), 10.0, 1)  # 100 a second of 2 ms
     runs = [tmp_path / n for n in ("a", "b", "c")]
     for run, side in zip(runs, (_kernel_side(short), _kernel_side(long_), _kernel_side(long_, unclean=True)), strict=True):
         run.mkdir()
         (run / f"{case.stem}-netns.json").write_text(json.dumps(side))
-    monkeypatch.setattr(fidelity, "READS", "stalls")
-    monkeypatch.setattr(fidelity, "STALL_RUNS", tuple(runs[:1]))
-    rate, lengths = fidelity.case_stalls_ns(case, "duration")
+    monkeypatch.setattr(OPTIONS, "reads", "stalls")
+    monkeypatch.setattr(OPTIONS, "stall_runs", tuple(runs[:1]))
+    rate, lengths = emulation.case_stalls_ns(case, "duration")
     assert rate == 100.0
     assert lengths[0] == pytest.approx(100_000, rel=0.13) and lengths[-1] == pytest.approx(100_000, rel=0.13)
-    tag = fidelity.reads_tag(case)
+    tag = reads_tag(case)
     # Two clean runs pooled (the unclean one left out): a quarter of the waits are 2 ms.
-    monkeypatch.setattr(fidelity, "STALL_RUNS", tuple(runs))
-    rate, lengths = fidelity.case_stalls_ns(case, "duration")
+    monkeypatch.setattr(OPTIONS, "stall_runs", tuple(runs))
+    rate, lengths = emulation.case_stalls_ns(case, "duration")
     assert rate == 100.0
     assert lengths[700] == pytest.approx(100_000, rel=0.13) and lengths[800] == pytest.approx(2_000_000, rel=0.13)
-    cfg, _ = fidelity.sim_setup(case, "duration", duration_s=2, reads="stalls")
+    cfg, _ = simulator.sim_setup(case, "duration", duration_s=2, reads="stalls")
     assert cfg["noise"]["app_stall_quantiles_ns"] == lengths
     # A stored simulator side made with other waits is made again.
-    assert fidelity.reads_tag(case) != tag
-    assert not fidelity.made_with_reads({"reads": tag}, case)
+    assert reads_tag(case) != tag
+    assert not made_with_reads({"reads": tag}, case)
     # What a run kept, as `receiver_waits.py --from RUN` prints it (the unclean run: nothing).
     table = receiver_waits.kept_table(runs[1], [case]).splitlines()
     assert table[2].startswith("| reno:10:0.2bdp:1 | duration (iperf3) | 100 | 2113 | 2236 | 2239 | 100.0 |")
     assert "no traced waits" in receiver_waits.kept_table(runs[2], [case])
     # A case whose runs traced nothing takes the measured file's.
-    other = fidelity.Case("cubic", 50, "1.0bdp", 4)
-    assert fidelity.case_stalls_ns(other, "volume") == fidelity.emulation_stalls_ns("xfer", other.key, 4)
+    other = Case("cubic", 50, "1.0bdp", 4)
+    assert emulation.case_stalls_ns(other, "volume") == emulation.emulation_stalls_ns("xfer", other.key, 4)

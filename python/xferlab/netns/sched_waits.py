@@ -1,8 +1,8 @@
 """The emulation's receiving applications' waits for a CPU, traced with ftrace while a
 netns run lasts, and kept as the simulator's stall model takes them.
 
-Shared by benches/receiver_waits.py (which measures them for chosen cases) and
-benches/fidelity.py (whose kernel runs of the matrix carry their own, ``run_netns_once``):
+Shared by benches/receiver_waits.py (which measures them for chosen cases) and the fidelity
+bench (whose kernel runs of the matrix carry their own, ``fidelity.kernel.run_netns_once``):
 ``traced`` records the scheduler's ``sched_wakeup`` and ``sched_switch`` events of the
 receivers (found by their command lines in the run's namespaces; ``set_event_pid`` with
 ``event-fork``, so their threads too), ``waits`` reads every wait — from a wakeup, or from
@@ -23,8 +23,9 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import ftrace
 import numpy as np
+
+from . import ftrace
 
 #: The ftrace instances the tracer owns while a run lasts (one per process, -<pid>; removed after).
 INSTANCE = ftrace.TRACEFS / "instances" / "xferlab-receivers"

@@ -1,5 +1,5 @@
-"""ftrace instances of the benches' own, for tracing the emulated hosts' kernel while a run
-lasts: each tracer (sched_waits' waits, ack_delays' segments) records into an instance of
+"""ftrace instances of xferlab's own, for tracing the emulated hosts' kernel while a run
+lasts: each tracer (sched_waits' waits, tcp_probes' segments) records into an instance of
 its own (``<base>-<pid>``), so that two can trace one run and a killed run's leftovers are
 found and removed. Needs root and tracefs (mounted at TRACEFS if it is not).
 """

@@ -5,8 +5,8 @@ cheap enough that the run keeps its goodput. The event fires where TCP processes
 (``tcp_rcv_established``): after the socket's backlog when its application held the socket,
 so a time is when the segment was processed, not when it arrived.
 
-Shared by benches/ack_delays.py (a case's delays and trains, printed) and benches/fidelity.py
-(whose kernel runs of the matrix keep theirs, ``run_netns_once``): ``traced`` records,
+Shared by benches/ack_delays.py (a case's delays and trains, printed) and the fidelity bench
+(whose kernel runs of the matrix keep theirs, ``fidelity.kernel.run_netns_once``): ``traced`` records,
 ``ack_delays`` times each in-order ACK from the data it acknowledges, ``kernel_trains``
 measures how the flows interleave at the receivers, and ``record`` keeps a run's as an
 archive does (histograms of sched_waits' log-spaced bins). Needs root and tracefs.
@@ -22,10 +22,10 @@ import re
 from collections.abc import Iterable, Iterator
 from typing import NamedTuple
 
-import ftrace
 import numpy as np
-import sched_waits
-from xferlab import constants
+
+from .. import constants
+from . import ftrace, sched_waits
 
 #: The ftrace instances the tracer owns while a run lasts (one per process, -<pid>).
 INSTANCE = ftrace.TRACEFS / "instances" / "xferlab-probes"

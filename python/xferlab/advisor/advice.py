@@ -129,6 +129,8 @@ def advise(
         picks = contenders(table, q)
         p2 = plan(q, len(picks), rest, workers)
         if p2.scale < p.scale and minimum_budget_s(p2, first, workers) <= rest:
+            if progress:  # the bar goes on from the screening's runs
+                go["progress"] = lambda done, total: progress(ran + done, ran + total)
             res2 = runs.campaign(q, p2, picks, rest, workers, repetitions, **go)
             finalists = rows(res2, picks, q, p2)
             planned, ran, left_out = planned + res2.planned, ran + len(res2.runs), left_out + res2.left_out

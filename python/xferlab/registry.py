@@ -22,11 +22,11 @@ CONVERGENCE_SHARE = 0.8
 SETTLED = 0.1
 
 
-
 class MetricsError(Exception):
     """The metrics cannot be computed as asked (e.g. an empty window). Here, beside the
     metrics' records, so that a command can catch it without importing the computation
     (pandas)."""
+
 
 @dataclass(frozen=True)
 class Metric:

@@ -111,6 +111,8 @@ def test_advise_json_is_the_whole_advice():
         (("--rtt", "20ms", "--bottleneck", "1Gbps", "--volume", "1GB", "--deadline", "5s"), "shorter than the ideal"),
         (("--rtt", "20ms", "--bottleneck", "1Gbps", "--volume", "1GB", "--budget", "0.01s"), "too small for even"),
         (("--rtt", "20ms", "--bottleneck", "1Gbps", "--volume", "1GB", "--competing", "-1"), "--competing -1"),
+        # Once an internal error: the scenario's own limit on pairs refused it mid-advice.
+        (("--rtt", "20ms", "--bottleneck", "1Gbps", "--volume", "1GB", "--competing", "100000"), "over the limit of 1 000"),
         (("--rtt", "20ms", "--bottleneck", "1Gbps", "--volume", "1GB", "--competing-variant", "tahoe"), "unknown variant"),
         (("--rtt", "20ms", "--bottleneck", "1Gbps", "--volume", "1GB", "--buffer", "lots"), "--buffer lots"),
     ],

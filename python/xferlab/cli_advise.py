@@ -14,8 +14,10 @@ from .advisor.advice import advise as run_advice
 from .advisor.present import show
 from .advisor.question import AdviceError, ask
 from .advisor.runs import MAX_REPETITIONS, workers_default
+from .backends import BackendError
 from .cli_common import console, err
 from .cli_common import fail as _fail
+from .scenario import ScenarioError
 from .units import parse_duration
 
 #: The commands of this module (:mod:`xferlab.cli` finds them here by name).
@@ -51,7 +53,7 @@ def advise(
         n = workers or workers_default()
         with _progress(quiet or json_out) as progress:
             a = run_advice(q, budget_s, n, repetitions=repetitions, progress=progress)
-    except AdviceError as e:
+    except (AdviceError, ScenarioError, BackendError) as e:  # a path the scenario's own limits refuse, …
         _fail(str(e))
     if json_out:
         print(json.dumps(a.as_dict(), indent=1, allow_nan=False))

@@ -42,6 +42,8 @@ STREAMS_MAX = Limit(10_000, "parallel streams per transfer")
 #: Flows of a run: pairs × streams plus reverse sources.
 FLOWS_MAX = Limit(100_000, "each flow costs memory and a series in every table of the trace")
 BACKGROUND_SOURCES_MAX = Limit(10_000, "each background source is an event stream of its own")
+#: Competing flows an advice simulates beside the job (`xferlab advise --competing`).
+ADVISE_COMPETING_MAX = Limit(1_000, "every run of the advice simulates each of them; more would leave no run in any budget")
 #: Rows of a trace, for one table and its tables together (a flow's samples times the flows).
 SAMPLES_MAX = Limit(20_000_000, "a trace must fit in memory (about 1 GB)")
 #: Packets a run may carry through its bottleneck(s) (data moved, plus background and

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
-from .. import constants, variants
+from .. import constants, limits, variants
 from ..models import ideal_rates
 from ..units import format_duration, format_rate, parse_duration, parse_rate, parse_size
 
@@ -98,6 +98,8 @@ def ask(
     v = int(_positive(parse_size, volume, "--volume"))
     if competing < 0:
         raise AdviceError(f"--competing {competing}: must be 0 or more")
+    if competing > limits.ADVISE_COMPETING_MAX.value:
+        raise AdviceError(limits.too_big("--competing", competing, limits.ADVISE_COMPETING_MAX, " flows"))
     try:
         cv = variants.canonical(competing_variant)
     except ValueError as e:

@@ -139,6 +139,28 @@ def test_a_journal_cut_short_on_its_way_is_never_put_in_place(tmp_path):
     assert journal.loads(held.read_text())["entries"] == j["entries"] and list(state.iterdir()) == [held]
 
 
+def test_a_refused_state_folder_is_said_after_the_journal_was_read(tmp_path):
+    """A take refused by the folder rule once exited before reading the journal on its
+    stdin: the controller's write then met a closed channel, and the run said "the
+    connection was lost" instead of why the folder was refused (a CI failure). The script
+    reads its stdin whole whatever it answers: a megabyte written to it never breaks the
+    pipe."""
+    real = tmp_path / "real"
+    real.mkdir(mode=0o700)
+    (tmp_path / "link").symlink_to(real)
+    text = journal.dumps(journal.new("h", "0123abcd")) + " " * (1 << 20)
+    for script in (
+        statedir.take_script(str(tmp_path / "link"), len(text)),
+        statedir.update_script(str(tmp_path / "link"), "0123abcd", len(text)),
+    ):
+        p = subprocess.Popen(["sh", "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        p.stdin.write(text)  # a BrokenPipeError here: the script left without reading
+        p.stdin.close()
+        found = statedir.parse(p.stdout.read())
+        assert p.wait(timeout=30) == 0
+        assert found.status == "refused" and "is a symbolic link" in found.why, found
+
+
 def test_facts_and_the_plan_of_a_router_with_a_configured_qdisc():
     text = "\n".join(
         [

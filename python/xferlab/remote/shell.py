@@ -154,9 +154,11 @@ class Host:
         folder, _, name = path.rpartition("/")
         template = f"{folder or '/'}/.{name[:40]}.XXXXXXXX"
         data = data.encode() if isinstance(data, str) else data
-        # The size check: a connection closed mid-write gives cat a short stdin, never a short file.
+        # The size check: a connection closed mid-write gives cat a short stdin, never a short
+        # file. A mktemp that fails still reads stdin: leaving first would close the channel
+        # under our write, a lost connection instead of mktemp's reason.
         command = (
-            f"umask 077 && t=$({cmd('mktemp', '--', template)}) && "
+            f"umask 077 && {{ t=$({cmd('mktemp', '--', template)}) || {{ cat > /dev/null; exit 1; }}; }} && "
             f'{{ cat > "$t" && [ "$(wc -c < "$t")" -eq {len(data)} ] && chmod {mode} "$t" && mv -f -- "$t" {shlex.quote(path)} '
             '|| { rm -f -- "$t"; false; }; }'
         )

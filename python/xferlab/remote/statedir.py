@@ -85,8 +85,13 @@ _SHOW = (
 )
 
 
-def _preamble(state_dir: str) -> str:
-    return f"{_SECURE}\nxl_secure {cmd(state_dir)} || exit 0\n{_HOST_ID}\n"
+def _preamble(state_dir: str, reads_stdin: bool = False) -> str:
+    """Applies the folder rule and names the journal. A script given the journal on stdin
+    reads it whole even when it refuses: one that left first closed the channel under the
+    controller's write ("Channel not open for sending"), a lost connection instead of the
+    refusal's reason."""
+    drain = "cat > /dev/null; " if reads_stdin else ""
+    return f"{_SECURE}\nxl_secure {cmd(state_dir)} || {{ {drain}exit 0; }}\n{_HOST_ID}\n"
 
 
 def _whole(size: int) -> str:
@@ -102,13 +107,13 @@ def take_script(state_dir: str, size: int) -> str:
     """Takes the host (the journal on stdin, of ``size`` bytes, becomes its journal if it has
     none): prints ``taken=PATH``, or what holds it (:func:`parse`)."""
     take = (
-        'umask 077; t=$(mktemp -- "$SD/.take.XXXXXXXX") || { echo "@R@cannot write in $SD"; exit 0; }\n'
+        'umask 077; t=$(mktemp -- "$SD/.take.XXXXXXXX") || { cat > /dev/null; echo "@R@cannot write in $SD"; exit 0; }\n'
         'cat > "$t" || { rm -f -- "$t"; echo "@R@cannot write in $SD"; exit 0; }\n'
         f'{_whole(size)} || {{ rm -f -- "$t"; echo "@R@the journal arrived cut short"; exit 0; }}\n'
         'if ln -- "$t" "$F" 2>/dev/null; then rm -f -- "$t"; echo "taken=$F"; exit 0; fi\n'
         'rm -f -- "$t"\n'
     ).replace("@R@", REFUSED)
-    return _preamble(state_dir) + take + _SHOW + "\n"
+    return _preamble(state_dir, reads_stdin=True) + take + _SHOW + "\n"
 
 
 def read_script(state_dir: str) -> str:
@@ -128,12 +133,12 @@ def update_script(state_dir: str, run_id: str, size: int) -> str:
     ``run_id``'s (a heartbeat, or new entries): prints ``updated``, or ``lost`` when another
     has it now."""
     write = (
-        'umask 077; t=$(mktemp -- "$SD/.beat.XXXXXXXX") || { echo "@R@cannot write in $SD"; exit 0; }\n'
+        'umask 077; t=$(mktemp -- "$SD/.beat.XXXXXXXX") || { cat > /dev/null; echo "@R@cannot write in $SD"; exit 0; }\n'
         'cat > "$t" || { rm -f -- "$t"; echo "@R@cannot write in $SD"; exit 0; }\n'
         f'{_whole(size)} || {{ rm -f -- "$t"; echo "@R@the journal arrived cut short"; exit 0; }}\n'
         'mv -f -- "$t" "$F" && echo updated || { rm -f -- "$t"; echo "@R@cannot write in $SD"; }\n'
     ).replace("@R@", REFUSED)
-    return _preamble(state_dir) + f"if ! {_ours(run_id)}; then cat > /dev/null; echo lost; exit 0; fi\n" + write
+    return _preamble(state_dir, reads_stdin=True) + f"if ! {_ours(run_id)}; then cat > /dev/null; echo lost; exit 0; fi\n" + write
 
 
 def release_script(state_dir: str, run_id: str) -> str:

@@ -290,6 +290,8 @@ def void_because(tr: Trace) -> str | None:
 
     * the kernel handed the socket a window no congestion control gives
       (bpfcc.impossible_window; VALIDATION.md §6, "Void kernel runs"), named by its first sample;
+    * no congestion event: the sender never filled the buffer (a busy machine slowed it),
+      so the law was never exercised;
     * the path reordered.  The kernel then enters recovery on a segment that was only late,
       calls the program's ``ssthresh`` (H-TCP restarts Δ, BIC moves W_max) and undoes the
       reduction a few ms later, often between two samples: the next epochs grow from a state
@@ -305,6 +307,10 @@ def void_because(tr: Trace) -> str | None:
     if tr.reord_seen[-1] > 0:
         i = int(np.argmax(tr.reord_seen > 0))
         return f"the path reordered ({int(tr.reord_seen[-1])} times, the first by {tr.t[i]:.2f} s)"
+    if len(tr.t) and not (tr.ssthresh < bpfcc.SSTHRESH_INFINITE).any():
+        # A loaded machine (a busy loop per core) once kept a sender from ever filling the
+        # bottleneck's buffer: no loss, no law to check, not the program's fault.
+        return f"no congestion event in {tr.t[-1]:.1f} s (the sender never filled the bottleneck's buffer)"
     return None
 
 

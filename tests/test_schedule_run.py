@@ -1,6 +1,7 @@
 """``xferlab schedule run``: a plan moved as real data by xfer over loopback, on its timing."""
 
 import json
+import re
 import socket
 import subprocess
 from pathlib import Path
@@ -149,10 +150,16 @@ def test_a_window_clamp_on_loopback_is_stopped_with_xfers_warning(tmp_path, cli,
     path = _scenario(tmp_path, {"strategy": "spaghetti", "mechanism": "cwnd_clamp"})
     r = cli("schedule", "run", path, server, "--insecure", "--out", tmp_path / "o", "--lead", "0.5")
     assert r.returncode == 1
-    assert "request v1: xfer: warning: step 0: a window below two segments" in r.stderr, r.stderr
-    assert "error: 2 of 2 transfers failed; request v1: still running 12 s after the launch, stopped" in r.stderr
+    assert "xfer: warning: step 0: a window below two segments" in r.stderr, r.stderr
+    # How far a crawling transfer gets depends on loopback's RTT of the moment: one of the
+    # two has been seen to finish (a clean-clone CI). The other is stopped, and said so.
+    failed = r"error: ([12]) of 2 transfers failed; request v[01]: still running 12 s after the launch, stopped"
+    said = re.search(failed, r.stderr)
+    assert said, r.stderr
     rows = json.loads((tmp_path / "o" / "schedule-run.json").read_text())["requests"]
-    assert all(row["stopped"] and "use --limiter pacing" in row["warnings"][0] for row in rows)
+    stopped = [row for row in rows if row.get("stopped")]
+    assert len(stopped) == int(said.group(1))
+    assert all("use --limiter pacing" in row["warnings"][0] for row in stopped)
 
 
 def test_more_transfers_than_a_server_takes_are_refused_up_front(tmp_path, cli):

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import os
 import platform
+import re
 from pathlib import Path
+
+#: The reference document every bench writes its latest table into.
+BENCHMARKS = Path(__file__).resolve().parent.parent / "BENCHMARKS.md"
 
 
 def machine() -> str:
@@ -16,3 +20,19 @@ def machine() -> str:
     except OSError:
         pass
     return f"{cpu}, {os.cpu_count()} cores, Linux {platform.release()}, Python {platform.python_version()}"
+
+
+def write_section(text: str, before: str | None = "## Cost budget", path: Path = BENCHMARKS) -> None:
+    """Replaces the section of ``path`` that ``text`` heads (its first line, a ``## `` heading,
+    up to the next one) by ``text``; a section not there yet goes in before the heading
+    ``before`` (the first section when ``before`` is None), or at the end."""
+    heading = text.splitlines()[0]
+    doc = path.read_text()
+    pattern = re.compile(re.escape(heading) + r"\n.*?(?=\n## |\Z)", re.S)
+    if pattern.search(doc):
+        doc = pattern.sub(lambda _: text.rstrip("\n") + "\n", doc)
+    else:
+        anchor = "\n## " if before is None else "\n" + before
+        at = doc.index(anchor) + 1 if anchor in doc else len(doc)
+        doc = doc[:at] + text + "\n" + doc[at:]
+    path.write_text(doc)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import resource
 import statistics
 import subprocess
@@ -22,7 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "python"))
 
-from benchlib import machine  # noqa: E402
+from benchlib import machine, write_section  # noqa: E402
 
 HEADING = "## The command line's own cost"
 XFERLAB = [sys.executable, "-m", "xferlab.cli"]
@@ -78,19 +77,6 @@ def section(runs: int) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write(text: str) -> None:
-    path = ROOT / "BENCHMARKS.md"
-    doc = path.read_text()
-    pattern = re.compile(re.escape(HEADING) + r"\n.*?(?=\n## |\Z)", re.S)
-    if pattern.search(doc):
-        doc = pattern.sub(text.rstrip("\n") + "\n", doc)
-    else:
-        anchor = "\n## Cost budget"
-        at = doc.index(anchor) + 1 if anchor in doc else len(doc)
-        doc = doc[:at] + text + "\n" + doc[at:]
-    path.write_text(doc)
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=5)
@@ -101,7 +87,7 @@ def main() -> int:
     text = section(a.runs)
     print(text)
     if not a.no_write:
-        write(text)
+        write_section(text)
     return 0
 
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import statistics
 import subprocess
 import sys
@@ -25,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "python"))
 
-from benchlib import machine  # noqa: E402
+from benchlib import machine, write_section  # noqa: E402
 from builds import load_build, reference_build, run_on_build  # noqa: E402
 from xferlab import scenario  # noqa: E402
 from xferlab.backends import extension, sim  # noqa: E402
@@ -113,18 +112,6 @@ def section(rows: list[dict], passes: int, load: tuple[float, float]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write(text: str) -> None:
-    path = ROOT / "BENCHMARKS.md"
-    doc = path.read_text()
-    pattern = re.compile(r"## Today against the reference\n.*?(?=\n## |\Z)", re.S)
-    if pattern.search(doc):
-        doc = pattern.sub(text.rstrip("\n") + "\n", doc)
-    else:
-        first = doc.index("\n## ") + 1 if "\n## " in doc else len(doc)
-        doc = doc[:first] + text + "\n" + doc[first:]
-    path.write_text(doc)
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--passes", type=int, default=3)
@@ -138,7 +125,7 @@ def main() -> int:
     text = section(rows, a.passes, (before, os.getloadavg()[0]))
     print(text)
     if not a.no_write and not a.only:
-        write(text)
+        write_section(text, before=None)
     return 0
 
 

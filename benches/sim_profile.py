@@ -22,6 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "python"))
 
+from benchlib import write_section  # noqa: E402
 from xferlab import scenario  # noqa: E402
 from xferlab.backends import sim  # noqa: E402
 
@@ -79,19 +80,6 @@ def section(parts: dict[str, int], delivered: float, total: int, duration: str) 
     return "\n".join(lines) + "\n"
 
 
-def write(text: str) -> None:
-    path = ROOT / "BENCHMARKS.md"
-    doc = path.read_text()
-    pattern = re.compile(re.escape(HEADING) + r"\n.*?(?=\n## |\Z)", re.S)
-    if pattern.search(doc):
-        doc = pattern.sub(text.rstrip("\n") + "\n", doc)
-    else:
-        anchor = "\n## Cost budget"
-        at = doc.index(anchor) + 1 if anchor in doc else len(doc)
-        doc = doc[:at] + text + "\n" + doc[at:]
-    path.write_text(doc)
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--duration", default="2s")
@@ -101,7 +89,7 @@ def main() -> int:
     text = section(parts, delivered, total, a.duration)
     print(text)
     if not a.no_write:
-        write(text)
+        write_section(text)
     return 0
 
 

@@ -9,13 +9,16 @@ mod inputfile;
 mod journal;
 mod limiter;
 mod limits;
+mod monitor;
 mod onoff;
 mod profile;
 mod proto;
 mod pull;
 mod qstats;
 mod safepath;
+mod send;
 mod server;
+mod session;
 mod signal;
 mod sock;
 mod srcfile;
@@ -344,7 +347,7 @@ impl PlanArgs {
             start_at: self
                 .start_at
                 .as_deref()
-                .map(|t| start::start_time(t, start::unix_now()))
+                .map(|t| start::start_time(t, util::unix_now()))
                 .transpose()?,
             connect_ahead,
             start_after_signal: self.start_after_signal,
@@ -524,7 +527,7 @@ fn send(a: SendArgs) -> Result<()> {
     let plan = a
         .plan
         .parse(rate_bps.is_some() || deadline.is_some(), &auth)?;
-    client::send(client::SendOpts {
+    client::send(session::SendOpts {
         src,
         host,
         port,
@@ -586,12 +589,12 @@ fn mode_of(a: &SendArgs) -> Result<Option<Mode>> {
 
 /// SRC and DEST from the positional arguments: a send (file, stdin, mem:SIZE or
 /// --from-cmd) or a pull (SRC = HOST:PORT:/path, where the send-only options are refused).
-fn source_and_dest(a: &SendArgs) -> Result<(client::SrcSpec, String)> {
+fn source_and_dest(a: &SendArgs) -> Result<(session::SrcSpec, String)> {
     let is_remote = |s: &str| {
         !std::path::Path::new(s).exists() && parse_remote(s).is_some_and(|(_, _, p)| p.is_some())
     };
     Ok(match (&a.from_cmd, a.args.as_slice()) {
-        (Some(c), [d]) => (client::SrcSpec::Cmd(c.clone()), d.clone()),
+        (Some(c), [d]) => (session::SrcSpec::Cmd(c.clone()), d.clone()),
         (Some(_), _) => return Err(util::usage("with --from-cmd give only DEST")),
         // Pull: SRC is on the server, DEST is local (or stdout).
         (None, [s, d]) if is_remote(s) => {
@@ -602,19 +605,19 @@ fn source_and_dest(a: &SendArgs) -> Result<(client::SrcSpec, String)> {
             }
             refuse_for_pull(a)?;
             let local = if d == "-" {
-                client::PullDest::Stdout
+                session::PullDest::Stdout
             } else {
-                client::PullDest::File(PathBuf::from(d))
+                session::PullDest::File(PathBuf::from(d))
             };
-            (client::SrcSpec::Pull(local), s.clone())
+            (session::SrcSpec::Pull(local), s.clone())
         }
         (None, [s, d]) => {
             let src = if s == "-" {
-                client::SrcSpec::Stdin
+                session::SrcSpec::Stdin
             } else if let Some(n) = s.strip_prefix("mem:") {
-                client::SrcSpec::Mem(limits::volume("mem:", n)?)
+                session::SrcSpec::Mem(limits::volume("mem:", n)?)
             } else {
-                client::SrcSpec::Path(PathBuf::from(s))
+                session::SrcSpec::Path(PathBuf::from(s))
             };
             if d == "-" {
                 return Err(util::usage(
@@ -656,7 +659,7 @@ fn refuse_for_pull(a: &SendArgs) -> Result<()> {
 /// consumer command, or nowhere; and whether the path's directory must exist already.
 fn sink_of(
     a: &SendArgs,
-    src: &client::SrcSpec,
+    src: &session::SrcSpec,
     dest: &str,
     path: Option<String>,
 ) -> Result<(Sink, bool)> {
@@ -669,7 +672,7 @@ fn sink_of(
             if !(p.is_empty() || p.ends_with('/')) {
                 return Ok((Sink::Path(p), false));
             }
-            if matches!(src, client::SrcSpec::Pull(_)) {
+            if matches!(src, session::SrcSpec::Pull(_)) {
                 return Err(util::usage(format!("remote path {dest:?} names no file")));
             }
             // scp-like: DIR/ is an existing directory, and the file goes inside it under
@@ -693,9 +696,9 @@ fn sink_of(
 }
 
 /// The name a file gets in a DEST that ends in '/': the source's own name.
-fn into_dir_name(src: &client::SrcSpec, dest: &str) -> Result<String> {
+fn into_dir_name(src: &session::SrcSpec, dest: &str) -> Result<String> {
     let name = match src {
-        client::SrcSpec::Path(p) => p.file_name().map(|n| n.to_string_lossy().into_owned()),
+        session::SrcSpec::Path(p) => p.file_name().map(|n| n.to_string_lossy().into_owned()),
         _ => None,
     };
     match name {

@@ -4,10 +4,11 @@
 //! end-to-end hash, and only then renames the temporary file into place.
 
 use crate::chunkset::ChunkSet;
-use crate::client::{connect, pacing_per_socket, target_rate, AttemptError, Outcome, PullDest};
-use crate::client::{progress_bar, sample_tcp, SendOpts};
 use crate::fsinfo;
+use crate::monitor::{progress_bar, sample_tcp};
 use crate::proto::*;
+use crate::send::pacing::{pacing_per_socket, target_rate};
+use crate::session::{connect, AttemptError, Outcome, PullDest, SendOpts};
 use crate::util::{hex, random_bytes};
 use anyhow::{anyhow, bail, Context, Result};
 use std::collections::BTreeMap;
@@ -121,7 +122,13 @@ pub(crate) fn pull_once(
         let (weak, stop, iv) = (weak, sampler_stop.clone(), o.interval);
         std::thread::spawn(move || sample_tcp(weak, stop, iv, data_start))
     };
-    let bar = progress_bar(o, Some(size), 0, ctx.received.clone(), sampler_stop.clone());
+    let bar = progress_bar(
+        o.progress && !o.quiet,
+        Some(size),
+        0,
+        ctx.received.clone(),
+        sampler_stop.clone(),
+    );
     let first_err = receive_all(conns, &ctx);
     // The server's verdict carries its end-to-end hash of what it sent.
     let wait = if first_err.is_some() { 5 } else { 60 };
@@ -147,7 +154,7 @@ pub(crate) fn pull_once(
         e2e,
         plan: None,
         changes: Vec::new(),
-        end_unix: crate::start::unix_now(),
+        end_unix: crate::util::unix_now(),
     })
 }
 

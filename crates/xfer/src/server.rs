@@ -1,11 +1,12 @@
 //! `xfer serve`: the receiver daemon.
 
-use crate::chunkset::{self, ChunkSet};
-use crate::client;
+use crate::chunkset::ChunkSet;
 use crate::fsinfo;
 use crate::journal::{self, Journal};
 use crate::proto::*;
 use crate::safepath;
+use crate::send::source::{SharedFile, StreamSrc};
+use crate::send::workers::{Worker, Workers};
 use anyhow::{anyhow, bail, Context, Result};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::File;
@@ -1511,9 +1512,9 @@ fn watch_pull_client(
     }))
 }
 
-type SenderHandle = std::thread::JoinHandle<Result<E2e>>;
-
-/// The client's stripe or stream senders, one thread per data connection.
+/// The send engine's stripe or stream senders, one thread per data
+/// connection, as a push's client runs them (without gates: a pull is paced
+/// by the sockets).
 fn start_pull_senders(
     req: &Request,
     conns: Vec<Arc<TcpStream>>,
@@ -1521,44 +1522,29 @@ fn start_pull_senders(
     size: u64,
     sent: &Arc<AtomicU64>,
     abort: &Arc<AtomicBool>,
-) -> Vec<SenderHandle> {
-    let chunk = req.chunk as u64;
-    let mut handles = Vec::new();
+) -> Vec<Worker> {
+    let w = Workers {
+        chunk: req.chunk,
+        streams: req.streams,
+        hash: req.hash,
+        stall_after: req.fault_stall_after,
+        sent,
+        abort,
+        gates: None,
+    };
     match req.mode {
-        Mode::Stripe => {
-            let groups = chunkset::split(&[(0, size.div_ceil(chunk))], req.streams as usize);
-            for (c, g) in conns.into_iter().zip(groups) {
-                let ctx = client::StripeCtx {
-                    file: Some(file.clone()),
-                    zero: None,
-                    chunk,
-                    size,
-                    hash: req.hash,
-                    sent: sent.clone(),
-                    abort: abort.clone(),
-                    stall_after: req.fault_stall_after,
-                    gate: None,
-                };
-                handles.push(std::thread::spawn(move || client::stripe_sender(c, g, ctx)));
-            }
-        }
+        // Nothing to resume: no reader, only senders.
+        Mode::Stripe => w.spawn_stripe(Some(file), size, &[], conns).1,
         Mode::Stream => {
-            let src = Arc::new(client::StreamSrc::plain(
-                Box::new(client::SharedFile(file, 0)),
-                chunk as usize,
+            let src = Arc::new(StreamSrc::plain(
+                Box::new(SharedFile(file, 0)),
+                req.chunk as usize,
                 req.hash,
                 abort.clone(),
             ));
-            for c in conns {
-                let (src, sent) = (src.clone(), sent.clone());
-                let stall = req.fault_stall_after;
-                handles.push(std::thread::spawn(move || {
-                    client::stream_sender(c, src, sent, stall, None)
-                }));
-            }
+            w.spawn_stream(src, conns)
         }
     }
-    handles
 }
 
 fn log_pull(req: &Request, error: &Option<String>, bytes: u64, elapsed: f64) {

@@ -13,8 +13,7 @@
 //! the listener takes one signal and closes.
 
 use crate::proto::Auth;
-use crate::start::unix_now;
-use crate::util::{hex, random_bytes, usage};
+use crate::util::{hex, random_bytes, unix_now, usage};
 use anyhow::{anyhow, bail, Context, Result};
 use hmac::{Hmac, Mac};
 use serde::Serialize;

@@ -6,7 +6,7 @@
 
 use crate::limits::{START_AHEAD_MAX_S, START_LATE_MAX_S};
 use crate::signal::SignalListener;
-use crate::util::usage;
+use crate::util::{unix_now, usage};
 use anyhow::Result;
 use serde::Serialize;
 use std::time::{Duration, Instant};
@@ -123,14 +123,6 @@ impl Schedule {
     pub fn record(&self) -> Option<&StartRecord> {
         self.started.as_ref().map(|(_, r)| r)
     }
-}
-
-/// Unix time now (CLOCK_REALTIME), in seconds.
-pub fn unix_now() -> f64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs_f64())
-        .unwrap_or(0.0)
 }
 
 /// `--start-at`: Unix seconds (`1795366694.250`) or RFC 3339

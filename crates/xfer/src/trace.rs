@@ -1,12 +1,16 @@
 //! `--json` output in the project's Trace layout (tables run, flows,
 //! goodput, tcp as lists of row objects).
 
-use crate::client::{Outcome, SendOpts};
 use crate::limiter::{Limiter, RateChange};
+use crate::monitor::TcpRow;
 use crate::proto::{Done, Sink};
+use crate::session::{Outcome, SendOpts};
 use crate::signal::Sent;
 use crate::start::StartRecord;
+use anyhow::{anyhow, bail, Context, Result};
 use serde::Serialize;
+use std::fs::File;
+use std::io::Write;
 
 #[derive(Serialize)]
 pub struct Trace {
@@ -105,16 +109,6 @@ pub struct GoodputRow {
     pub goodput_mbps: f64,
 }
 
-#[derive(Serialize, Clone)]
-pub struct TcpRow {
-    pub t: f64,
-    pub flow_id: u32,
-    pub cwnd: u32,
-    pub ssthresh: u32,
-    pub srtt_ms: f64,
-    pub retransmissions: u32,
-}
-
 /// The trace of a finished send. `start_unix`: when the command started.
 pub fn build(
     o: &SendOpts,
@@ -177,11 +171,11 @@ pub fn build(
 
 fn flow_rows(o: &SendOpts, d: &Done, mode: crate::proto::Mode) -> Vec<FlowRow> {
     let source = match &o.src {
-        crate::client::SrcSpec::Path(p) => p.display().to_string(),
-        crate::client::SrcSpec::Stdin => "-".into(),
-        crate::client::SrcSpec::Mem(n) => format!("mem:{n}"),
-        crate::client::SrcSpec::Cmd(c) => format!("cmd:{c}"),
-        crate::client::SrcSpec::Pull(_) => "pull".into(),
+        crate::session::SrcSpec::Path(p) => p.display().to_string(),
+        crate::session::SrcSpec::Stdin => "-".into(),
+        crate::session::SrcSpec::Mem(n) => format!("mem:{n}"),
+        crate::session::SrcSpec::Cmd(c) => format!("cmd:{c}"),
+        crate::session::SrcSpec::Pull(_) => "pull".into(),
     };
     let dest = match &o.sink {
         Sink::Path(p) => format!("{}:{}:/{}", o.host, o.port, p),
@@ -286,4 +280,59 @@ fn segment_rows(
             }
         })
         .collect()
+}
+
+/// The `--json` trace, written beside its destination and renamed into
+/// place when complete. Created before the transfer, so a destination that
+/// cannot be written fails first.
+pub(crate) struct TraceFile {
+    tmp: std::path::PathBuf,
+    dest: std::path::PathBuf,
+    file: Option<File>,
+}
+
+impl TraceFile {
+    pub(crate) fn create(dest: &std::path::Path) -> Result<TraceFile> {
+        let name = dest
+            .file_name()
+            .ok_or_else(|| anyhow!("--json {} names no file", dest.display()))?;
+        if dest.is_dir() {
+            bail!("--json {} is a directory", dest.display());
+        }
+        let tmp = dest.with_file_name(format!(
+            ".{}.xfer-tmp{}",
+            name.to_string_lossy(),
+            std::process::id()
+        ));
+        // A new file of our own: never through a symlink planted at its name.
+        let file = std::os::unix::fs::OpenOptionsExt::custom_flags(
+            File::options().write(true).create_new(true),
+            libc::O_NOFOLLOW,
+        )
+        .open(&tmp)
+        .with_context(|| format!("cannot write the trace {}", dest.display()))?;
+        Ok(TraceFile {
+            tmp,
+            dest: dest.to_path_buf(),
+            file: Some(file),
+        })
+    }
+
+    pub(crate) fn commit(&mut self, t: &Trace) -> Result<()> {
+        let f = self.file.take().unwrap();
+        let mut w = std::io::BufWriter::new(f);
+        serde_json::to_writer_pretty(&mut w, t)?;
+        w.flush()
+            .with_context(|| format!("writing the trace {}", self.dest.display()))?;
+        std::fs::rename(&self.tmp, &self.dest)
+            .with_context(|| format!("writing the trace {}", self.dest.display()))
+    }
+}
+
+impl Drop for TraceFile {
+    fn drop(&mut self) {
+        if self.file.is_some() {
+            let _ = std::fs::remove_file(&self.tmp);
+        }
+    }
 }

@@ -159,6 +159,14 @@ pub fn human_size_arg(n: u64) -> String {
     n.to_string()
 }
 
+/// Unix time now (CLOCK_REALTIME), in seconds.
+pub fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

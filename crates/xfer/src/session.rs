@@ -1,0 +1,144 @@
+//! The session both directions share: the options of `xfer send`, the
+//! authenticated connection to the server (handshake), and what an attempt
+//! comes to (its outcome, or an error that may be retried).
+
+use crate::limiter::{Limiter, RateChange, RatePlan};
+use crate::monitor::TcpRow;
+use crate::profile::Profile;
+use crate::proto::*;
+use crate::sock;
+use anyhow::{Context, Result};
+use std::net::{SocketAddr, TcpStream};
+use std::time::Duration;
+
+pub struct SendOpts {
+    pub src: SrcSpec,
+    pub host: String,
+    pub port: u16,
+    pub sink: Sink,
+    pub streams: u32,
+    pub mode: Option<Mode>,
+    pub chunk: u32,
+    pub rate_bps: Option<u64>,
+    pub deadline: Option<Duration>,
+    pub size: Option<u64>,
+    pub cc: Option<String>,
+    pub sndbuf: Option<usize>,
+    pub rcvbuf: Option<usize>,
+    pub hash: bool,
+    pub resume: Option<bool>,
+    pub retries: u32,
+    pub auth: Auth,
+    pub json: Option<std::path::PathBuf>,
+    pub interval: Duration,
+    pub progress: bool,
+    pub quiet: bool,
+    /// The source must be exactly this many bytes, or nothing is committed.
+    pub expect_size: Option<u64>,
+    /// DEST ended in '/': the directory must exist on the server.
+    pub parent_must_exist: bool,
+    /// Test hook: the receiver fails the first attempt once it has written
+    /// this many bytes (see `Session::wrote` in server.rs).
+    pub fault_reset_after: Option<u64>,
+    /// Test hook: the senders (the server's, for a pull) stop once this many
+    /// bytes went out, and wait for their connections to close.
+    pub fault_stall_after: Option<u64>,
+    /// Test hook: a command run (sh -c) before each retry.
+    pub fault_before_retry: Option<String>,
+    pub args: Vec<String>,
+    /// `--rate-profile` (else `--rate`/`--deadline` make a one-step plan).
+    pub profile: Option<Profile>,
+    pub limiter: Limiter,
+    pub timer_hz: u32,
+    /// When the data starts: `--start-at`, `--start-after-signal`.
+    pub start_at: Option<f64>,
+    pub connect_ahead: Duration,
+    pub start_after_signal: Option<String>,
+    /// `--signal-done`: tell this listener once the transfer is committed.
+    pub signal_done: Option<SocketAddr>,
+    pub signal_token: String,
+}
+
+pub enum SrcSpec {
+    Path(std::path::PathBuf),
+    Stdin,
+    Mem(u64),
+    Cmd(String),
+    /// Pull the file named by `sink` from the server (see pull.rs).
+    Pull(PullDest),
+}
+
+pub enum PullDest {
+    File(std::path::PathBuf),
+    Stdout,
+}
+
+pub(crate) struct Outcome {
+    pub done: Done,
+    pub resumed: u64,
+    pub elapsed: f64,
+    pub rate_bps: Option<u64>,
+    pub mode: Mode,
+    pub tcp: Vec<TcpRow>,
+    pub e2e: Option<String>,
+    /// The rate plan followed (None: unlimited), and its steps as applied.
+    pub plan: Option<RatePlan>,
+    pub changes: Vec<RateChange>,
+    /// Unix time the receiver's verdict arrived.
+    pub end_unix: f64,
+}
+
+#[derive(Debug)]
+pub(crate) struct AttemptError {
+    pub err: anyhow::Error,
+    /// True once data moved: a retry can then resume from the journal.
+    pub retriable: bool,
+}
+
+impl<E: Into<anyhow::Error>> From<E> for AttemptError {
+    fn from(e: E) -> Self {
+        AttemptError {
+            err: e.into(),
+            retriable: false,
+        }
+    }
+}
+
+/// The error of an attempt that may be retried (resumed) if `retriable`.
+pub(crate) fn failing(retriable: bool) -> impl Fn(anyhow::Error) -> AttemptError + Copy {
+    move |err| AttemptError { err, retriable }
+}
+
+pub(crate) fn connect(o: &SendOpts, addr: SocketAddr, data: bool) -> Result<TcpStream> {
+    let s = socket2::Socket::new(
+        socket2::Domain::for_address(addr),
+        socket2::Type::STREAM,
+        None,
+    )?;
+    if data {
+        // Buffers must be set before connect to take part in window scaling.
+        if let Some(b) = o.sndbuf {
+            sock::set_buffer(&s, sock::Buffer::Send, "--sndbuf", b)?;
+        }
+        if let Some(b) = o.rcvbuf {
+            sock::set_buffer(&s, sock::Buffer::Receive, "--rcvbuf", b)?;
+        }
+        if let Some(cc) = &o.cc {
+            sock::set_cc(&s, cc)?;
+        }
+    }
+    s.connect_timeout(&addr.into(), Duration::from_secs(10))
+        .with_context(|| format!("connecting to {addr}"))?;
+    s.set_nodelay(true)?;
+    s.set_tcp_keepalive(
+        &socket2::TcpKeepalive::new()
+            .with_time(Duration::from_secs(30))
+            .with_interval(Duration::from_secs(10))
+            .with_retries(6),
+    )?;
+    let mut t: TcpStream = s.into();
+    t.set_read_timeout(Some(Duration::from_secs(30)))?;
+    client_handshake(&mut t, &o.auth)?;
+    t.set_read_timeout(None)?;
+    Ok(t)
+}

@@ -5,11 +5,15 @@ from __future__ import annotations
 
 import contextlib
 import json
+from pathlib import Path
 from typing import Optional
 
 import typer
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from . import runfolder
+from .advisor import folder
 from .advisor.advice import advise as run_advice
 from .advisor.present import show
 from .advisor.question import AdviceError, ask
@@ -17,6 +21,7 @@ from .advisor.runs import MAX_REPETITIONS, workers_default
 from .backends import BackendError
 from .cli_common import console, err
 from .cli_common import fail as _fail
+from .runfolder import RunFolderError
 from .scenario import ScenarioError
 from .units import parse_duration
 
@@ -38,6 +43,9 @@ def advise(
     workers: Optional[int] = typer.Option(None, "--workers", min=1, help="simulator processes (default: one per core)"),
     repetitions: int = typer.Option(MAX_REPETITIONS, "--repetitions", min=1, help="seeds per configuration at most"),
     json_out: bool = typer.Option(False, "--json", help="print the whole advice as JSON (nothing else on stdout)"),
+    out: Optional[Path] = typer.Option(
+        None, "--out", "-o", help="keep the advice as a folder: its page, its runs and advice.json (a new or empty folder)"
+    ),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar"),
 ):
     """Advise a transfer: variant, streams and pacing for a path, with its predicted completion time.
@@ -45,20 +53,26 @@ def advise(
     A bounded campaign on the simulator over variant × parallel streams × pacing, with
     repetitions, within --budget; prints the recommendation (p50, p99 and, with --deadline,
     the probability of meeting it), every configuration tried beside the default, and the
-    xfer command and host settings that apply it.
+    xfer command and host settings that apply it. With --out, the advice is also kept as a
+    folder (index.html, advice.json, runs.parquet) that `xferlab campaign report` reopens.
     """
     try:
+        if out is not None:
+            runfolder.check_destination(out, False)  # before the campaign, not after it
         q = ask(rtt, bottleneck, volume, access, buffer, deadline, competing, competing_variant)
         budget_s = _budget(budget)
         n = workers or workers_default()
         with _progress(quiet or json_out) as progress:
             a = run_advice(q, budget_s, n, repetitions=repetitions, progress=progress)
-    except (AdviceError, ScenarioError, BackendError) as e:  # a path the scenario's own limits refuse, …
+        page = folder.write(a, out) if out is not None else None
+    except (AdviceError, ScenarioError, BackendError, RunFolderError) as e:  # a path the scenario's own limits refuse, …
         _fail(str(e))
     if json_out:
         print(json.dumps(a.as_dict(), indent=1, allow_nan=False))
     else:
         show(a, console)
+    if page is not None:
+        (err if json_out else console).print(f"advice: [bold]{escape(str(page))}[/]", highlight=False)
 
 
 def _budget(text: str) -> float:

@@ -13,6 +13,8 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from . import limits
+from .advisor import folder as advice_folder
+from .advisor.question import AdviceError
 from .backends import BackendError
 from .campaign import hstts, report, runner, spec
 from .campaign.spec import CampaignError
@@ -169,11 +171,13 @@ def campaign_run(
 
 
 @campaign_app.command("report")
-def campaign_report(folder: Path = typer.Argument(..., help="a campaign folder")):
-    """Tables and figures across the sweep (mean ± 95 % CI over repetitions) as one HTML report."""
+def campaign_report(folder: Path = typer.Argument(..., help="a campaign folder, or an advice folder (xferlab advise --out)")):
+    """Tables and figures across the sweep (mean ± 95 % CI over repetitions) as one HTML report.
+
+    An advice folder's page is written again from its runs, without simulating."""
     try:
-        path = report.render(folder)
-    except CampaignError as e:
+        path = advice_folder.render(folder) if advice_folder.is_advice_folder(folder) else report.render(folder)
+    except (CampaignError, AdviceError, RunFolderError) as e:
         _fail(str(e))
     console.print(f"report: [bold]{escape(str(path))}[/]")
 

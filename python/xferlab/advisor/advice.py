@@ -29,6 +29,8 @@ class Advice:
     workers: int
     finalists: list[Row] = field(default_factory=list)  # the contenders run again at a smaller scale
     final_plan: Plan | None = None
+    screen_runs: list[dict] = field(default_factory=list)  # every run of the screening (runs.Results.runs)
+    final_runs: list[dict] = field(default_factory=list)  # every run of the contenders' round
 
     @property
     def scale(self) -> float:
@@ -124,6 +126,7 @@ def advise(
     res = runs.campaign(q, p, configs, screen_s, workers, repetitions, **go)
     table = rows(res, configs, q, p)
     finalists, p2, planned, ran, left_out = [], None, res.planned, len(res.runs), res.left_out
+    final_runs: list[dict] = []
     if screen_s < budget_s:
         rest = budget_s - (clock() - t0)
         picks = contenders(table, q)
@@ -132,7 +135,7 @@ def advise(
             if progress:  # the bar goes on from the screening's runs
                 go["progress"] = lambda done, total: progress(ran + done, ran + total)
             res2 = runs.campaign(q, p2, picks, rest, workers, repetitions, **go)
-            finalists = rows(res2, picks, q, p2)
+            finalists, final_runs = rows(res2, picks, q, p2), res2.runs
             planned, ran, left_out = planned + res2.planned, ran + len(res2.runs), left_out + res2.left_out
     final = finalists or table
     return Advice(
@@ -149,4 +152,6 @@ def advise(
         workers,
         finalists,
         p2 if finalists else None,
+        res.runs,
+        final_runs if finalists else [],
     )

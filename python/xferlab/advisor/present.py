@@ -11,20 +11,21 @@ from ..units import format_duration, format_elapsed, format_rate, format_size
 from . import apply
 from .advice import Advice
 from .candidates import DEFAULT
+from .question import Question
 from .recommend import Row
 
 
-def _time(s: float) -> str:
+def time_text(s: float) -> str:
     if s == float("inf"):
         return "never"
     return f"{s:.3g} s" if s < 60 else format_elapsed(s)
 
 
-def _rate(bps: float) -> str:
+def goodput_text(bps: float) -> str:
     return f"{bps / 1e9:.2f} Gbit/s" if bps >= 1e9 else f"{bps / 1e6:.0f} Mbit/s"
 
 
-def _pct(x: float | None) -> str:
+def pct_text(x: float | None) -> str:
     return "—" if x is None else f"{100 * x:.0f} %"
 
 
@@ -40,57 +41,63 @@ def table(a: Advice, rows: list[Row], title: str) -> Table:
     ):
         t.add_column(name, justify=justify)
     if q.deadline_s is not None:
-        t.add_column(f"P(≤ {_time(q.deadline_s)})", justify="right")
+        t.add_column(f"P(≤ {time_text(q.deadline_s)})", justify="right")
     if q.competing:
         t.add_column("harm", justify="right")
     for r in sorted(rows, key=lambda r: r.prediction.p99_s):
         cells = [
-            _label(r, a),
+            escape(label(r, a)),
             str(r.repetitions),
-            _rate(r.prediction.goodput_bps),
-            _time(r.prediction.p50_s),
-            _time(r.prediction.p99_s),
+            goodput_text(r.prediction.goodput_bps),
+            time_text(r.prediction.p50_s),
+            time_text(r.prediction.p99_s),
         ]
         if q.deadline_s is not None:
-            cells.append(_pct(r.prediction.p_deadline))
+            cells.append(pct_text(r.prediction.p_deadline))
         if q.competing:
-            cells.append(_pct(r.harm))
+            cells.append(pct_text(r.harm))
         t.add_row(*cells, style="bold green" if r.config == a.recommended.config else None)
     return t
 
 
-def _label(r: Row, a: Advice) -> str:
+def label(r: Row, a: Advice) -> str:
+    """A row's configuration, marked when it is the recommended one or the default (plain text)."""
     marks = [m for m, yes in (("recommended", r.config == a.recommended.config), ("default", r.config == DEFAULT)) if yes]
-    return escape(r.config.label + (f"  ({', '.join(marks)})" if marks else ""))
+    return r.config.label + (f"  ({', '.join(marks)})" if marks else "")
 
 
-def _headline(r: Row, a: Advice) -> str:
+def headline(r: Row, a: Advice) -> str:
+    """A row's figures in one line of plain text."""
     p, q = r.prediction, a.question
-    line = f"{escape(r.config.label)}: p50 {_time(p.p50_s)}, p99 {_time(p.p99_s)}"
+    line = f"{r.config.label}: p50 {time_text(p.p50_s)}, p99 {time_text(p.p99_s)}"
     if q.deadline_s is not None:
-        line += f", P(done within {_time(q.deadline_s)}) {_pct(p.p_deadline)}"
+        line += f", P(done within {time_text(q.deadline_s)}) {pct_text(p.p_deadline)}"
     if q.competing:
-        line += f", harm to the competing flows {_pct(r.harm)}"
+        line += f", harm to the competing flows {pct_text(r.harm)}"
     return line
+
+
+def path_line(q: Question) -> str:
+    """The question in one line of plain text."""
+    return (
+        f"path: RTT {format_duration(q.rtt_s)}, bottleneck {format_rate(q.bottleneck_bps)} (r_TP "
+        f"{goodput_text(q.goodput_bps)}), access {format_rate(q.access_bps)}, buffer {q.buffer_packets()} packets; "
+        f"job {format_size(q.volume_bytes)} (ideal {time_text(q.ideal_time_s)}); "
+        f"competing: {q.competing} × {q.competing_variant}"
+    )
 
 
 def show(a: Advice, out: Console) -> None:
     q = a.question
-    out.print(
-        f"path: RTT {format_duration(q.rtt_s)}, bottleneck {format_rate(q.bottleneck_bps)} (r_TP "
-        f"{_rate(q.goodput_bps)}), access {format_rate(q.access_bps)}, buffer {q.buffer_packets()} packets; "
-        f"job {format_size(q.volume_bytes)} (ideal {_time(q.ideal_time_s)}); "
-        f"competing: {q.competing} × {q.competing_variant}",
-        highlight=False,
-    )
+    out.print(escape(path_line(q)), highlight=False)
     if a.finalists:
         out.print(table(a, a.table, f"configurations tried (screening, rates ÷ {a.plan.scale:g})"))
         out.print(table(a, a.finalists, f"the contenders again, rates ÷ {a.final_plan.scale:g}"))
     else:
         out.print(table(a, a.table, "configurations tried"))
-    out.print(f"[bold]recommended[/] {_headline(a.recommended, a)}", highlight=False)
+    out.print(f"[bold]recommended[/] {escape(headline(a.recommended, a))}", highlight=False)
     if a.default is not None and a.default.config != a.recommended.config:
-        out.print(f"[bold]default[/]     {_headline(a.default, a)}", highlight=False)
+        out.print(f"[bold]default[/]     {escape(headline(a.default, a))}", highlight=False)
     c = a.recommended.config
     out.print("\n[bold]apply it[/] (on both hosts, as root, then on the sender):", highlight=False)
     for line in apply.shell_lines(q, c):
@@ -104,15 +111,16 @@ def show(a: Advice, out: Console) -> None:
 def method_line(a: Advice) -> str:
     p = a.plan
     if p.whole:
-        how = f"each run moved the whole job ({_time(p.run_s)} at most)"
+        how = f"each run moved the whole job ({time_text(p.run_s)} at most)"
     else:
         scaled = f", rates ÷ {p.scale:g}" if p.scale > 1 else ""
         how = (
-            f"each run {_time(p.run_s)} (slow start + 4 epochs of {_time(p.epoch_s)}{scaled}),"
+            f"each run {time_text(p.run_s)} (slow start + 4 epochs of {time_text(p.epoch_s)}{scaled}),"
             " extrapolated: start-up + rest / steady goodput, block bootstrap over epochs"
         )
     if a.final_plan is not None:
-        how += f"; the {len(a.finalists)} contenders again at rates ÷ {a.final_plan.scale:g} ({_time(a.final_plan.run_s)} runs)"
+        fp = a.final_plan
+        how += f"; the {len(a.finalists)} contenders again at rates ÷ {fp.scale:g} ({time_text(fp.run_s)} runs)"
     left = f"; {a.left_out} runs left out by the budget" if a.left_out else ""
     return (
         f"{a.ran} simulator runs of {a.planned} planned in {a.wall_s:.0f} s "

@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-import os
 import platform
 import shutil
 import signal
@@ -29,16 +28,15 @@ from pathlib import Path
 import pyarrow as pa
 
 from .. import constants, variants
-from ..importers import iperf3 as ip3
-from ..importers import xfer as xf
 from ..netns import bpfcc, host, scaling
 from ..netns import topology as topo
 from ..netns import watch as sockwatch
 from ..netns.qstats import QdiscReader
-from ..runinfo import Provenance
+from ..runinfo import Provenance, RunInfo
 from ..trace import Trace
-from . import xfer_plan
+from . import choreography, xfer_plan
 from .base import BackendError, Progress
+from .choreography import STATIC_XFER, FlowPlan, background_row, onoff_args, xfer_binary
 from .linktable import link_table
 
 NAME = "netns"
@@ -46,12 +44,6 @@ BASE_PORT = 5201
 #: Delay-line punctuality a run must meet to be trusted (issue 5's benchmark goals).
 LATE_MEAN_MS = 0.2
 LATE_P99_MS = 1.0
-#: Setup round trips of an iperf3 test before its first data byte (control connection,
-#: cookie, parameter exchange, data connection, TEST_START): its start is estimated as
-#: launch + SETUP_RTTS × RTT (within about one RTT).
-SETUP_RTTS = 5
-#: iperf3's smallest reporting interval.
-IPERF3_MIN_INTERVAL = 0.1
 #: How many times a void run (an impossible window from a BPF congestion control, seen by
 #: netns.watch.SocketWatch) is run again before the run fails. The fidelity matrix had 12 void
 #: runs in 48 with these programs (docs/journal/validation-history.md, "12 kernel runs were void"):
@@ -59,50 +51,18 @@ IPERF3_MIN_INTERVAL = 0.1
 VOID_RETRIES = 2
 
 
-def _repo_root() -> Path:
-    return Path(__file__).resolve().parents[3]
-
-
-def _binary(env: str, name: str, package: str) -> str:
-    """A workspace tool: $ENV, NAME on PATH, or the workspace's release build."""
-    if os.environ.get(env):
-        return os.environ[env]
-    found = shutil.which(name)
-    if found:
-        return found
-    built = _repo_root() / "target" / "release" / name
-    if built.exists():
-        return str(built)
-    raise BackendError(f"{name} is not built; run `make build` (cargo build --release -p {package})")
-
-
 def delay_binary() -> str:
     """The delay line: $XFERLAB_DELAY, ``xferlab-delay`` on PATH, or the workspace build."""
-    return _binary("XFERLAB_DELAY", "xferlab-delay", "xferlab-delayline")
+    return choreography.workspace_binary("XFERLAB_DELAY", "xferlab-delay", "xferlab-delayline")
 
 
 #: Where background sources send (the discard port; the receiving host drops it without ICMP).
 DISCARD_PORT = 9
 
 
-def xfer_binary() -> str:
-    """The transfer tool that moves volume-bound flows: $XFERLAB_XFER, ``xfer``, or the workspace build."""
-    return _binary("XFERLAB_XFER", "xfer", "xfer")
-
-
-#: Where `make xfer-static` puts the statically linked xfer (musl): it runs on any Linux host.
-STATIC_XFER = Path("target") / "x86_64-unknown-linux-musl" / "release" / "xfer"
-
-
 def deployable_xfer() -> tuple[str, bool]:
-    """The xfer to copy to remote hosts and whether it is static: $XFERLAB_XFER_STATIC, the
-    workspace's static build, else the build this machine runs (linked to its glibc)."""
-    if os.environ.get("XFERLAB_XFER_STATIC"):
-        return os.environ["XFERLAB_XFER_STATIC"], True
-    static = _repo_root() / STATIC_XFER
-    if static.exists():
-        return str(static), True
-    return xfer_binary(), False
+    """The xfer to copy to remote hosts (:func:`choreography.deployable_xfer`, this module's STATIC_XFER)."""
+    return choreography.deployable_xfer(STATIC_XFER)
 
 
 def kernel_variant(variant: str) -> str:
@@ -111,22 +71,13 @@ def kernel_variant(variant: str) -> str:
 
 
 @dataclass
-class _Flow:
-    spec: dict
-    src_ns: str
-    dst_ns: str
-    dst_addr: str
-    port: int
-    rtt_s: float
+class _Flow(FlowPlan):
+    """A flow between two namespaces (src, dst) and its processes on this host."""
+
     server: subprocess.Popen | None = None
     client: subprocess.Popen | None = None
-    launched: float | None = None
+    launched: float | None = None  # monotonic seconds from the run's t0
     exited: float | None = None
-
-    @property
-    def tool(self) -> str:
-        """Volume-bound transfers run on xfer (exact completion times), the rest on iperf3."""
-        return "xfer" if self.spec.get("volume_bytes") is not None else "iperf3"
 
 
 class _Sampler(threading.Thread):
@@ -274,8 +225,8 @@ def _flows(d, emu: dict) -> tuple[list[_Flow], list]:
         flows.append(
             _Flow(
                 spec=f,
-                src_ns=d.ns(src, pair),
-                dst_ns=d.ns(dst, pair),
+                src=d.ns(src, pair),
+                dst=d.ns(dst, pair),
                 dst_addr=d.addr(dst, pair),
                 port=port,
                 rtt_s=emu["pair_paths"][pair]["rtt_s"],
@@ -371,12 +322,13 @@ def _emulate(d, flows, emu, kernel, binary, k, progress, workdir, procs: _Procs,
     """Starts the delay line, the servers, the link sampler, the background sources and each
     flow at its time; waits for the transfers; collects what everything measured."""
     warnings: list[str] = []
-    reverse = any(f.spec.get("role") == "reverse" for f in flows)
+    info = RunInfo.model_validate(emu)
+    reverse = any(not f.transfer for f in flows)
     procs.delay = _start_delay(d, binary, workdir / "delay.json")
-    interval = max(IPERF3_MIN_INTERVAL, min(emu["goodput_interval_s"], emu["tcp_interval_s"]))
+    interval = choreography.report_interval(info)
     tools = _Tools(workdir, xfer_binary() if any(fl.tool == "xfer" for fl in flows) else None)
     for fl in flows:
-        fl.server = _popen(tools.server(fl, interval), fl.dst_ns)
+        fl.server = _popen(tools.server(fl, interval), fl.dst)
     _wait_listening(flows)
     t0 = time.monotonic()
     sampler = procs.sampler = _Sampler(d, t0, emu["link_interval_s"], reverse=reverse, random_loss=bool(emu["loss_rate"]))
@@ -384,7 +336,7 @@ def _emulate(d, flows, emu, kernel, binary, k, progress, workdir, procs: _Procs,
     watch = procs.watch = _watch(flows, t0)
     for j, b in enumerate(emu.get("background") or []):
         procs.background.append(_start_background(d, first_bg + j, b, emu, seed=emu["seed"] + j))
-    _drive(flows, emu, kernel, interval, t0, k, progress, warnings, procs.delay, tools)
+    _drive(flows, info, kernel, interval, t0, k, progress, warnings, procs.delay, tools)
     bg_bytes = _stop_background(procs.background)
     for th in (sampler, watch):
         th.stop.set()
@@ -407,14 +359,14 @@ def _emulate(d, flows, emu, kernel, binary, k, progress, workdir, procs: _Procs,
         "samples": watch.samples,
         "cpu_s": watch.cost_s,
     }
-    tables = _with_timeouts(_tables(flows, outputs, emu, t0, sampler), flows, watch)
+    tables = _with_timeouts(_tables(flows, outputs, info, sampler), flows, watch)
     return _Measured(tables, stats, warnings, _void(watch, flows, k))
 
 
 def _with_timeouts(tables: dict, flows: list[_Flow], watch: sockwatch.SocketWatch) -> dict:
     """The flows table with each flow's retransmission timeouts, as its sender's socket last
     told the watch (null where it was not read or the kernel does not count them)."""
-    by_id = {fl.spec["flow_id"]: watch.timeouts(fl.src_ns, fl.port) for fl in flows}
+    by_id = {fl.spec["flow_id"]: watch.timeouts(fl.src, fl.port) for fl in flows}
     t = tables["flows"]
     counts = pa.array([by_id.get(i) for i in t.column("flow_id").to_pylist()], type=t.schema.field("timeouts").type)
     return {**tables, "flows": t.set_column(t.schema.get_field_index("timeouts"), "timeouts", counts)}
@@ -424,7 +376,7 @@ def _receiver_counters(flows: list[_Flow]) -> dict[str, int]:
     """The TCP counters (host.TCP_COUNTERS) of the namespaces that received the flows'
     data, summed: how their stacks took it and how often they acknowledged it."""
     total: dict[str, int] = {}
-    for ns in sorted({fl.dst_ns for fl in flows}):
+    for ns in sorted({fl.dst for fl in flows}):
         try:
             counters = host.tcp_counters(ns)
         except OSError:  # a figure of the report, not worth a run: left out
@@ -441,7 +393,7 @@ def _watch(flows: list[_Flow], t0: float) -> sockwatch.SocketWatch:
         every = (sockwatch.WATCH_INTERVAL_S, sockwatch.WATCH_DISCOVER_S)
     else:
         every = (sockwatch.RTO_WATCH_INTERVAL_S, sockwatch.RTO_DISCOVER_S)
-    watch = sockwatch.SocketWatch([fl.src_ns for fl in flows], t0, *every)
+    watch = sockwatch.SocketWatch([fl.src for fl in flows], t0, *every)
     watch.start()
     return watch
 
@@ -451,7 +403,7 @@ def _void(watch: sockwatch.SocketWatch, flows: list[_Flow], k: float) -> str | N
     seen = watch.sighting
     if seen is None:
         return None
-    fl = next((fl for fl in flows if fl.src_ns == seen.ns and seen.dport == fl.port), None)
+    fl = next((fl for fl in flows if fl.src == seen.ns and seen.dport == fl.port), None)
     who = f"flow {fl.spec['flow_id']} ({fl.spec['variant']})" if fl is not None else f"a socket in {seen.ns}"
     return (
         f"the kernel gave {who} an impossible window at {seen.t / k:.2f} s "
@@ -481,11 +433,10 @@ def _trace(resolved: dict, emu: dict, m: _Measured, kernel: dict, k: float) -> T
         "congestion_controls": kernel,
     }
     unknown = {
-        **ip3.unknown_tcp(tables["tcp"]),
+        **choreography.tools_unknown(tables["tcp"]),
         "link.queue_max_pkts": "the qdisc's backlog is sampled at the link interval, not its largest value in between",
         "bottleneck_max_queue_pkts": "the qdisc's backlog is sampled, not its largest value",
         "queueing_delay_max_ms": "the qdisc's backlog is sampled, not its largest value",
-        "flows.fast_recoveries": "iperf3 and xfer do not report them",
     }
     if tables["flows"].column("timeouts").null_count:
         why = "the kernel counts them from Linux 6.7 (tcpi_total_rto); or a flow's socket was never read"
@@ -548,20 +499,9 @@ def receivers_row(counters: dict[str, int]) -> tuple[str, str] | None:
     return ("receivers", text)
 
 
-def background_row(sent: list[int], received: list[int] | None = None) -> tuple[str, str]:
-    """The setup row of the background sources: how many, and the bytes they sent (and
-    their sinks received, where there are sinks)."""
-    text = f"{len(sent)} ON/OFF UDP source(s) (xfer onoff): {sum(sent) / 1e6:.1f} MB sent"
-    if received is not None:
-        text += f", {sum(received) / 1e6:.1f} MB received"
-    return ("background", text)
-
-
-def _wait_listening(flows: list[_Flow], timeout: float = 10.0) -> None:
-    """Waits until every iperf3 server listens (one `ss` per receiving namespace)."""
-    want: dict[str, set[int]] = {}
-    for fl in flows:
-        want.setdefault(fl.dst_ns, set()).add(fl.port)
+def _wait_listening(flows: list[_Flow], timeout: float = choreography.LISTEN_TIMEOUT_S) -> None:
+    """Waits until every server listens (one `ss` per receiving namespace)."""
+    want = choreography.listening_wanted(flows)
     deadline = time.monotonic() + timeout
     while want:
         for ns in list(want):
@@ -572,66 +512,44 @@ def _wait_listening(flows: list[_Flow], timeout: float = 10.0) -> None:
                 del want[ns]
         for fl in flows:
             if fl.server.poll() is not None:
-                raise BackendError(f"iperf3 server on port {fl.port} exited: {fl.server.stderr.read().decode().strip()}")
+                raise BackendError(f"{fl.tool} server on port {fl.port} exited: {fl.server.stderr.read().decode().strip()}")
         if want and time.monotonic() > deadline:
-            raise BackendError(f"iperf3 servers not listening after {timeout:.0f} s: {want}")
+            raise BackendError(f"servers not listening after {timeout:.0f} s: {want}")
         if want:
             time.sleep(0.02)
 
 
 class _Tools:
-    """Command lines of the traffic tools: iperf3 for duration-bound and reverse flows, xfer
-    for volume-bound transfers (its receiver counts the last byte: see importers/xfer.py)."""
+    """Where this run's tools keep their files: one output per flow in the run's folder, and
+    xfer's server root and key (:mod:`choreography` writes their command lines)."""
 
     def __init__(self, workdir: Path, xfer: str | None):
-        self.workdir, self.xfer = workdir, xfer
+        self.workdir, self.xfer = workdir, None
         if xfer is not None:
             (workdir / "xfer-root").mkdir()
-            self.key = workdir / "xfer.key"
-            self.key.write_text(uuid.uuid4().hex + uuid.uuid4().hex)
-            self.key.chmod(0o600)
+            key = workdir / "xfer.key"
+            key.write_text(uuid.uuid4().hex + uuid.uuid4().hex)
+            key.chmod(0o600)
+            self.xfer = choreography.XferFiles(xfer, str(workdir / "xfer-root"), str(key))
 
     def output(self, fl: _Flow) -> Path:
-        return self.workdir / f"flow{fl.spec['flow_id']}.json"
+        return self.workdir / f"{fl.name}.json"
 
     def server(self, fl: _Flow, interval: float) -> list[str]:
-        if fl.tool == "xfer":
-            root = str(self.workdir / "xfer-root")
-            return [self.xfer, "serve", "--listen", f"{fl.dst_addr}:{fl.port}", "--root", root, "--key-file", str(self.key)]
-        # -J and -i on the server: --get-server-output then carries the receiver's intervals.
-        return ["iperf3", "-s", "-1", "-J", "-i", f"{interval:g}", "-p", str(fl.port), "-B", fl.dst_addr]
+        return choreography.server_args(fl, interval, self.xfer)
 
     def client(self, fl: _Flow, kernel: dict, interval: float, end_s: float, payload_ratio: float):
-        f, warnings = fl.spec, []
-        lim = f.get("limiter")
-        # The simulator's pacer counts IP + 14 bytes per packet; TCP pacing counts payload.
-        pace = int(lim["rate_bps"] * payload_ratio) if lim and lim["kind"] == "pacer" and lim["rate_bps"] else None
-        if fl.tool == "xfer":
-            args = [self.xfer, "send", "-P", "1", "--cc", kernel[f["variant"]], "--no-hash", "--retries", "0"]
-            args += ["--no-progress", "-q", "--json", str(self.output(fl)), "--interval", f"{interval:g}s"]
-            args += ["--key-file", str(self.key)] + xfer_plan.limiter_args(f.get("limiter"), f["start_s"], payload_ratio)
-            return args + [f"mem:{int(f['volume_bytes'])}", f"{fl.dst_addr}:{fl.port}", "--discard"], warnings
-        args = ["iperf3", "-c", fl.dst_addr, "-p", str(fl.port), "-C", kernel[f["variant"]], "-J", "--get-server-output"]
-        args += ["-i", f"{interval:g}", "--connect-timeout", "10000"]
-        duration = f["duration_s"] if f.get("duration_s") is not None else end_s - f["start_s"]
-        whole = max(1, math.ceil(duration - 1e-9))
-        if abs(whole - duration) > 1e-6:
-            warnings.append(f"flow {f['flow_id']}: iperf3 runs whole seconds, {duration:g} s rounded up to {whole} s")
-        args += ["-t", str(whole)]
-        if pace:
-            args += ["--fq-rate", str(pace)]
-        return args, warnings
+        cc = kernel[fl.spec["variant"]]
+        return choreography.client_args(fl, cc, interval, end_s, payload_ratio, self.xfer, str(self.output(fl)))
 
 
-def _drive(flows, emu, kernel, interval, t0, k, progress, warnings, delay_proc, tools) -> None:
+def _drive(flows, info: RunInfo, kernel, interval, t0, k, progress, warnings, delay_proc, tools) -> None:
     """Starts each client at its time, waits for all, stops reverse traffic when transfers end."""
-    end_s = emu["end_s"]
-    transfers = [fl for fl in flows if fl.spec.get("role", "transfer") == "transfer"]
-    if end_s is None:
-        end_s = max(fl.spec["start_s"] + math.ceil(fl.spec["duration_s"] - 1e-9) for fl in transfers)
+    transfers = [fl for fl in flows if fl.transfer]
+    end_s = choreography.scenario_end_s(info, flows)
     max_rtt = max(fl.rtt_s for fl in flows)
-    deadline = end_s + max(5.0, 20 * max_rtt)
-    payload_ratio = emu["mss"] / constants.qdisc_frame(emu["mtu"])
+    deadline = choreography.deadline_s(end_s, flows)
+    payload_ratio = choreography.payload_ratio(info)
     waiting = [fl for fl in flows if fl.spec.get("start_after")]
     pending = sorted((fl for fl in flows if not fl.spec.get("start_after")), key=lambda x: x.spec["start_s"])
     total = end_s / k
@@ -640,10 +558,10 @@ def _drive(flows, emu, kernel, interval, t0, k, progress, warnings, delay_proc, 
         pending, waiting = _signalled(pending, waiting, transfers)
         while pending and pending[0].spec["start_s"] <= now:
             fl = pending.pop(0)
-            args, w = tools.client(fl, kernel, interval, emu["end_s"] or end_s, payload_ratio)
+            args, w = tools.client(fl, kernel, interval, end_s, payload_ratio)
             warnings.extend(w)
             with open(tools.output(fl), "wb") as fh:
-                fl.client = _popen(args, fl.src_ns, stdout=fh if fl.tool == "iperf3" else subprocess.DEVNULL)
+                fl.client = _popen(args, fl.src, stdout=fh if fl.tool == "iperf3" else subprocess.DEVNULL)
             fl.launched = now
         for fl in flows:
             if fl.client is not None and fl.exited is None and fl.client.poll() is not None:
@@ -675,19 +593,11 @@ def _drive(flows, emu, kernel, interval, t0, k, progress, warnings, delay_proc, 
 
 
 def _signalled(pending: list[_Flow], waiting: list[_Flow], transfers: list[_Flow]) -> tuple[list[_Flow], list[_Flow]]:
-    """Flows that start after another pair's transfers (ViFi by signal): once every transfer
-    of that pair has exited (xfer exits when its receiver has committed), they are due
-    ``delay_s`` later (the signal's modelled cost), on the controller's clock."""
-    still = []
-    for fl in waiting:
-        after = fl.spec["start_after"]
-        awaited = [t for t in transfers if t.spec["pair"] == after["pair"]]
-        if awaited and all(t.exited is not None for t in awaited):
-            fl.spec = dict(fl.spec, start_s=max(t.exited for t in awaited) + after["delay_s"])
-            pending.append(fl)
-        else:
-            still.append(fl)
-    return sorted(pending, key=lambda x: x.spec["start_s"]), still
+    """Signalled starts (:func:`choreography.signalled`), their transfers' ends on the
+    controller's clock (xfer exits when its receiver has committed): (pending by start, waiting)."""
+    ended = {t.name: t.exited for t in transfers if t.exited is not None}
+    due, still = choreography.signalled(waiting, transfers, ended)
+    return sorted(pending + due, key=lambda x: x.spec["start_s"]), still
 
 
 def _start_background(d, pair: int, source: dict, emu: dict, seed: int) -> subprocess.Popen:
@@ -699,15 +609,6 @@ def _start_background(d, pair: int, source: dict, emu: dict, seed: int) -> subpr
         d.ns("a", pair),
         stdout=subprocess.PIPE,
     )
-
-
-def onoff_args(xfer: str, dst: str, source: dict, mtu: int, seed: int, seconds: float) -> list[str]:
-    """The command of a background source (``workload.background``) sending MTU-sized IP
-    packets to ``dst`` (ADDR:PORT) for ``seconds`` at most; it prints its totals at its end or
-    at SIGTERM."""
-    args = [xfer, "onoff", "--dst", dst, "--rate", repr(source["rate_bps"])]
-    args += ["--mean-on", repr(source["mean_on_s"]), "--mean-off", repr(source["mean_off_s"])]
-    return args + ["--size", str(mtu - 28), "--seed", str(seed), "--duration", repr(seconds)]
 
 
 def _stop_background(procs: list[subprocess.Popen]) -> list[int]:
@@ -792,43 +693,19 @@ def _late(stats: dict) -> str | None:
     )
 
 
-def _tables(flows: list[_Flow], outputs: dict, emu: dict, t0: float, sampler: _Sampler) -> dict:
-    perf, moved = [], []
+def _tables(flows: list[_Flow], outputs: dict, info: RunInfo, sampler: _Sampler) -> dict:
+    """The Trace's tables of the tools' outputs (:func:`choreography.flow_tables`): all the
+    delay is on the forward path (the delay line), the hosts are named by their namespaces."""
+    outcomes = []
     for fl in flows:
-        f = fl.spec
-        doc = outputs.get(f["flow_id"])
+        doc = outputs.get(fl.spec["flow_id"])
         if not doc:
             err = fl.client.stderr.read().decode().strip() if fl.client is not None and fl.client.stderr else ""
-            raise BackendError(f"flow {f['flow_id']} produced no {fl.tool} output ({err or 'not started'})")
-        meta = {
-            "doc": doc,
-            "flow_id": f["flow_id"],
-            "pair": f["pair"],
-            "stream": f["stream"],
-            "variant": f["variant"],
-            "role": f.get("role", "transfer"),
-            "volume_bytes": f.get("volume_bytes"),
-            "source": fl.src_ns.rsplit("-", 1)[1],
-            "sink": fl.dst_ns.rsplit("-", 1)[1],
-            "mss": emu["mss"],
-        }
-        if fl.tool == "xfer":
-            # Data started completion_time before the sender exited (its last act is the verdict,
-            # which crosses the undelayed direction); all delay is on the forward path.
-            done = float((doc.get("run") or {}).get("completion_time") or 0.0)
-            moved.append(xf.XferFlow(data_start_s=(fl.exited or 0.0) - done, forward_delay_s=fl.rtt_s, **meta))
-        else:
-            perf.append(ip3.Iperf3Flow(start_s=(fl.launched or 0.0) + SETUP_RTTS * fl.rtt_s, **meta))
-    parts = []
-    if perf:
-        parts.append(ip3.tables_from_runs(perf, goodput_interval_s=emu["goodput_interval_s"], end_s=None))
-    if moved:
-        parts.append(xf.tables_from_xfer(moved, goodput_interval_s=emu["goodput_interval_s"]))
-    tables = {}
-    for name, keys in (("flows", ["flow_id"]), ("goodput", ["flow_id", "t"]), ("tcp", ["flow_id", "t"])):
-        t = pa.concat_tables([p[name] for p in parts])
-        tables[name] = t.sort_by([(k, "ascending") for k in keys])
-    tables["link"] = sampler.table(emu["link_interval_s"])
+            raise BackendError(f"flow {fl.spec['flow_id']} produced no {fl.tool} output ({err or 'not started'})")
+        ends = (fl.src.rsplit("-", 1)[1], fl.dst.rsplit("-", 1)[1])
+        outcomes.append(choreography.Outcome(fl, doc, fl.launched or 0.0, fl.exited or 0.0, *ends, fl.rtt_s))
+    tables = choreography.flow_tables(outcomes, info.mss, info.goodput_interval_s)
+    tables["link"] = sampler.table(info.link_interval_s)
     return tables
 
 

@@ -41,17 +41,17 @@ import pyarrow as pa
 
 from .. import constants, variants
 from ..importers import iperf3 as ip3
-from ..importers import xfer as xf
 from ..models import ideal_rates
 from ..netns import topology
 from ..remote import clock, facts, hosts, launch, plan
 from ..remote.inventory import Inventory, InventoryError
 from ..remote.inventory import load as load_inventory
 from ..remote.shell import RemoteError, cmd
-from ..runinfo import Provenance
+from ..runinfo import Provenance, RunInfo
 from ..trace import Trace
-from . import linktable, netns, xfer_plan
+from . import choreography, linktable, xfer_plan
 from .base import BackendError, Progress
+from .choreography import FlowPlan
 
 NAME = "ssh"
 #: Time given to launch every flow's command before the first start (controller clock).
@@ -60,7 +60,6 @@ LEAD_S = 1.5
 POLL_S = 0.25
 #: The poll interval while flows wait for another pair's end (signalled starts).
 SIGNAL_POLL_S = 0.05
-IPERF3_MIN_INTERVAL = 0.1
 #: The calibration transfer's report interval (sender and receiver), and the span of
 #: consecutive intervals its goodput is judged over (the best such span).
 CALIBRATION_INTERVAL_S = 0.25
@@ -73,27 +72,10 @@ BACKGROUND_SLACK_S = 60
 
 
 @dataclass
-class _Flow:
-    spec: dict
-    src: str  # host names
-    dst: str
-    src_addr: str
-    dst_addr: str
-    port: int
-    rtt_s: float
-    inventory_pair: int  # the senders[k] → receivers[k] it runs on (reversed for reverse traffic)
+class _Flow(FlowPlan):
+    """A flow between two hosts of the inventory (src, dst: their names)."""
 
-    @property
-    def name(self) -> str:
-        return f"flow{self.spec['flow_id']}"
-
-    @property
-    def tool(self) -> str:
-        return "xfer" if self.spec.get("volume_bytes") is not None else "iperf3"
-
-    @property
-    def transfer(self) -> bool:
-        return self.spec.get("role", "transfer") == "transfer"
+    inventory_pair: int = 0  # the senders[k] → receivers[k] it runs on (reversed for reverse traffic)
 
 
 @dataclass
@@ -198,6 +180,7 @@ class _Run:
 
     def __init__(self, inv: Inventory, inv_path: str, resolved: dict, progress: Progress | None):
         self.inv, self.inv_path, self.r, self.progress = inv, inv_path, resolved, progress
+        self.info = RunInfo.model_validate(resolved)
         self.say = _say(progress)
         self.run_id = uuid.uuid4().hex[:8]
         self.warnings: list[str] = []
@@ -225,7 +208,8 @@ class _Run:
             src, dst = (a, b) if f.get("role", "transfer") == "transfer" else (b, a)
             rtt = self.r["pair_paths"][f["pair"]]["rtt_s"] if self.r.get("pair_paths") else self.r["rtt_s"]
             port = self.inv.options.base_port + f["flow_id"]
-            out.append(_Flow(f, src, dst, self.inv.hosts[src].data, self.inv.hosts[dst].data, port, rtt, k))
+            at = self.inv.hosts
+            out.append(_Flow(f, src, dst, at[dst].data, port, rtt, src_addr=at[src].data, inventory_pair=k))
         shared = sum(1 for f in self.r["flows"] if f.get("role") == "reverse" and self._inventory_pair(f) < self.r["pairs"])
         if shared:
             self.warnings.append(
@@ -454,7 +438,7 @@ class _Run:
             if name in xfer_hosts:
                 h, w = self.bed.hosts[name], self.bed.workdir(name)
                 if self.xfer[name] == f"{w}/xfer":
-                    binary, self.xfer_static = netns.deployable_xfer()
+                    binary, self.xfer_static = choreography.deployable_xfer()
                     await h.write(f"{w}/xfer", Path(binary).read_bytes(), mode="755")
                 await h.write(f"{w}/xfer.key", key)
 
@@ -582,50 +566,26 @@ class _Run:
             if want:
                 await asyncio.sleep(0.05)
 
+    def _xfer_files(self, h: str) -> choreography.XferFiles:
+        w = self.bed.workdir(h)
+        return choreography.XferFiles(self.xfer.get(h, ""), f"{w}/xfer-root", f"{w}/xfer.key")
+
     def _server(self, f: _Flow, interval: float) -> list[str]:
-        if f.tool == "xfer":
-            w = self.bed.workdir(f.dst)
-            return [
-                self.xfer[f.dst],
-                "serve",
-                "--listen",
-                f"{_host(f.dst_addr)}:{f.port}",
-                "--root",
-                f"{w}/xfer-root",
-                "--key-file",
-                f"{w}/xfer.key",
-            ]
-        # -J and -i on the server: --get-server-output then carries the receiver's intervals.
-        return ["iperf3", "-s", "-1", "-J", "-i", f"{interval:g}", "-p", str(f.port), "-B", f.dst_addr]
+        return choreography.server_args(f, interval, self._xfer_files(f.dst))
 
     def _client(self, f: _Flow, interval: float, end_s: float) -> list[str]:
-        s, w = f.spec, self.bed.workdir(f.src)
-        cc = variants.canonical(s["variant"])
-        lim = s.get("limiter")
-        # The simulator's pacer counts IP + 14 bytes per packet; TCP pacing counts payload.
-        ratio = self.r["mss"] / constants.qdisc_frame(self.r["mtu"])
-        pace = int(lim["rate_bps"] * ratio) if lim and lim["kind"] == "pacer" and lim["rate_bps"] else None
-        if f.tool == "xfer":
-            args = [self.xfer[f.src], "send", "-P", "1", "--cc", cc, "--no-hash", "--retries", "0", "--no-progress", "-q"]
-            args += ["--json", f"{w}/{f.name}.json", "--interval", f"{interval:g}s", "--key-file", f"{w}/xfer.key"]
-            args += xfer_plan.limiter_args(lim, s["start_s"], ratio)
-            return args + [f"mem:{int(s['volume_bytes'])}", f"{_host(f.dst_addr)}:{f.port}", "--discard"]
-        duration = s["duration_s"] if s.get("duration_s") is not None else end_s - s["start_s"]
-        whole = max(1, math.ceil(duration - 1e-9))
-        if abs(whole - duration) > 1e-6:
-            self.warnings.append(f"flow {s['flow_id']}: iperf3 runs whole seconds, {duration:g} s rounded up to {whole} s")
-        args = ["iperf3", "-c", f.dst_addr, "-p", str(f.port), "-B", f.src_addr, "-C", cc, "-J", "--get-server-output"]
-        args += ["-i", f"{interval:g}", "--connect-timeout", "10000", "-t", str(whole)]
-        return args + (["--fq-rate", str(pace)] if pace else [])
+        cc, ratio = variants.canonical(f.spec["variant"]), choreography.payload_ratio(self.info)
+        trace = f"{self.bed.workdir(f.src)}/{f.name}.json"
+        args, warnings = choreography.client_args(f, cc, interval, end_s, ratio, self._xfer_files(f.src), trace)
+        self.warnings += warnings
+        return args
 
     def _end_s(self) -> float:
-        if self.r["end_s"] is not None:
-            return self.r["end_s"]
-        return max(f.spec["start_s"] + math.ceil(f.spec["duration_s"] - 1e-9) for f in self.flows if f.transfer)
+        return choreography.scenario_end_s(self.info, self.flows)
 
     async def run_flows(self) -> _Measured:
         m = _Measured()
-        interval = max(IPERF3_MIN_INTERVAL, min(self.r["goodput_interval_s"], self.r["tcp_interval_s"]))
+        interval = choreography.report_interval(self.info)
         by_dst: dict[str, list[_Flow]] = {}
         for f in self.flows:
             by_dst.setdefault(f.dst, []).append(f)
@@ -635,7 +595,7 @@ class _Run:
         for b in self.background:
             servers.setdefault(b.dst, []).append(self._sink_command(b, end_s))
         await hosts.together(*(self.bed.hosts[h].run("\n".join(cmds)) for h, cmds in servers.items()))
-        await self._wait_listening({h: {f.port for f in fs} for h, fs in by_dst.items()})
+        await self._wait_listening(choreography.listening_wanted(self.flows))
         # Launching takes a command per host: the first start leaves room for a few of them
         # (a loaded controller or a slow link makes them slower).
         lead = max(LEAD_S, 3 * (time.monotonic() - t))
@@ -676,19 +636,12 @@ class _Run:
     def _source_command(self, m: _Measured, b: _Background) -> str:
         """A background source from t = 0 until stopped (the netns backend's command and seed)."""
         at = clock.host_time_ns(m.t0_ns, 0.0, self.offsets[b.src])
-        dst, seconds = f"{_host(b.dst_addr)}:{b.port}", m.end_s + BACKGROUND_SLACK_S
-        tool = netns.onoff_args(self.xfer[b.src], dst, b.source, self.r["mtu"], self.r["seed"] + b.index, seconds)
+        dst, seconds = choreography.host_port(b.dst_addr, b.port), m.end_s + BACKGROUND_SLACK_S
+        tool = choreography.onoff_args(self.xfer[b.src], dst, b.source, self.info.mtu, self.info.seed + b.index, seconds)
         return launch.timed(self.bed.workdir(b.src), b.name, at, tool)
 
     def _sink_command(self, b: _Background, end_s: float) -> str:
-        tool = [
-            self.xfer[b.dst],
-            "onoff",
-            "--sink",
-            f"{_host(b.dst_addr)}:{b.port}",
-            "--duration",
-            repr(end_s + BACKGROUND_SLACK_S),
-        ]
+        tool = choreography.sink_args(self.xfer[b.dst], choreography.host_port(b.dst_addr, b.port), end_s + BACKGROUND_SLACK_S)
         return launch.timed(self.bed.workdir(b.dst), f"{b.name}-sink", None, tool)
 
     def _servers(self, h: str, flows: list[_Flow], interval: float) -> list[str]:
@@ -722,7 +675,7 @@ class _Run:
         by_src: dict[str, list[str]] = {}
         for f in self.flows:
             by_src.setdefault(f.src, []).append(f.name)
-        deadline = end_s + max(5.0, 20 * max(f.rtt_s for f in self.flows))
+        deadline = choreography.deadline_s(end_s, self.flows)
         transfers = [f for f in self.flows if f.transfer]
         while True:
             await self._poll(m, by_src)
@@ -748,17 +701,11 @@ class _Run:
         read on their hosts' clocks and brought to the controller's by the measured offsets.
         The controller learns of an end by polling, so a delay shorter than a poll and an SSH
         round trip starts late: the start error says by how much."""
-        due = []
-        for f in m.waiting:
-            after = f.spec["start_after"]
-            awaited = [t for t in self.flows if t.transfer and t.spec["pair"] == after["pair"]]
-            if awaited and all(t.name in m.done for t in awaited):
-                ends = [m.done[t.name][1] - round(self.offsets[t.src].offset_s * 1e9) for t in awaited]
-                f.spec = dict(f.spec, start_s=(max(ends) - m.t0_ns) / 1e9 + after["delay_s"])
-                due.append(f)
+        transfers = [t for t in self.flows if t.transfer]
+        ended = {t.name: self._run_s(m, m.done[t.name][1], t.src) for t in transfers if t.name in m.done}
+        due, m.waiting = choreography.signalled(m.waiting, transfers, ended)
         if not due:
             return
-        m.waiting = [f for f in m.waiting if f not in due]
         by_src: dict[str, list[str]] = {}
         for f in due:
             by_src.setdefault(f.src, []).append(self._start_command(m, f))
@@ -892,33 +839,22 @@ class _Run:
         t.files["logs"] = self.logs
         return t
 
+    def _run_s(self, m: _Measured, t_ns: int, host: str) -> float:
+        """A time read on ``host``'s clock (ns), in run seconds on the controller's."""
+        return (t_ns - round(self.offsets[host].offset_s * 1e9) - m.t0_ns) / 1e9
+
     def _tables(self, m: _Measured) -> dict:
-        perf, moved = [], []
+        """The Trace's tables of the tools' outputs (:func:`choreography.flow_tables`), their
+        launches and ends read on the senders' clocks; half the RTT is each way's."""
+        outcomes = []
         for f in self.flows:
-            s, doc = f.spec, m.outputs.get(f.name)
+            doc = m.outputs.get(f.name)
             if not doc:
-                raise BackendError(f"flow {s['flow_id']} produced no {f.tool} output (see logs/{f.src}/{f.name}.err)")
-            off = round(self.offsets[f.src].offset_s * 1e9)
-            meta = dict(doc=doc, flow_id=s["flow_id"], pair=s["pair"], stream=s["stream"], variant=s["variant"])
-            meta.update(
-                role=s.get("role", "transfer"), volume_bytes=s.get("volume_bytes"), source=f.src, sink=f.dst, mss=self.r["mss"]
-            )
-            if f.tool == "xfer":
-                # Data started completion_time before the sender's exit (noted on its host).
-                ended = (m.done[f.name][1] - off - m.t0_ns) / 1e9 if f.name in m.done else 0.0
-                done = float((doc.get("run") or {}).get("completion_time") or 0.0)
-                moved.append(xf.XferFlow(data_start_s=ended - done, forward_delay_s=f.rtt_s / 2, **meta))
-            else:
-                launched = (m.started.get(f.name, m.t0_ns + off) - off - m.t0_ns) / 1e9
-                perf.append(ip3.Iperf3Flow(start_s=max(0.0, launched) + netns.SETUP_RTTS * f.rtt_s, **meta))
-        parts = []
-        if perf:
-            parts.append(ip3.tables_from_runs(perf, goodput_interval_s=self.r["goodput_interval_s"], end_s=None))
-        if moved:
-            parts.append(xf.tables_from_xfer(moved, goodput_interval_s=self.r["goodput_interval_s"]))
-        tables = {}
-        for name, keys in (("flows", ["flow_id"]), ("goodput", ["flow_id", "t"]), ("tcp", ["flow_id", "t"])):
-            tables[name] = pa.concat_tables([p[name] for p in parts]).sort_by([(k, "ascending") for k in keys])
+                raise BackendError(f"flow {f.spec['flow_id']} produced no {f.tool} output (see logs/{f.src}/{f.name}.err)")
+            ended = self._run_s(m, m.done[f.name][1], f.src) if f.name in m.done else 0.0
+            launched = self._run_s(m, m.started[f.name], f.src) if f.name in m.started else 0.0
+            outcomes.append(choreography.Outcome(f, doc, max(0.0, launched), ended, f.src, f.dst, f.rtt_s / 2))
+        tables = choreography.flow_tables(outcomes, self.info.mss, self.info.goodput_interval_s)
         tables["link"] = self._link_table(m)
         return tables
 
@@ -979,14 +915,13 @@ class _Run:
         rows.append(("host changes", f"{n} change(s) on {len(self.changes)} host(s), restored after the run"))
         if self.background:
             where = ", ".join(f"{b.src} → {b.dst}" for b in self.background)
-            name, text = netns.background_row(stats["background_bytes"], stats["background_received_bytes"])
+            name, text = choreography.background_row(stats["background_bytes"], stats["background_received_bytes"])
             rows.append((name, f"{text}; on {where}"))
         return rows
 
     def _unknown(self, tcp: pa.Table) -> dict[str, str]:
         unknown = {
-            **ip3.unknown_tcp(tcp),
-            "flows.fast_recoveries": "iperf3 and xfer do not report them",
+            **choreography.tools_unknown(tcp),
             "flows.timeouts": "iperf3 and xfer do not report them",
             "timeouts": "iperf3 and xfer do not report them",
         }
@@ -1036,11 +971,6 @@ def steady_goodput_bps(intervals: list[dict], window_s: float) -> float:
     if best == 0.0 and rows:  # a transfer shorter than the window: its whole
         best = sum(b for _, b in rows) * 8 / sum(dt for dt, _ in rows)
     return best
-
-
-def _host(addr: str) -> str:
-    """An address as it goes before ``:port`` (IPv6 in brackets)."""
-    return f"[{addr}]" if ":" in addr else addr
 
 
 def _read_text(path: Path) -> str:

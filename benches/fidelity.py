@@ -25,7 +25,8 @@ starts, and the simulator's runs of a multi-flow case start their flows so. Resu
 case and backend in results/fidelity/ (a rerun skips stored ones unless --force sim|netns,
 but remakes a simulator's side stored by another build of the simulator;
 --backend sim reruns only the simulator's side) and the table goes
-into VALIDATION.md between `<!-- table:fidelity -->` markers.
+into docs/validation/fidelity.md between `<!-- table:fidelity -->` markers (VALIDATION.md §3.2
+links to it; the other tables of this script likewise, each in docs/validation/NAME.md).
 
 A kernel run of the matrix is an hour of a quiet machine and cannot be made again the same:
 `--archive NAME` keeps what every judgement reads of it (each case's figures and flow starts,
@@ -57,7 +58,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--force", action="append", choices=tuple(runs.RUNNERS), help="rerun a backend's stored cases")
     ap.add_argument("--backend", choices=(*runs.RUNNERS, "all"), default="all", help="which backend to run")
     ap.add_argument("--render", action="store_true", help="only rewrite the table from stored results")
-    ap.add_argument("--no-write", action="store_true", help="print, do not touch VALIDATION.md")
+    ap.add_argument("--no-write", action="store_true", help="print, do not write the table")
     ap.add_argument("--dispersion", action="append", default=[], help="a case key: repetitions of its volume run")
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--max-load", type=float, default=3.0, help="wait for a load average below this")
@@ -97,7 +98,7 @@ def parser() -> argparse.ArgumentParser:
         "--controls", action="store_true", help="with --kernel-runs: also judge simulators known to differ (against.CONTROLS)"
     )
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="processes for --seeds' simulator runs")
-    ap.add_argument("--from-table", metavar="REV", help="with --archive: the kernel run VALIDATION.md's table showed at git REV")
+    ap.add_argument("--from-table", metavar="REV", help="with --archive: the kernel run the fidelity table showed at git REV")
     ap.add_argument("--archive", metavar="NAME", help=f"keep the stored kernel run in {ARCHIVE.relative_to(ROOT)}/NAME.json.gz")
     return ap
 
@@ -113,21 +114,26 @@ def configure(args: argparse.Namespace) -> None:
 
 
 def archive(ap: argparse.ArgumentParser, args: argparse.Namespace) -> int:
-    """--archive NAME: the stored kernel run kept, or (--from-table REV) the one VALIDATION.md's
-    table showed at git REV, read back from it."""
+    """--archive NAME: the stored kernel run kept, or (--from-table REV) the one the fidelity
+    table showed at git REV, read back from it (from docs/validation/fidelity.md, or from
+    VALIDATION.md at a revision that held the table there)."""
     if not args.from_table:
         print(f"kept in {store.archive(args.archive).relative_to(ROOT)}")
         return 0
-    shown = subprocess.run(["git", "-C", str(ROOT), "show", f"{args.from_table}:VALIDATION.md"], capture_output=True, text=True)
-    if shown.returncode != 0:
-        ap.error(f"--from-table {args.from_table}: {shown.stderr.strip()}")
-    note = f"read back from the fidelity table of VALIDATION.md at {args.from_table} (figures as printed)"
+    for path in validation_md.documents("fidelity"):
+        where = f"{args.from_table}:{path.relative_to(ROOT)}"
+        shown = subprocess.run(["git", "-C", str(ROOT), "show", where], capture_output=True, text=True)
+        if shown.returncode == 0 and "<!-- table:fidelity -->" in shown.stdout:
+            break
+    else:
+        ap.error(f"--from-table {args.from_table}: no fidelity table there ({shown.stderr.strip() or where})")
+    note = f"read back from the fidelity table of {where} (figures as printed)"
     print(f"kept in {store.archive(args.archive, cases=read_table(shown.stdout), note=note).relative_to(ROOT)}")
     return 0
 
 
 def shown(args: argparse.Namespace, name: str, text: str) -> int:
-    """``text`` printed, and written as VALIDATION.md's table ``name`` unless --no-write or --only."""
+    """``text`` printed, and written as table ``name`` (validation_md.write) unless --no-write or --only."""
     print(text)
     if not args.no_write and not args.only:
         validation_md.write(name, text)
@@ -139,7 +145,7 @@ def spreads(args: argparse.Namespace) -> int:
     for key in args.dispersion:
         print(dispersion.dispersion(Case.from_key(key), args.reps), flush=True)
         if not args.no_write:
-            print("(the table in VALIDATION.md comes from `benches/validate.py netns_dispersion`)")
+            print("(the stored table comes from `benches/validate.py netns_dispersion`)")
     return 0
 
 

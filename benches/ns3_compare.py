@@ -1,6 +1,6 @@
 """ns-3 as a second, independent reference for the simulator (issue 11, item 4).
 
-    .venv/bin/python benches/ns3_compare.py                      # every case; rewrites VALIDATION.md's ns-3 section
+    .venv/bin/python benches/ns3_compare.py                      # every case; rewrites docs/validation/ns3.md
     .venv/bin/python benches/ns3_compare.py ns2 --jobs 2          # one group, two ns-3 runs at a time
     .venv/bin/python benches/ns3_compare.py --quick               # a short subset, nothing written
     .venv/bin/python benches/ns3_compare.py --trace ns2-170-reno  # cwnd, drops and goodput of one case, both simulators
@@ -46,6 +46,7 @@ sys.path.insert(0, str(ROOT / "python"))
 import yaml  # noqa: E402
 from benchlib import machine  # noqa: E402
 from xferlab import backends, metrics, models, scenario  # noqa: E402
+from xferlab.fidelity import validation_md  # noqa: E402
 from xferlab.runinfo import Provenance  # noqa: E402
 from xferlab.trace import Trace  # noqa: E402
 from xferlab.trace import table as trace_table  # noqa: E402
@@ -53,9 +54,6 @@ from xferlab.trace import table as trace_table  # noqa: E402
 NS3_DIR = ROOT / "benches" / "ns3"
 BUILD = NS3_DIR / "build.sh"
 RESULTS = ROOT / "results" / "ns3"
-SECTION = ("<!-- ns3:begin -->", "<!-- ns3:end -->")
-#: The generated part inside the section; the prose around it is written by hand and kept.
-GENERATED = ("<!-- table:ns3 -->", "<!-- /table:ns3 -->")
 
 #: xferlab's variant names and the ns-3 class the dumbbell runs for each.
 NS3_CLASS = {
@@ -443,21 +441,6 @@ def render_kernel(rows: list[Row]) -> str:
     return "\n".join(out) + "\n\n" + kernel_tally(rows)
 
 
-def write_section(body: str) -> None:
-    """Replaces the generated part of VALIDATION.md's ns-3 section (creating the section at
-    the end of the file the first time); the hand-written prose around it stays."""
-    path = ROOT / "VALIDATION.md"
-    text = path.read_text()
-    block = f"{GENERATED[0]}\n{body}\n{GENERATED[1]}"
-    pattern = re.compile(re.escape(GENERATED[0]) + ".*?" + re.escape(GENERATED[1]), re.S)
-    if pattern.search(text):
-        text = pattern.sub(lambda _: block, text)
-    else:
-        section = f"{SECTION[0]}\n## 4. The simulator beside ns-3\n\n{block}\n{SECTION[1]}"
-        text = text.rstrip("\n") + f"\n\n{section}\n"
-    path.write_text(text)
-
-
 # ----------------------------------------------------------------------------- traces
 
 
@@ -527,7 +510,7 @@ def main() -> int:
     ap.add_argument("--jobs", type=int, default=1, help="ns-3 runs at a time (default 1)")
     ap.add_argument("--only", help="run the cases whose name matches this regular expression")
     ap.add_argument("--reuse", action="store_true", help="reuse stored ns-3 results of unchanged scenarios")
-    ap.add_argument("--no-write", action="store_true", help="print the table, leave VALIDATION.md alone")
+    ap.add_argument("--no-write", action="store_true", help="print the table, do not write it")
     ap.add_argument("--trace", metavar="CASE", help="compare cwnd, drops and goodput of one stored case")
     ap.add_argument(
         "--kernel",
@@ -597,7 +580,7 @@ def main() -> int:
         f"Command: `.venv/bin/python benches/ns3_compare.py {groups}{flags}` ({cost}), "
         f"{time.strftime('%Y-%m-%d')}. ns-3 {version} (the `ns3` wheel from PyPI); machine: {machine()}.\n\n{table_}"
     )
-    write_section(body)
+    validation_md.write("ns3", body)  # docs/validation/ns3.md, which VALIDATION.md §4 links to
     return 0
 
 

@@ -3,8 +3,9 @@ hosts made of network namespaces with an sshd each (tests/sshbed.py) — side by
 
     sudo .venv/bin/python benches/ssh_three_backends.py [--seconds 10] [--write]
 
-Writes the table to VALIDATION.md between ``<!-- ssh:begin -->`` and ``<!-- ssh:end -->``
-with ``--write``; the run folders stay in ``results/ssh-three/``.
+With ``--write`` the table goes between its ``<!-- table:ssh -->`` markers in
+docs/validation/ssh.md, which VALIDATION.md §3.5 links to (``xferlab.fidelity.validation_md``);
+the run folders stay in ``results/ssh-three/``.
 """
 
 from __future__ import annotations
@@ -22,10 +23,11 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "python"))
 import sshbed  # noqa: E402 - the testbed lives with the tests
+from xferlab.fidelity import validation_md  # noqa: E402
 
 OUT = ROOT / "results" / "ssh-three"
-BEGIN, END = "<!-- ssh:begin -->", "<!-- ssh:end -->"
 
 
 def scenario(variant: str, seconds: float) -> dict:
@@ -66,7 +68,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=float, default=10)
     ap.add_argument("--variants", default="reno,cubic")
-    ap.add_argument("--write", action="store_true", help="write the table into VALIDATION.md")
+    ap.add_argument("--write", action="store_true", help="write the table into docs/validation/ssh.md")
     a = ap.parse_args()
     why = sshbed.missing()
     if why:
@@ -91,18 +93,13 @@ def main() -> None:
     load = os.getloadavg()[0]
     table = "\n".join(lines)
     block = (
-        f"{BEGIN}\n{table}\n\nMachine: {platform.node()}, {os.cpu_count()} cores, Linux {platform.release()}, "
+        f"{table}\n\nMachine: {platform.node()}, {os.cpu_count()} cores, Linux {platform.release()}, "
         f"load {load:.1f} at the end. Command: `sudo .venv/bin/python benches/ssh_three_backends.py "
-        f"--seconds {a.seconds:g} --write`.\n{END}"
+        f"--seconds {a.seconds:g} --write`."
     )
     print(block)
     if a.write:
-        doc = (ROOT / "VALIDATION.md").read_text()
-        if BEGIN in doc:
-            doc = doc[: doc.index(BEGIN)] + block + doc[doc.index(END) + len(END) :]
-        else:
-            doc = doc.rstrip() + "\n\n" + block + "\n"
-        (ROOT / "VALIDATION.md").write_text(doc)
+        validation_md.write("ssh", block)
 
 
 if __name__ == "__main__":

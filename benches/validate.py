@@ -6,8 +6,9 @@
     .venv/bin/python benches/validate.py netns_ns2 netns_variants --sim-only   # the simulator's side only
     .venv/bin/python benches/validate.py --host linux_acks=true   # the tables with a host option (printed only)
 
-Each case runs scenarios through the same engine as `xferlab run` and rewrites its table in
-VALIDATION.md (between `<!-- table:NAME -->` markers; the prose around them is kept).
+Each case runs scenarios through the same engine as `xferlab run` and rewrites its table
+between its `<!-- table:NAME -->` markers, in VALIDATION.md or in docs/validation/NAME.md
+(`xferlab.fidelity.validation_md`; the prose around them is kept).
 """
 
 from __future__ import annotations
@@ -332,22 +333,22 @@ def table2_2006(quick: bool) -> str:
     return "\n".join(rows)
 
 
-#: Set by --sim-only: the netns rows of a sim-vs-netns table are kept from VALIDATION.md (the
+#: Set by --sim-only: the netns rows of a sim-vs-netns table are kept from the stored table (the
 #: kernel's side does not change with the simulator) and only the simulator's side reruns.
 SIM_ONLY = False
 
 
 def _stored_netns_row(table: str, label: str) -> list[str]:
-    """The cells of the netns row for `label` in VALIDATION.md's current `table`."""
+    """The cells of the netns row for `label` in the current `table` (validation_md.read)."""
     try:
-        block = validation_md.block(validation_md.PATH.read_text(), table)
+        block = validation_md.read(table)
     except ValueError:
         block = ""
     for line in block.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         if cells[:2] == [label, "netns"]:
             return cells
-    raise SystemExit(f"--sim-only: no stored netns row for {label!r} in VALIDATION.md's {table} table")
+    raise SystemExit(f"--sim-only: no stored netns row for {label!r} in the {table} table")
 
 
 def _sim_vs_netns(rows: list[str], label: str, data: dict, table: str) -> None:

@@ -7,6 +7,7 @@ VALIDATION.md and read back. No network, no root; the simulator only where a tes
 import gzip
 import json
 import os
+import re
 
 import pandas as pd
 import pytest
@@ -563,6 +564,7 @@ def test_the_table_round_trips_through_validation_md(tmp_path, monkeypatch, caps
     doc = tmp_path / "VALIDATION.md"
     doc.write_text("# Validation\n\nProse before.\n\n<!-- table:fidelity -->\nold\n<!-- /table:fidelity -->\n\nProse after.\n")
     monkeypatch.setattr(validation_md, "PATH", doc)
+    monkeypatch.setattr(validation_md, "TABLES", tmp_path / "validation")
     kernel_side = {"goodput_mbps": 251.04, "jain": 0.9991, "cov": 0.104, "ss_ssthresh": 2483.2, "ss_time_s": 0.583}
     kernel_side |= {"first_loss_s": 0.571, "retransmissions": 1204, "drops": 1198, "load": [1.2, 0.9]}
     sim = kernel_side | {"goodput_mbps": 262.0, "ss_ssthresh": 2479.0}
@@ -583,9 +585,29 @@ def test_the_table_round_trips_through_validation_md(tmp_path, monkeypatch, caps
     duration = {"goodput_mbps": 251.0, "jain": 0.999, "cov": 0.1, "ss_ssthresh": 2483.0, "ss_time_s": 0.58}
     duration |= {"first_loss_s": 0.57, "retransmissions": 1204, "drops": 1198, "broken": None, "load": [1.2]}
     assert read_table(written) == {"reno:50:1.0bdp:1": {"duration": duration, "volume": {"makespan_s": 9.05}}}
-    # A table the document lacks is appended at its end, and said.
+    # A table in its own file (docs/validation/NAME.md) is rewritten there, VALIDATION.md left alone.
+    own = tmp_path / "validation" / "fidelity_runs.md"
+    own.parent.mkdir()
+    own.write_text("# In full\n\n<!-- table:fidelity_runs -->\nold\n<!-- /table:fidelity_runs -->\n")
     validation_md.write("fidelity_runs", "judged")
-    assert doc.read_text().endswith("Prose after.\n\n<!-- table:fidelity_runs -->\njudged\n<!-- /table:fidelity_runs -->\n")
-    assert "had no <!-- table:fidelity_runs --> block" in capsys.readouterr().out
-    with pytest.raises(ValueError, match="no <!-- table:fidelity_repeat --> block"):
-        validation_md.block(written, "fidelity_repeat")
+    assert own.read_text() == "# In full\n\n<!-- table:fidelity_runs -->\njudged\n<!-- /table:fidelity_runs -->\n"
+    assert doc.read_text() == written and validation_md.read("fidelity_runs") == "\njudged\n"
+    # A table that lives nowhere yet gets a file of its own, and it is said.
+    validation_md.write("fidelity_repeat", "again")
+    made = (tmp_path / "validation" / "fidelity_repeat.md").read_text()
+    assert made.startswith("# Table fidelity_repeat\n") and made.endswith("\nagain\n<!-- /table:fidelity_repeat -->\n")
+    assert "table fidelity_repeat had no block" in capsys.readouterr().out
+    assert doc.read_text() == written
+    with pytest.raises(ValueError, match="no <!-- table:ns3 --> block"):
+        validation_md.read("ns3")
+
+
+def test_each_full_table_validation_md_links_holds_its_table():
+    # VALIDATION.md keeps the short tables and sums up the long ones, linking each to
+    # docs/validation/NAME.md, which holds table NAME (where validation_md.write looks for it).
+    linked = re.findall(r"\]\(docs/validation/(\w+)\.md\)", validation_md.PATH.read_text())
+    assert linked
+    for name in linked:
+        path = validation_md.TABLES / f"{name}.md"
+        validation_md.block(path.read_text(), name)
+        assert validation_md.where(name) == path

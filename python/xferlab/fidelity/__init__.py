@@ -1,7 +1,7 @@
 """The simulator beside real Linux TCP: the fidelity matrix, run on the simulator and on the
 netns backend (this host's kernel), judged metric by metric. benches/fidelity.py is its
-command line; docs/fidelity.md says how far to trust the simulator, VALIDATION.md §3 shows
-the tables.
+command line; docs/fidelity.md says how far to trust the simulator, VALIDATION.md §3 gives
+the verdicts and links to the full tables (docs/validation/).
 
 One idea a module, in the order a case goes through them:
 
@@ -15,5 +15,6 @@ One idea a module, in the order a case goes through them:
 * ``judge``: tolerances, verdicts, medians, ranges, tallies; ``table``: the fidelity table,
   written and read back; ``against``: the simulator against several kernel runs (held out,
   seeds, controls); ``dispersion``: run-to-run spread of one case;
-* ``validation_md``: VALIDATION.md's tables between their markers.
+* ``validation_md``: VALIDATION.md's tables between their markers, in it or in their own
+  files under docs/validation/.
 """

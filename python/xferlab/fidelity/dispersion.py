@@ -1,6 +1,6 @@
 """How far one case's runs spread: the completion time of its volume run repeated on the
 kernel (netns) and on the simulator, with and without its host noise (``--dispersion``;
-VALIDATION.md's table of it comes from `benches/validate.py netns_dispersion`)."""
+its table comes from `benches/validate.py netns_dispersion`, docs/validation/netns_dispersion.md)."""
 
 from __future__ import annotations
 

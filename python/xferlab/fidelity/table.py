@@ -133,8 +133,9 @@ def read_row(cells: list[str]) -> tuple[str, dict]:
 
 
 def read_table(text: str) -> dict:
-    """The kernel side of each case in a fidelity table as VALIDATION.md printed it (between
-    its markers), for an archive of a run whose results are gone."""
+    """The kernel side of each case in a fidelity table as a document printed it (between its
+    markers: docs/validation/fidelity.md, once VALIDATION.md), for an archive of a run whose
+    results are gone."""
     table = validation_md.block(text, "fidelity")
     cases = {}
     for line in table.splitlines():

@@ -115,6 +115,14 @@ def test_advise_json_is_the_whole_advice():
         (("--rtt", "20ms", "--bottleneck", "1Gbps", "--volume", "1GB", "--competing", "100000"), "over the limit of 1 000"),
         (("--rtt", "20ms", "--bottleneck", "1Gbps", "--volume", "1GB", "--competing-variant", "tahoe"), "unknown variant"),
         (("--rtt", "20ms", "--bottleneck", "1Gbps", "--volume", "1GB", "--buffer", "lots"), "--buffer lots"),
+        (
+            ("--rtt", "20ms", "--bottleneck", "1Gbps", "--volume", "1GB", "--competing", "1", "--congestion-level", "2"),
+            "not both",
+        ),
+        (("--rtt", "20ms", "--bottleneck", "1Gbps", "--volume", "1GB", "--congestion-level", "0"), "--congestion-level 0"),
+        (("--rtt", "20ms", "--bottleneck", "1Gbps", "--volume", "1GB", "--reverse", "200"), "--reverse 200"),
+        (("--rtt", "20ms", "--bottleneck", "1Gbps", "--volume", "1GB", "--background", "1"), "from 1 on the background"),
+        (("--rtt", "20ms", "--bottleneck", "1Gbps", "--volume", "1GB", "--background", "nan"), "--background nan"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_status_2(args, said):
@@ -227,3 +235,27 @@ def test_the_host_settings_cover_each_streams_share_of_the_bdp():
     assert "--rate" in apply.xfer_argv(q, Config("cubic", 8, 0.9))
     huge = ask("1s", "40Gbps", "1TB")
     assert int(dict((n, v) for n, v, _ in apply.sysctls(huge, DEFAULT))["net.core.rmem_max"]) == 2**31 - 1
+
+
+def test_seed_004s_congestion_level_counts_the_job_among_its_pairs():
+    """Cg = pairs × Ca / C: 3 at equal rates is the job and 2 competitors; 20 with hosts
+    ten times faster than the bottleneck is 2 pairs, one competitor."""
+    assert ask("20ms", "1Gbps", "1GB", congestion_level=3).competing == 2
+    assert ask("20ms", "1Gbps", "1GB", access="10Gbps", congestion_level=20).competing == 1
+    assert ask("20ms", "1Gbps", "1GB", congestion_level=1).competing == 0
+
+
+def test_reverse_traffic_is_not_a_competitor_and_the_background_takes_its_share():
+    """One job (cubic ×1) at 200 Mbit/s, 20 ms: R = 1 sends the other way (its flows are
+    neither the job nor competitors, and the job keeps most of the path); Bg = 0.5 of
+    unresponsive ON/OFF load leaves the job at most half of r_TP on average."""
+    c = Config("cubic", 1, None)
+    q = ask("20ms", "200Mbps", "2GB", reverse=1.0)
+    out = simulate.run(_task(q, _plans(q, 1)[0], c, 0))
+    job = np.asarray(out["job_bps"])
+    assert max(out["competing_bps"]) == 0.0
+    assert job[len(job) // 2 :].mean() >= 0.85 * q.goodput_bps
+    q = ask("20ms", "200Mbps", "2GB", background=0.5)
+    assert q.ideal_time_s == pytest.approx(2e9 * 8 / (0.5 * q.goodput_bps) + 0.02)
+    out = simulate.run(_task(q, _plans(q, 1)[0], c, 0))
+    assert 0 < np.mean(out["job_bps"]) <= 0.5 * q.goodput_bps

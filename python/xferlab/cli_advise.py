@@ -39,6 +39,11 @@ def advise(
     deadline: Optional[str] = typer.Option(None, "--deadline", help="the job must be done within this, e.g. 3h"),
     competing: int = typer.Option(0, "--competing", help="long-lived flows sharing the bottleneck"),
     competing_variant: str = typer.Option("cubic", "--competing-variant", help="their congestion control"),
+    congestion_level: Optional[float] = typer.Option(
+        None, "--congestion-level", help="seed 004's Cg: pairs × access rate / bottleneck rate, the job's included"
+    ),
+    reverse: float = typer.Option(0.0, "--reverse", help="seed 004's R: reverse sources × access rate / bottleneck rate"),
+    background: float = typer.Option(0.0, "--background", help="seed 004's Bg: unresponsive ON/OFF load, share of C"),
     budget: str = typer.Option("60s", "--budget", help="time the advisor may spend simulating"),
     workers: Optional[int] = typer.Option(None, "--workers", min=1, help="simulator processes (default: one per core)"),
     repetitions: int = typer.Option(MAX_REPETITIONS, "--repetitions", min=1, help="seeds per configuration at most"),
@@ -59,7 +64,9 @@ def advise(
     try:
         if out is not None:
             runfolder.check_destination(out, False)  # before the campaign, not after it
-        q = ask(rtt, bottleneck, volume, access, buffer, deadline, competing, competing_variant)
+        q = ask(
+            rtt, bottleneck, volume, access, buffer, deadline, competing, competing_variant, congestion_level, reverse, background
+        )
         budget_s = _budget(budget)
         n = workers or workers_default()
         with _progress(quiet or json_out) as progress:

@@ -175,6 +175,8 @@ def _question(d: dict) -> Question:
         None if q.deadline_s is None else f"{q.deadline_s!r}s",
         q.competing,
         q.competing_variant,
+        reverse=q.reverse,
+        background=q.background,
     )
     if q.mtu != checked.mtu:
         raise AdviceError(f"an MTU of {q.mtu}: the advisor asks with {checked.mtu}")

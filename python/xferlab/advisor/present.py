@@ -84,6 +84,8 @@ def path_line(q: Question) -> str:
         f"{goodput_text(q.goodput_bps)}), access {format_rate(q.access_bps)}, buffer {q.buffer_packets()} packets; "
         f"job {format_size(q.volume_bytes)} (ideal {time_text(q.ideal_time_s)}); "
         f"competing: {q.competing} × {q.competing_variant}"
+        + (f"; reverse traffic R = {q.reverse:g}" if q.reverse else "")
+        + (f"; background Bg = {q.background:g}" if q.background else "")
     )
 
 

@@ -29,6 +29,8 @@ class Question:
     competing: int  # long-lived flows sharing the bottleneck
     competing_variant: str
     mtu: int = constants.DEFAULT_MTU
+    reverse: float = 0.0  # seed 004's R: reverse sources × access rate / bottleneck rate
+    background: float = 0.0  # seed 004's Bg: unresponsive ON/OFF load, a share of the bottleneck
 
     @property
     def header_bytes(self) -> int:
@@ -42,9 +44,14 @@ class Question:
         return ideal_rates(rate, self.mtu, self.header_bytes).r_tp_mbps * 1e6
 
     @property
+    def available_bps(self) -> float:
+        """r_TP less the background's mean load: the most the job can have on average."""
+        return self.goodput_bps * (1 - self.background)
+
+    @property
     def ideal_time_s(self) -> float:
-        """The job at r_TP from the first byte, plus one round trip (handshake)."""
-        return self.volume_bytes * 8 / self.goodput_bps + self.rtt_s
+        """The job at the available rate from the first byte, plus one round trip (handshake)."""
+        return self.volume_bytes * 8 / self.available_bps + self.rtt_s
 
     @property
     def bdp_bytes(self) -> float:
@@ -90,12 +97,18 @@ def ask(
     deadline: str | None = None,
     competing: int = 0,
     competing_variant: str = "cubic",
+    congestion_level: float | None = None,
+    reverse: float = 0.0,
+    background: float = 0.0,
 ) -> Question:
-    """The question from the command line's text, checked: one AdviceError per problem."""
+    """The question from the command line's text, checked: one AdviceError per problem.
+    Seed 004's Cg (``congestion_level``) gives the competing flows: Cg × C / Ca pairs
+    share the bottleneck, the job and Cg × C / Ca − 1 competitors."""
     rtt_s = _positive(lambda t: parse_duration(t, require_unit=True), rtt, "--rtt")
     c = _positive(parse_rate, bottleneck, "--bottleneck")
     a = _positive(parse_rate, access, "--access") if access is not None else c
     v = int(_positive(parse_size, volume, "--volume"))
+    competing = _competing(competing, congestion_level, c, a)
     if competing < 0:
         raise AdviceError(f"--competing {competing}: must be 0 or more")
     if competing > limits.ADVISE_COMPETING_MAX.value:
@@ -104,13 +117,41 @@ def ask(
         cv = variants.canonical(competing_variant)
     except ValueError as e:
         raise AdviceError(f"--competing-variant: {e}") from None
-    q = Question(rtt_s, c, a, _buffer(buffer), v, None, competing, cv)
+    rb = _levels(reverse, background)
+    q = Question(rtt_s, c, a, _buffer(buffer), v, None, competing, cv, constants.DEFAULT_MTU, *rb)
     if deadline is not None:
         d = _positive(lambda t: parse_duration(t, require_unit=True), deadline, "--deadline")
         if d < q.ideal_time_s:
             raise AdviceError(
                 f"--deadline {deadline}: shorter than the ideal transfer time, {format_duration(q.ideal_time_s)} "
-                f"(the whole bottleneck, {format_rate(q.goodput_bps)} of goodput, from the first byte): no configuration meets it"
+                f"(all the bottleneck leaves, {format_rate(q.available_bps)} of goodput, from the first byte): "
+                "no configuration meets it"
             )
-        q = Question(rtt_s, c, a, q.buffer, v, d, competing, cv)
+        q = Question(rtt_s, c, a, q.buffer, v, d, competing, cv, constants.DEFAULT_MTU, *rb)
     return q
+
+
+#: The background load the advisor accepts: at 1 it fills the bottleneck on average and
+#: the job's completion time is unbounded.
+BACKGROUND_MAX = 0.95
+
+
+def _competing(competing: int, congestion_level: float | None, c: float, a: float) -> int:
+    if congestion_level is None:
+        return competing
+    if competing:
+        raise AdviceError("give --competing or --congestion-level, not both")
+    if not 0 < congestion_level <= 1000 or not math.isfinite(congestion_level):
+        raise AdviceError(f"--congestion-level {congestion_level:g}: must be above 0 and at most 1000")
+    return max(0, round(congestion_level * c / a) - 1)
+
+
+def _levels(reverse: float, background: float) -> tuple[float, float]:
+    if not 0 <= reverse <= 100 or not math.isfinite(reverse):
+        raise AdviceError(f"--reverse {reverse:g}: must be from 0 to 100 (reverse sources × access rate / bottleneck rate)")
+    if not 0 <= background <= BACKGROUND_MAX or not math.isfinite(background):
+        raise AdviceError(
+            f"--background {background:g}: must be from 0 to {BACKGROUND_MAX:g} (a share of the bottleneck; "
+            "from 1 on the background alone fills it)"
+        )
+    return float(reverse), float(background)

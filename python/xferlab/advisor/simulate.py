@@ -39,7 +39,9 @@ def scenario_of(q: Question, config: Config | None, p: Plan, rep: int, volume: b
         else {"variant": q.competing_variant}
         for c in pairs
     ]
-    workload = {"streams": config.streams if config else 1, "per_pair": per_pair}
+    workload = {"streams": config.streams if config else 1, "per_pair": per_pair, "reverse": q.reverse}
+    if q.background:
+        workload["background"] = {"level": q.background}
     workload.update({"volume": q.volume_bytes} if volume else {"duration": f"{p.run_s}s"})
     return {
         "name": "advice",
@@ -75,14 +77,20 @@ def run(task: dict) -> dict:
     resolved = sc.resolve(sc.from_dict(scenario_of(q, config, p, task["rep"], task.get("volume", False))))
     job_pairs = 1 if config else 0
     resolved["flows"] = [f for f in resolved["flows"] if f["pair"] < job_pairs or f["stream"] == 0]
+    for f in resolved["flows"]:
+        if f["role"] == "reverse":  # others' traffic the other way: the competitors' variant
+            f["variant"] = q.competing_variant
     out = module().run(json.dumps(sim_config(resolved)), None, 1.0)
     tables = dict(out["tables"])
     job, others, t = _series(tables["goodput"], tables["flows"], job_pairs, p, dict(out["stats"])["end_s"])
     completion = None
     if task.get("volume"):
         flows = tables["flows"].to_pydict()
-        ends = [e for e, pair in zip(flows["end"], flows["pair"], strict=True) if pair == 0]
-        done = all(c is not None for c in flows["completion_time"])
+        mine = [
+            i for i, (pair, role) in enumerate(zip(flows["pair"], flows["role"], strict=True)) if pair == 0 and role == "transfer"
+        ]
+        ends = [flows["end"][i] for i in mine]
+        done = all(flows["completion_time"][i] is not None for i in mine)
         completion = max(ends) - min(flows["start"]) if done else None
     return {
         "task": task["id"],
@@ -96,16 +104,19 @@ def run(task: dict) -> dict:
 
 def _series(goodput, flows, job_pairs: int, p: Plan, end_s: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per interval: the job's and the competitors' goodput (bit/s × scale), and the
-    interval's start. Intervals the run did not cover whole are dropped."""
+    interval's start; reverse traffic is neither. Intervals the run did not cover whole
+    are dropped."""
     g = goodput.to_pydict()
-    pair_of = dict(zip(flows.column("flow_id").to_pylist(), flows.column("pair").to_pylist(), strict=True))
+    f = flows.to_pydict()
+    pair_of = {i: p for i, p, role in zip(f["flow_id"], f["pair"], f["role"], strict=True) if role != "reverse"}
     t = np.asarray(g["t"])
     starts = np.unique(t)
     idx = np.searchsorted(starts, t)
-    is_job = np.array([pair_of[f] < job_pairs for f in g["flow_id"]], dtype=bool)
+    is_job = np.array([pair_of.get(i, -1) in range(job_pairs) for i in g["flow_id"]], dtype=bool)
+    is_other = np.array([pair_of.get(i, -1) >= job_pairs for i in g["flow_id"]], dtype=bool)
     b = np.asarray(g["bytes"], dtype=float)
     job = np.bincount(idx, weights=b * is_job, minlength=len(starts))
-    others = np.bincount(idx, weights=b * ~is_job, minlength=len(starts))
+    others = np.bincount(idx, weights=b * is_other, minlength=len(starts))
     keep = starts + p.interval_s <= end_s + 1e-9
     to_bps = 8 * p.scale / p.interval_s
     return job[keep] * to_bps, others[keep] * to_bps, starts[keep]

@@ -50,7 +50,7 @@ clean:
 	rm -rf target $(VENV) results
 
 # ns-3 as a second reference (docs/ns3.md): builds benches/ns3/dumbbell.cc against the `ns3`
-# wheel from PyPI and compares it with the simulator; rewrites VALIDATION.md §4's table.
+# wheel from PyPI and compares it with the simulator; rewrites docs/validation/ns3.md (VALIDATION.md §4).
 .PHONY: ns3
 ns3: build
 	benches/ns3/build.sh

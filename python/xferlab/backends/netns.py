@@ -156,7 +156,8 @@ def run(scenario, resolved: dict, progress: Progress | None = None, scale: float
     missing_feature = unsupported(resolved)
     if missing_feature:
         raise BackendError(f"the netns backend does not implement {missing_feature} yet")
-    if resolved.get("shaper") is not None and resolved["shaper"]["kind"] == "pacer":
+    info = RunInfo.model_validate(resolved)
+    if info.shaper is not None and info.shaper.kind == "pacer":
         raise BackendError("a pacing shaper on the bottleneck (topology.shaper.limiter: pacing) has no netns equivalent")
     if scale is not None and (not math.isfinite(scale) or scale <= 0):
         raise BackendError(f"--scale must be a positive number (got {scale})")
@@ -171,7 +172,7 @@ def run(scenario, resolved: dict, progress: Progress | None = None, scale: float
         )
     binary = delay_binary()
     try:
-        kernel = {v: kernel_variant(v) for v in sorted({f["variant"] for f in resolved["flows"]})}
+        kernel = {v: kernel_variant(v) for v in sorted({f.variant for f in info.flows})}
     except (KeyError, ValueError) as e:
         raise BackendError(f"variant not available on the netns backend: {e}") from None
 

@@ -186,7 +186,7 @@ class _Run:
         self.warnings: list[str] = []
         self.flows = self._flows()
         self.background = self._background()
-        used = max([resolved["pairs"] + len(self.background)] + [f.inventory_pair + 1 for f in self.flows])
+        used = max([self.info.pairs + len(self.background)] + [f.inventory_pair + 1 for f in self.flows])
         self.bed = hosts.Testbed(inv, inv.used(used), self.run_id, inv_path)
         self.step = "connect"
         self.facts: dict = {}
@@ -206,11 +206,11 @@ class _Run:
             k = self._inventory_pair(f)
             a, b = self.inv.senders[k], self.inv.receivers[k]
             src, dst = (a, b) if f.get("role", "transfer") == "transfer" else (b, a)
-            rtt = self.r["pair_paths"][f["pair"]]["rtt_s"] if self.r.get("pair_paths") else self.r["rtt_s"]
+            rtt = self._pair_rtt(f["pair"])
             port = self.inv.options.base_port + f["flow_id"]
             at = self.inv.hosts
             out.append(_Flow(f, src, dst, at[dst].data, port, rtt, src_addr=at[src].data, inventory_pair=k))
-        shared = sum(1 for f in self.r["flows"] if f.get("role") == "reverse" and self._inventory_pair(f) < self.r["pairs"])
+        shared = sum(1 for f in self.r["flows"] if f.get("role") == "reverse" and self._inventory_pair(f) < self.info.pairs)
         if shared:
             self.warnings.append(
                 f"{shared} reverse source(s) run on the scenario's own pairs (receiver → sender), sharing their access "
@@ -224,15 +224,15 @@ class _Run:
         it, else the scenario's pair j mod pairs (receiver → sender)."""
         if f.get("role", "transfer") != "reverse":
             return f["pair"]
-        pairs = self.r["pairs"]
+        pairs = self.info.pairs
         j = f["pair"] - pairs  # the resolved scenario's reverse sources follow its pairs
-        own = pairs + len(self.r.get("background") or []) + j
+        own = pairs + len(self.info.background) + j
         return own if own < self.inv.pairs else j % pairs
 
     def _background(self) -> list[_Background]:
         """The background sources on pairs pairs, pairs + 1, …; their ports follow the
         calibration's."""
-        out, k0 = [], self.r["pairs"]
+        out, k0 = [], self.info.pairs
         for j, b in enumerate(self.r.get("background") or []):
             a, z = self.inv.senders[k0 + j], self.inv.receivers[k0 + j]
             port = self.inv.options.base_port + len(self.flows) + k0 + j
@@ -342,16 +342,15 @@ class _Run:
 
     def _needs(self) -> dict[str, plan.Needs]:
         """What the scenario asks of each host (see :mod:`xferlab.remote.plan`)."""
-        r = self.r
+        r = self.info
         rtt = max(f.rtt_s for f in self.flows)
-        buf, rcv = constants.host_buffers(r, rtt)
-        if r["window_cap_packets"] is None:
+        buf, rcv = constants.host_buffers(self.r, rtt)
+        if r.window_cap_packets is None:
             rcv = None  # the host's own tcp_rmem[2] may stay if it is larger
-        rto_ms = max(1, round(r["rto_min_s"] * 1000))
-        frame = constants.qdisc_frame(r["mtu"])
+        rto_ms = max(1, round(r.rto_min_s * 1000))
+        frame = constants.qdisc_frame(r.mtu)
         needs = {
-            n: plan.Needs(initial_cwnd=r["initial_cwnd"], rto_min_ms=rto_ms, quickack=not r["delayed_ack"])
-            for n in self.bed.names
+            n: plan.Needs(initial_cwnd=r.initial_cwnd, rto_min_ms=rto_ms, quickack=not r.delayed_ack) for n in self.bed.names
         }
         for f in self.flows:
             cc = variants.canonical(f.spec["variant"])
@@ -372,15 +371,14 @@ class _Run:
         return needs
 
     def _shaping(self) -> list[plan.Shaping]:
-        r, router = self.r, self.inv.router
-        frame = constants.qdisc_frame(r["mtu"])
-        shaper = r.get("shaper")
-        if shaper is not None:  # a token bucket on a faster line: its burst, counting qdisc frames
-            rate, burst, overhead = shaper["rate_bps"], shaper["burst_bytes"], 0
+        r, router = self.info, self.inv.router
+        frame = constants.qdisc_frame(r.mtu)
+        if r.shaper is not None:  # a token bucket on a faster line: its burst, counting qdisc frames
+            rate, burst, overhead = r.shaper.rate_bps, r.shaper.burst_bytes, 0
         else:
-            rate, burst, overhead = r["bottleneck_rate_bps"], topology.BOTTLENECK_BURST_PKTS * frame, topology.WIRE_OVERHEAD
+            rate, burst, overhead = r.bottleneck_rate_bps, topology.BOTTLENECK_BURST_PKTS * frame, topology.WIRE_OVERHEAD
         devices = [router.bottleneck] + ([router.reverse] if router.reverse else [])
-        return [plan.Shaping(d, rate, burst, r["buffer_packets"], frame, overhead) for d in devices]
+        return [plan.Shaping(d, rate, burst, r.buffer_packets, frame, overhead) for d in devices]
 
     async def preflight(self) -> None:
         needs = self._needs()
@@ -460,7 +458,7 @@ class _Run:
             self.warnings.append("no calibration transfer (options.calibration: 0): the paths' rates and RTTs were not checked")
             return
         problems = []
-        for k in range(self.r["pairs"]):
+        for k in range(self.info.pairs):
             got = await self._calibrate_pair(k, max(1, math.ceil(seconds)))
             self.calibration[k] = got
             rtt = f"{got['rtt_ms']:.2f} ms" if got["rtt_ms"] is not None else "not measured (no ping)"
@@ -491,10 +489,10 @@ class _Run:
             raise _Refused(f"pair {k}: the calibration transfer {a} → {b} failed: {doc['error']}")
         sender, receiver = ip3.sides(doc)
         best = steady_goodput_bps((receiver or sender).get("intervals") or [], min(CALIBRATION_WINDOW_S, seconds / 2))
-        path = (self.r.get("pair_paths") or [{}])[k] if self.r.get("pair_paths") else {}
-        access = path.get("access_rate_bps") or self.r["access_rate_bps"]
-        bottleneck = (self.r.get("shaper") or {}).get("rate_bps") or self.r["bottleneck_rate_bps"]
-        expected = ideal_rates(min(access, bottleneck), self.r["mtu"], self.r["header_bytes"]).r_tp_mbps
+        r = self.info
+        access = (r.pair_paths[k].access_rate_bps if r.pair_paths else None) or r.access_rate_bps
+        bottleneck = (r.shaper.rate_bps if r.shaper else None) or r.bottleneck_rate_bps
+        expected = ideal_rates(min(access, bottleneck), r.mtu, r.header_bytes).r_tp_mbps
         rtt = await self._ping(a, sa, sb)
         return {
             "goodput_mbps": best / 1e6,
@@ -515,7 +513,7 @@ class _Run:
         return float(m.group(1)) / 1e3 if m else None
 
     def _pair_rtt(self, k: int) -> float:
-        return self.r["pair_paths"][k]["rtt_s"] if self.r.get("pair_paths") else self.r["rtt_s"]
+        return self.info.pair_paths[k].rtt_s if self.info.pair_paths else self.info.rtt_s
 
     def _judge(self, k: int, got: dict) -> list[str]:
         o = self.inv.options
@@ -654,7 +652,7 @@ class _Run:
             return
         devices = [router.bottleneck] + ([router.reverse] if router.reverse else [])
         at = clock.host_time_ns(t0_ns, 0.0, self.offsets[router.host])
-        interval_ns = int(round(self.r["link_interval_s"] * 1e9))
+        interval_ns = int(round(self.info.link_interval_s * 1e9))
         duration_ns = int((self._end_s() + BACKGROUND_SLACK_S) * 1e9)
         sampler = launch.link_sampler(self.xfer[router.host], devices, at, interval_ns, duration_ns)
         await self.bed.hosts[router.host].run(launch.timed(self.bed.workdir(router.host), "link", None, sampler))
@@ -799,7 +797,7 @@ class _Run:
         (hosts, clocks, start errors, calibration, changes and their restoration) as provenance."""
         try:
             tables, errors = self._tables(m), self._start_errors(m)
-            regularity = linktable.sampling(m.link, "bottleneck", self.r["link_interval_s"]) if self.inv.router else None
+            regularity = linktable.sampling(m.link, "bottleneck", self.info.link_interval_s) if self.inv.router else None
             implausible = linktable.plausibility(tables["link"], tables["flows"], self.r, regularity)
             stats = {
                 "run_id": self.run_id,
@@ -832,7 +830,7 @@ class _Run:
                 "iperf3": "; ".join(iperf) or "none",
                 "kernel": "; ".join(sorted({f.kernel for f in self.facts.values()})),
             }
-            t = Trace.build(tables, self.r, provenance, end_s=end_s, versions=versions)
+            t = Trace.build(tables, self.info, provenance, end_s=end_s, versions=versions)
         except BaseException:
             shutil.rmtree(self.logs, ignore_errors=True)
             raise
@@ -862,7 +860,7 @@ class _Run:
         """The router's counters on the link interval's grid (:func:`linktable.resampled`);
         random losses elsewhere on a real path are not observed (null)."""
         links = ("bottleneck", "reverse") if self.inv.router and self.inv.router.reverse else ("bottleneck",)
-        return linktable.resampled(m.link, links, self.r["link_interval_s"], losses=None)
+        return linktable.resampled(m.link, links, self.info.link_interval_s, losses=None)
 
     def _start_errors(self, m: _Measured) -> dict:
         per_flow = {}
@@ -880,7 +878,7 @@ class _Run:
 
     def _setup_rows(self, errors: dict, stats: dict) -> list[tuple[str, str]]:
         inv, rows = self.inv, []
-        pairs = ", ".join(f"{inv.senders[k]} → {inv.receivers[k]}" for k in range(self.r["pairs"]))
+        pairs = ", ".join(f"{inv.senders[k]} → {inv.receivers[k]}" for k in range(self.info.pairs))
         rows.append(("hosts", f"{pairs}" + (f"; router {inv.router.host}" if inv.router else "")))
         rows.append(("kernels", ", ".join(sorted({f.kernel for f in self.facts.values()}))))
         if inv.router is not None:

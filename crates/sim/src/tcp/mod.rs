@@ -13,6 +13,7 @@
 //! | `rate.rs`     | delivery-rate sampling                                      | `tcp_rate.c`                            |
 //! | `sender.rs`   | send path (TSQ, pacing, cwnd validation), ACK path, recovery | `tcp_write_xmit`, `tcp_ack`, `tcp_fastretrans_alert` |
 //! | `timers.rs`   | the retransmission timer (RTO, loss probe, reorder timeout) | `tcp_timer.c`, `tcp_schedule_loss_probe` |
+//! | `tsq.rs`      | TSQ's limit in segments, kept between ACKs                  | `tcp_small_queue_check`                 |
 //! | `receiver.rs` | reassembly, delayed ACKs, SACK blocks, SACK compression      | `tcp_data_queue`, `__tcp_ack_snd_check` |
 //! | `rwnd.rs`     | the receive window and its autotuning (DRS)                 | `tcp_select_window`, `tcp_rcv_space_adjust` |
 
@@ -23,6 +24,7 @@ mod receiver;
 mod rwnd;
 mod sender;
 mod timers;
+mod tsq;
 
 pub use rate::RateSample;
 pub use receiver::{Received, Receiver};

@@ -31,6 +31,7 @@
 use super::board::{Board, Seg, EVER_RETRANS};
 use super::rate::{RateSample, RateState};
 use super::timers::{rto_of, Jiffies, TimerKind, RTO_MAX};
+use super::tsq::{TsqCache, TsqInputs};
 use super::{rack::Rack, ts_delta_ms, AckSegment, CaState, Segment, MAX_SACK_BLOCKS};
 use crate::cc::{Ack, CongestionControl, Window, GSO_MAX_SIZE};
 use crate::config::{Kernel, TcpConfig};
@@ -198,6 +199,7 @@ pub struct Sender {
     deferred_cwnd_limited: bool,
     /// TSQ's limits in segments (new data, retransmissions), kept with the pacing rate.
     tsq_segs: [usize; 2],
+    tsq_cache: TsqCache,
     data_segs_out: u64,
     /// Previously processed SACK blocks (Linux `recv_sack_cache`).
     sack_cache: [(u64, u64); MAX_SACK_BLOCKS],
@@ -266,6 +268,7 @@ impl Sender {
             wq_end: 0,
             deferred_cwnd_limited: false,
             tsq_segs: [0, 0],
+            tsq_cache: TsqCache::default(),
             data_segs_out: 0,
             sack_cache: [(0, 0); MAX_SACK_BLOCKS],
             stats: SenderStats::default(),
@@ -429,12 +432,10 @@ impl Sender {
 
     /// The TSQ limits for new data and for retransmissions (`tcp_small_queue_check`, whose
     /// limit doubles for retransmissions), in segments. TSQ counts skbs: at least two of the
-    /// size TCP builds.
-    fn compute_tsq_limits(&self) -> [usize; 2] {
-        if self.kernel == Kernel::Linux2006 {
-            return [TXQUEUELEN; 2];
-        }
-        let segs = self.tso_segs() as f64;
+    /// size TCP builds. Returns the skb's segments with them.
+    fn compute_tsq_limits(&self) -> (u32, [usize; 2]) {
+        let tso_segs = self.tso_segs();
+        let segs = tso_segs as f64;
         let truesize = segs * self.mss as f64 + SKB_OVERHEAD as f64;
         let mut limit = (2.0 * truesize).max(self.pacing_rate / PACING_SHIFT);
         if !self.paced {
@@ -443,7 +444,7 @@ impl Sender {
         // Another skb may go while the memory in use (one unit over the skbs' truesize)
         // does not exceed the limit. The quotient is positive: truncation is its floor.
         let in_segs = |limit: f64| ((((limit - 1.0) / truesize) as u64 + 1) as f64 * segs) as usize;
-        [in_segs(limit), in_segs(2.0 * limit)]
+        (tso_segs, [in_segs(limit), in_segs(2.0 * limit)])
     }
 
     fn tsq_blocks(&self, host_queued: usize, retransmission: bool) -> bool {
@@ -1143,8 +1144,24 @@ impl Sender {
         }
     }
 
+    /// The TSQ limits at the current pacing rate (see `tsq.rs` for the cache).
     fn refresh_tsq(&mut self) {
-        self.tsq_segs = self.compute_tsq_limits();
+        if self.kernel == Kernel::Linux2006 {
+            self.tsq_segs = [TXQUEUELEN; 2];
+            return;
+        }
+        let inputs = TsqInputs {
+            min_rtt: self.min_rtt,
+            min_tso_segs: self.cc.min_tso_segs(),
+            paced: self.paced,
+        };
+        if let Some(limits) = self.tsq_cache.get(inputs, self.pacing_rate) {
+            self.tsq_segs = limits;
+            return;
+        }
+        let (segs, limits) = self.compute_tsq_limits();
+        self.tsq_cache.put(inputs, self.pacing_rate, segs, limits);
+        self.tsq_segs = limits;
     }
 
     /// What the congestion control is told about an ACK.

@@ -230,23 +230,34 @@ impl Receiver {
     /// copied measured by `w` (`tcp_recvmsg_locked` calls `tcp_rcv_space_adjust` after
     /// each); returns where the application's read position ends.
     fn read_all(&self, w: &mut RcvWindow, now: Time, mss: u32) -> u64 {
+        Self::read_into(
+            &self.skbs,
+            self.copied,
+            self.rcv_nxt,
+            self.ooo_span(),
+            (w, now, mss),
+        )
+    }
+
+    /// `read_all` of the fields it reads, so that a window kept in `self` is borrowed in
+    /// place (not moved out and back: it is large).
+    fn read_into(
+        skbs: &VecDeque<(u64, u64)>,
+        mut copied: u64,
+        rcv_nxt: u64,
+        span: u64,
+        (w, now, mss): (&mut RcvWindow, Time, u32),
+    ) -> u64 {
         let per_read = (APP_READ_BYTES / mss as u64).max(1);
-        let span = self.ooo_span();
-        let mut copied = self.copied;
         let from = copied;
-        let mut ends = self
-            .skbs
-            .iter()
-            .map(|b| b.1)
-            .filter(|&e| e > from)
-            .peekable();
+        let mut ends = skbs.iter().map(|b| b.1).filter(|&e| e > from).peekable();
         let mut left = per_read;
-        while copied < self.rcv_nxt {
-            let end = ends.peek().copied().unwrap_or(self.rcv_nxt);
-            let to = end.min(copied + left).min(self.rcv_nxt);
+        while copied < rcv_nxt {
+            let end = ends.peek().copied().unwrap_or(rcv_nxt);
+            let to = end.min(copied + left).min(rcv_nxt);
             left -= to - copied;
             copied = to;
-            w.on_read(now, copied, self.rcv_nxt - copied, span);
+            w.on_read(now, copied, rcv_nxt - copied, span);
             if copied == end {
                 ends.next();
             }
@@ -290,9 +301,9 @@ impl Receiver {
     pub fn app_read(&mut self, now: Time, mss: u32) -> Option<AckSegment> {
         self.read_at = None;
         self.read_event = false;
-        let mut w = self.rwnd.take()?;
-        self.copied = self.read_all(&mut w, now, mss);
-        self.rwnd = Some(w);
+        let span = self.ooo_span();
+        let w = self.rwnd.as_mut()?;
+        self.copied = Self::read_into(&self.skbs, self.copied, self.rcv_nxt, span, (w, now, mss));
         while self.skbs.front().is_some_and(|b| b.1 <= self.copied) {
             self.skbs.pop_front();
         }

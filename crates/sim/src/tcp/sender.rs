@@ -1091,7 +1091,7 @@ impl Sender {
 
     /// Linux `tcp_cong_control`.
     fn cong_control(&mut self, now: Time, a: &AckState, delivered: u32, lost: u32) {
-        let info = self.ack_info(now, &a.rs, delivered);
+        let mut info = self.ack_info(now, &a.rs, delivered);
         if self.cc_controls {
             let ctl = self.cc.cong_control(&mut self.win, &info);
             if ctl.app_limited {
@@ -1103,7 +1103,6 @@ impl Sender {
         if self.state == CaState::Recovery {
             self.cwnd_reduction(delivered, lost, a.una_advanced);
         } else if a.una_advanced {
-            let mut info = info;
             if self.kernel == Kernel::Linux2006 {
                 // `tcp_abc` = 0 (its default until it was removed in 3.9): the window
                 // grows per ACK, not per acknowledged segment.

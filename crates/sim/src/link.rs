@@ -166,6 +166,13 @@ impl Link {
             self.total_bytes += ip_bytes as u64;
             return Offer::Departs(self.busy_until_ps.div_ceil(1000));
         }
+        self.offer_queued(now, ip_bytes, uniform)
+    }
+
+    /// `offer` at a link with a queue, samples or losses: out of line, so that the host's
+    /// own interface (the test above, inlined into its caller) pays no call.
+    #[inline(never)]
+    fn offer_queued(&mut self, now: Time, ip_bytes: u32, uniform: f64) -> Offer {
         self.advance(now);
         if self.loss_rate > 0.0 && uniform < self.loss_rate {
             self.total_losses += 1;

@@ -12,6 +12,7 @@ on which clock, is each backend's own.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import shutil
@@ -205,6 +206,14 @@ def signalled(waiting: list[FlowPlan], transfers: list[FlowPlan], ended: dict[st
         else:
             still.append(f)
     return due, still
+
+
+def read_json(path: Path) -> dict | None:
+    """A tool's JSON output (None: none, or not JSON: a tool that died before writing it)."""
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
 
 
 @dataclass

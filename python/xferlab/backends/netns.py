@@ -345,7 +345,7 @@ def _emulate(d, flows, emu, kernel, binary, k, progress, workdir, procs: _Procs,
     delay_stats = _stop_delay(procs.delay, workdir / "delay.json")
     procs.delay = None
     receivers = _receiver_counters(flows)
-    outputs = {fl.spec["flow_id"]: _read_json(tools.output(fl)) for fl in flows}
+    outputs = {fl.spec["flow_id"]: choreography.read_json(tools.output(fl)) for fl in flows}
     stats = {
         "scale": k,
         "build_s": build_s,
@@ -662,14 +662,7 @@ def _stop_delay(p: subprocess.Popen, stats_file: Path) -> dict:
     except subprocess.TimeoutExpired:
         p.kill()
         p.wait()
-    return _read_json(stats_file) or {}
-
-
-def _read_json(path: Path) -> dict | None:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
+    return choreography.read_json(stats_file) or {}
 
 
 def _late(stats: dict) -> str | None:

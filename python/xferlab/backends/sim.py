@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from .. import constants
-from ..runinfo import Provenance
+from ..runinfo import HostInfo, PathInfo, Provenance, RunInfo
 from ..trace import Trace
 from .base import BackendError, Progress
 from .extension import module, variants
@@ -49,67 +49,60 @@ def _flow(f: dict, window_cap: int | None) -> dict:
 
 def sim_config(resolved: dict) -> dict:
     """The simulator's configuration (crates/sim/src/config.rs) from a resolved scenario."""
-    ns = _ns
-    flows = [_flow(f, resolved["window_cap_packets"]) for f in resolved["flows"]]
-    paths = (
-        resolved.get("pair_paths")
-        or [{"access_rate_bps": resolved["access_rate_bps"], "rtt_s": resolved["rtt_s"]}] * resolved["pairs"]
-    )
-    bottleneck = {
-        "rate_bps": resolved["bottleneck_rate_bps"],
-        "buffer_pkts": resolved["buffer_packets"],
-        "loss_rate": resolved["loss_rate"],
-    }
-    sh = resolved.get("shaper")
-    if sh is not None:
-        bottleneck["rate_bps"] = sh["line_rate_bps"]
-        bottleneck["shaper"] = _limiter(sh)
+    ns, r = _ns, RunInfo.model_validate(resolved)
+    flows = [_flow(f, r.window_cap_packets) for f in r.dump()["flows"]]
+    paths = r.pair_paths or [PathInfo(access_rate_bps=r.access_rate_bps, rtt_s=r.rtt_s)] * r.pairs
+    bottleneck = {"rate_bps": r.bottleneck_rate_bps, "buffer_pkts": r.buffer_packets, "loss_rate": r.loss_rate}
+    if r.shaper is not None:
+        bottleneck["rate_bps"] = r.shaper.line_rate_bps
+        bottleneck["shaper"] = _limiter(r.shaper.model_dump())
     reverse = any(f["role"] == "reverse" for f in flows)
-    host = resolved.get("host", {})
+    host = r.host or HostInfo(noise=True, kernel="linux6")
     return {
-        "seed": resolved["seed"],
-        "mss": resolved["mss"],
-        "header_bytes": resolved["header_bytes"],
-        "frame_overhead": resolved["frame_overhead"],
+        "seed": r.seed,
+        "mss": r.mss,
+        "header_bytes": r.header_bytes,
+        "frame_overhead": r.frame_overhead,
         "bottleneck": bottleneck,
         # The reverse direction is a queue of its own only when data flows that way.
         "reverse_bottleneck": dict(bottleneck, loss_rate=0.0) if reverse else None,
-        "pairs": [{"access_rate_bps": p["access_rate_bps"], "rtt_ns": ns(p["rtt_s"])} for p in paths],
+        "pairs": [{"access_rate_bps": p.access_rate_bps, "rtt_ns": ns(p.rtt_s)} for p in paths],
         "flows": flows,
         "background": [
             {
-                "access_rate_bps": b["rate_bps"],
-                "mean_on_ns": ns(b["mean_on_s"]),
-                "mean_off_ns": ns(b["mean_off_s"]),
-                "packet_bytes": resolved["mtu"],
+                "access_rate_bps": b.rate_bps,
+                "mean_on_ns": ns(b.mean_on_s),
+                "mean_off_ns": ns(b.mean_off_s),
+                "packet_bytes": r.mtu,
             }
-            for b in resolved.get("background", [])
+            for b in r.background
         ],
         "tcp": {
-            "initial_cwnd": resolved["initial_cwnd"],
-            "delayed_ack": resolved["delayed_ack"],
-            "rto_min_ns": ns(resolved["rto_min_s"]),
-            "kernel": host.get("kernel", "linux6"),
+            "initial_cwnd": r.initial_cwnd,
+            "delayed_ack": r.delayed_ack,
+            "rto_min_ns": ns(r.rto_min_s),
+            "kernel": host.kernel,
             # A resolved scenario from before the receive window did not model it (HostInfo).
-            "rcvbuf_autotuning": host.get("rcvbuf_autotuning", False),
-            "linux_acks": host.get("linux_acks", False),
-            "tso_defer": host.get("tso_defer", False),
+            "rcvbuf_autotuning": host.rcvbuf_autotuning,
+            "linux_acks": host.linux_acks,
+            "tso_defer": host.tso_defer,
             # The real backends' hosts get this limit too (netns and ssh backends).
-            "rmem_max_bytes": constants.host_buffers(resolved, max(p["rtt_s"] for p in paths))[1],
+            "rmem_max_bytes": constants.host_buffers(resolved, max(p.rtt_s for p in paths))[1],
         },
-        "noise": {"enabled": host.get("noise", True)},
+        "noise": {"enabled": host.noise},
         "measure": {
-            "goodput_interval_ns": ns(resolved["goodput_interval_s"]),
-            "link_interval_ns": ns(resolved["link_interval_s"]),
-            "tcp_interval_ns": ns(resolved["tcp_interval_s"]),
+            "goodput_interval_ns": ns(r.goodput_interval_s),
+            "link_interval_ns": ns(r.link_interval_s),
+            "tcp_interval_ns": ns(r.tcp_interval_s),
         },
-        "end_ns": ns(resolved["end_s"]) if resolved["end_s"] is not None else None,
+        "end_ns": ns(r.end_s) if r.end_s is not None else None,
     }
 
 
 def expected_end_s(resolved: dict) -> float | None:
-    if resolved["duration_s"] is not None:
-        return max(f["start_s"] + f["duration_s"] for f in resolved["flows"] if f.get("role", "transfer") == "transfer")
+    r = RunInfo.model_validate(resolved)
+    if r.duration_s is not None:
+        return max(f.start_s + f.duration_s for f in r.flows if f.role == "transfer")
     return None
 
 

@@ -769,12 +769,15 @@ class _Run:
         for f in self.flows:
             src = self.logs / f.src
             out = src / (f"{f.name}.json" if f.tool == "xfer" else f"{f.name}.out")
-            m.outputs[f.name] = _read_json(out)
+            m.outputs[f.name] = choreography.read_json(out)
             start = _read_text(src / f"{f.name}.start")
             if start.isdigit():
                 m.started[f.name] = int(start)
         for b in self.background:
-            sent, got = _read_json(self.logs / b.src / f"{b.name}.out"), _read_json(self.logs / b.dst / f"{b.name}-sink.out")
+            sent, got = (
+                choreography.read_json(self.logs / b.src / f"{b.name}.out"),
+                choreography.read_json(self.logs / b.dst / f"{b.name}-sink.out"),
+            )
             if not sent:
                 m.warnings.append(f"background source {b.index} ({b.src} → {b.dst}) reported nothing (logs/{b.src}/{b.name}.err)")
             m.background[b.name] = {"sent": sent or {}, "received": got or {}}
@@ -976,10 +979,3 @@ def _read_text(path: Path) -> str:
         return path.read_text().strip()
     except (OSError, UnicodeDecodeError):
         return ""
-
-
-def _read_json(path: Path) -> dict | None:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None

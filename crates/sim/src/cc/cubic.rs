@@ -225,6 +225,10 @@ impl CongestionControl for Cubic {
         "cubic"
     }
 
+    fn has_packets_acked(&self) -> bool {
+        true
+    }
+
     fn on_packets_acked(&mut self, w: &mut Window, ack: &Ack) {
         let Some(rtt) = ack.rtt.filter(|&r| r > 0) else {
             return;

@@ -133,6 +133,10 @@ impl CongestionControl for Htcp {
         "htcp"
     }
 
+    fn has_packets_acked(&self) -> bool {
+        true
+    }
+
     fn on_packets_acked(&mut self, _w: &mut Window, ack: &Ack) {
         self.last_congestion.get_or_insert(ack.now);
         if let Some(r) = ack.rtt.filter(|&r| r > 0) {

@@ -172,6 +172,10 @@ impl CongestionControl for HtcpLinux {
         self.last_cong = self.jiffies(ack.now);
     }
 
+    fn has_packets_acked(&self) -> bool {
+        true
+    }
+
     fn on_packets_acked(&mut self, w: &mut Window, ack: &Ack) {
         if ack.state == CaState::Open {
             self.pkts_acked = ack.acked;

@@ -169,6 +169,12 @@ pub trait CongestionControl: Send {
     /// Every ACK that delivers data, in any state, with its RTT sample (Linux `.pkts_acked`).
     fn on_packets_acked(&mut self, _w: &mut Window, _ack: &Ack) {}
 
+    /// Whether `on_packets_acked` does anything (Linux tests `.pkts_acked` for `NULL`): the
+    /// sender builds its `Ack` only for a control that has it.
+    fn has_packets_acked(&self) -> bool {
+        false
+    }
+
     /// Window growth on an ACK that advances `snd_una` outside loss recovery (Linux
     /// `.cong_avoid`).
     fn on_ack(&mut self, w: &mut Window, ack: &Ack);

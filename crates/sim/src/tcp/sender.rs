@@ -122,6 +122,8 @@ pub struct Sender {
     prior_in_flight: u32,
     /// The congestion control sets cwnd and pacing itself (Linux `.cong_control`, BBR).
     pub(super) cc_controls: bool,
+    /// The congestion control has `on_packets_acked` (`has_packets_acked`).
+    cc_pkts_acked: bool,
     pub win: Window,
     mss: u32,
     /// Total segments to send; `None` while the application has unlimited data.
@@ -216,6 +218,7 @@ impl Sender {
     ) -> Self {
         let mut s = Self {
             cc_controls: cc.has_cong_control(),
+            cc_pkts_acked: cc.has_packets_acked(),
             cc,
             kernel: tcp.kernel,
             tso_defer: tcp.tso_defer,
@@ -800,7 +803,7 @@ impl Sender {
         self.clean_rtx_queue(now, ack, &mut a);
         self.ack_update_rtt(now, ack, &mut a);
         let delivered = (self.rate.delivered - a.prior_delivered) as u32;
-        if delivered > 0 || a.rs.rtt.is_some() {
+        if self.cc_pkts_acked && (delivered > 0 || a.rs.rtt.is_some()) {
             let info = self.ack_info(now, &a.rs, delivered);
             self.cc.on_packets_acked(&mut self.win, &info);
         }
@@ -1091,8 +1094,8 @@ impl Sender {
 
     /// Linux `tcp_cong_control`.
     fn cong_control(&mut self, now: Time, a: &AckState, delivered: u32, lost: u32) {
-        let mut info = self.ack_info(now, &a.rs, delivered);
         if self.cc_controls {
+            let info = self.ack_info(now, &a.rs, delivered);
             let ctl = self.cc.cong_control(&mut self.win, &info);
             if ctl.app_limited {
                 self.rate.app_limited = (self.rate.delivered + self.in_flight() as u64).max(1);
@@ -1103,6 +1106,7 @@ impl Sender {
         if self.state == CaState::Recovery {
             self.cwnd_reduction(delivered, lost, a.una_advanced);
         } else if a.una_advanced {
+            let mut info = self.ack_info(now, &a.rs, delivered);
             if self.kernel == Kernel::Linux2006 {
                 // `tcp_abc` = 0 (its default until it was removed in 3.9): the window
                 // grows per ACK, not per acknowledged segment.

@@ -2,6 +2,7 @@
 //! attempts of either: retries, the start schedule, the `--json` trace. The
 //! data itself moves through the send engine (send/).
 
+use crate::conn::Conn;
 use crate::limiter::{Controller, Limiter, RateChange, RateControl, RatePlan, Targets};
 use crate::monitor::{progress_bar, sample_tcp, tcp_rows, TcpRow};
 use crate::profile::Profile;
@@ -17,7 +18,7 @@ use crate::trace;
 use crate::util::{hex, human_bytes, random_bytes, unix_now, usage};
 use anyhow::{anyhow, bail, Context, Result};
 use std::io::Write;
-use std::net::{Shutdown, SocketAddr, TcpStream, ToSocketAddrs};
+use std::net::{Shutdown, SocketAddr, ToSocketAddrs};
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
@@ -165,8 +166,8 @@ struct Ready {
     known_size: Option<u64>,
     /// A failure from here on can be retried (a file that resumes).
     retriable: bool,
-    ctrl: TcpStream,
-    conns: Vec<Arc<TcpStream>>,
+    ctrl: Conn,
+    conns: Vec<Arc<Conn>>,
     /// Chunk ranges the receiver already holds.
     have: Vec<(u64, u64)>,
     resumed: u64,
@@ -197,6 +198,7 @@ fn attempt_once(
         return Err(anyhow!("the server's xfer is too old for --limiter cwnd: update it").into());
     }
     let (resumed, mode) = (ready.resumed, ready.mode);
+    let encrypted = ready.ctrl.encrypted() && ready.conns.iter().all(|c| c.encrypted());
     let run = DataRun::start(o, ready, plan.clone(), origin, data_start).map_err(fail)?;
     let (done, e2e, changes) = run.finish(o)?;
     let elapsed = data_start.elapsed().as_secs_f64();
@@ -211,6 +213,7 @@ fn attempt_once(
         plan,
         changes: changes.rate,
         end_unix: unix_now(),
+        encrypted,
     })
 }
 
@@ -363,14 +366,14 @@ struct Measured {
 /// The data phase of an attempt: senders, the rate controller, the TCP
 /// sampler and the progress bar, all running.
 struct DataRun {
-    ctrl: TcpStream,
+    ctrl: Conn,
     retriable: bool,
     data_start: Instant,
     abort: Arc<AtomicBool>,
     /// The data connections, held open until the verdict: a sender thread is
     /// done when its last frame is in the socket buffer, but the kernel may
     /// still be resending its tail, and TCP_INFO must count that too.
-    conns: Vec<Arc<TcpStream>>,
+    conns: Vec<Arc<Conn>>,
     sampler_stop: Arc<AtomicBool>,
     sampler: std::thread::JoinHandle<Vec<TcpRow>>,
     bar: Option<std::thread::JoinHandle<()>>,
@@ -394,7 +397,7 @@ impl DataRun {
         let abort = Arc::new(AtomicBool::new(false));
         let sent = Arc::new(AtomicU64::new(0));
         let conns = r.conns.clone();
-        let weak: Vec<Weak<TcpStream>> = conns.iter().map(Arc::downgrade).collect();
+        let weak: Vec<Weak<Conn>> = conns.iter().map(Arc::downgrade).collect();
         let sampler_stop = Arc::new(AtomicBool::new(false));
         let sampler = {
             let (weak, stop, iv) = (weak.clone(), sampler_stop.clone(), o.interval);

@@ -16,11 +16,11 @@
 //! senders ask their `Gate` before each piece of payload: it holds them
 //! while the plan pauses (rate 0), and times them for `sleep`.
 
+use crate::conn::Conn;
 use crate::profile::Profile;
 use crate::proto::{send_msg, ClientCtl, WindowClamp, FRAME_HDR_LEN};
 use crate::sock;
 use serde::Serialize;
-use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::thread::JoinHandle;
@@ -119,8 +119,8 @@ pub struct Controller {
 /// Where the controller sets things: the sender's data sockets, and for
 /// `cwnd` the control connection that carries clamps to the receiver.
 pub struct Targets {
-    pub socks: Vec<Weak<TcpStream>>,
-    pub ctrl: Option<TcpStream>,
+    pub socks: Vec<Weak<Conn>>,
+    pub ctrl: Option<Conn>,
 }
 
 impl RateControl {

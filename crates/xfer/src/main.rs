@@ -3,6 +3,8 @@
 
 mod chunkset;
 mod client;
+mod conn;
+mod crypt;
 mod eta;
 mod fsinfo;
 mod inputfile;
@@ -133,6 +135,8 @@ struct ServeArgs {
     /// Run without a key (only allowed on a loopback address).
     #[arg(long)]
     insecure: bool,
+    #[command(flatten)]
+    crypto: crypt::CryptoArgs,
     /// Allow clients to run --to-cmd consumers (as this user, in --root).
     #[arg(long)]
     allow_cmd: bool,
@@ -218,6 +222,8 @@ struct SendArgs {
     /// Send without a key (only to a loopback address).
     #[arg(long)]
     insecure: bool,
+    #[command(flatten)]
+    crypto: crypt::CryptoArgs,
     /// Write a trace (run, flows, goodput, tcp tables) as JSON.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -479,6 +485,7 @@ fn serve(a: ServeArgs) -> Result<()> {
     server::serve(server::ServeOpts {
         listen,
         root: a.root,
+        crypto: a.crypto.mode(a.insecure)?,
         auth: load_auth(&a.key_file, a.insecure)?,
         allow_cmd: a.allow_cmd,
         max_chunk: max_chunk as u32,
@@ -548,6 +555,7 @@ fn send(a: SendArgs) -> Result<()> {
             _ => None,
         },
         retries,
+        crypto: a.crypto.mode(a.insecure)?,
         auth,
         json: a.json,
         interval,

@@ -1,9 +1,9 @@
 //! Watching the data connections while data moves, whichever side sends:
 //! TCP_INFO samples for the trace, and the progress bar.
 
+use crate::conn::Conn;
 use crate::sock;
 use serde::Serialize;
-use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
@@ -20,7 +20,7 @@ pub struct TcpRow {
 
 /// TCP_INFO of each connection every `iv` until `stop` (times from `t0`).
 pub(crate) fn sample_tcp(
-    conns: Vec<Weak<TcpStream>>,
+    conns: Vec<Weak<Conn>>,
     stop: Arc<AtomicBool>,
     iv: Duration,
     t0: Instant,
@@ -42,7 +42,7 @@ pub(crate) fn sample_tcp(
 }
 
 /// One TCP_INFO row per connection still open (flow id: its position).
-pub(crate) fn tcp_rows(conns: impl Iterator<Item = Option<Arc<TcpStream>>>, t: f64) -> Vec<TcpRow> {
+pub(crate) fn tcp_rows(conns: impl Iterator<Item = Option<Arc<Conn>>>, t: f64) -> Vec<TcpRow> {
     conns
         .enumerate()
         .filter_map(|(i, c)| {

@@ -1,6 +1,7 @@
 //! Wire protocol: authentication handshake, length-prefixed JSON control
 //! messages, and binary data frames.
 
+use crate::crypt::{Crypto, Stance};
 use anyhow::{bail, Context, Result};
 use hmac::{Hmac, Mac};
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
@@ -9,10 +10,12 @@ use std::io::{Read, Write};
 
 type HmacSha256 = Hmac<Sha256>;
 
-/// The greeting names the protocol version: 2 since the end-to-end digest
-/// became a sum (version 1 hashed the chunk hashes in order).
-const HELLO_MAGIC: &[u8; 6] = b"XFER2\n";
+/// The greeting names the protocol version: 3 since connections may be
+/// encrypted (2: the end-to-end digest became a sum; 1 hashed the chunk
+/// hashes in order).
+const HELLO_MAGIC: &[u8; 6] = b"XFER3\n";
 const HELLO_V1: &[u8; 6] = b"XFER1\n";
+const HELLO_V2: &[u8; 6] = b"XFER2\n";
 /// Sent instead of the hello when the server cannot take another connection,
 /// followed by a short reason and the end of the connection.
 const BUSY_MAGIC: &[u8; 6] = b"XFERB\n";
@@ -83,47 +86,94 @@ pub enum Auth {
     Insecure,
 }
 
-fn mac(key: &[u8], label: &[u8], a: &[u8], b: &[u8]) -> HmacSha256 {
+/// What the handshake settled: whether the connection is encrypted, and
+/// what binds the encrypted handshake to this one (its nonces and mode).
+#[derive(Debug)]
+pub struct Agreed {
+    pub encrypt: bool,
+    pub binding: Vec<u8>,
+}
+
+impl Agreed {
+    fn new(encrypt: bool, nonce_s: &[u8], nonce_c: &[u8]) -> Agreed {
+        let mut binding = b"xfer3 noise prologue".to_vec();
+        binding.extend_from_slice(nonce_s);
+        binding.extend_from_slice(nonce_c);
+        binding.push(encrypt as u8);
+        Agreed { encrypt, binding }
+    }
+}
+
+/// Status bytes of the server's answer to the client's proof.
+const AUTH_OK: u8 = 1;
+const AUTH_WRONG_KEY: u8 = 0;
+const AUTH_WRONG_MODE: u8 = 2;
+
+fn mac(key: &[u8], label: &[u8], a: &[u8], b: &[u8], encrypt: bool) -> HmacSha256 {
     let mut m = HmacSha256::new_from_slice(key).expect("hmac accepts any key length");
     m.update(label);
     m.update(a);
     m.update(b);
+    m.update(&[encrypt as u8]);
     m
 }
 
-pub fn server_handshake<S: Read + Write>(s: &mut S, auth: &Auth) -> Result<()> {
+/// The server's side. The hello states whether the server has a key and
+/// its stance on encryption for this connection; the client's answer
+/// names its choice under its MAC (so it cannot be changed in transit),
+/// and the server's proof covers it too.
+pub fn server_handshake<S: Read + Write>(s: &mut S, auth: &Auth, stance: Stance) -> Result<Agreed> {
     let nonce_s: [u8; 32] = crate::util::random_bytes()?;
     let mut hello = Vec::with_capacity(39);
     hello.extend_from_slice(HELLO_MAGIC);
-    hello.push(matches!(auth, Auth::Key(_)) as u8);
+    hello.push(matches!(auth, Auth::Key(_)) as u8 | stance.code() << 1);
     hello.extend_from_slice(&nonce_s);
     s.write_all(&hello)?;
-    let mut resp = [0u8; 64];
+    let mut resp = [0u8; 65];
     s.read_exact(&mut resp).context("reading client auth")?;
-    let (nonce_c, mac_c) = resp.split_at(32);
+    let (nonce_c, rest) = resp.split_at(32);
+    let (choice, mac_c) = (rest[0], &rest[1..]);
+    let encrypt = choice == 1;
     match auth {
         Auth::Key(k) => {
-            if mac(k, b"xfer-v1 client", &nonce_s, nonce_c)
-                .verify_slice(mac_c)
-                .is_err()
+            if choice > 1
+                || mac(k, b"xfer-v3 client", &nonce_s, nonce_c, encrypt)
+                    .verify_slice(mac_c)
+                    .is_err()
             {
-                let _ = s.write_all(&[0]);
+                let _ = s.write_all(&[AUTH_WRONG_KEY]);
                 bail!("authentication failed (wrong key)");
             }
-            let tag = mac(k, b"xfer-v1 server", nonce_c, &nonce_s)
+            if !stance.accepts(encrypt) {
+                let _ = s.write_all(&[AUTH_WRONG_MODE]);
+                bail!(
+                    "encryption mode mismatch: the client asked for {} but this server {}",
+                    if encrypt { "encryption" } else { "plaintext" },
+                    if encrypt {
+                        "runs unencrypted (--plaintext)"
+                    } else {
+                        "requires encryption"
+                    }
+                );
+            }
+            let tag = mac(k, b"xfer-v3 server", nonce_c, &nonce_s, encrypt)
                 .finalize()
                 .into_bytes();
-            let mut out = vec![1u8];
+            let mut out = vec![AUTH_OK];
             out.extend_from_slice(&tag);
             s.write_all(&out)?;
         }
         Auth::Insecure => {
-            let mut out = vec![1u8];
+            if encrypt {
+                let _ = s.write_all(&[AUTH_WRONG_MODE]);
+                bail!("encryption mode mismatch: the client asked for encryption, but this server has no key (--insecure)");
+            }
+            let mut out = vec![AUTH_OK];
             out.extend_from_slice(&[0u8; 32]);
             s.write_all(&out)?;
         }
     }
-    Ok(())
+    Ok(Agreed::new(encrypt, &nonce_s, nonce_c))
 }
 
 /// Tells a client the server cannot take its connection (instead of a
@@ -135,7 +185,14 @@ pub fn send_busy<S: Write>(s: &mut S, reason: &str) {
     let _ = s.write_all(&msg);
 }
 
-pub fn client_handshake<S: Read + Write>(s: &mut S, auth: &Auth) -> Result<()> {
+/// The client's side of `server_handshake`; `mode` and `stance` are this
+/// end's flag and what it makes of this connection (crypt.rs).
+pub fn client_handshake<S: Read + Write>(
+    s: &mut S,
+    auth: &Auth,
+    mode: Crypto,
+    stance: Stance,
+) -> Result<Agreed> {
     let mut hello = [0u8; 39];
     s.read_exact(&mut hello[..6])
         .context("reading server hello (is this an xfer server?)")?;
@@ -145,45 +202,60 @@ pub fn client_handshake<S: Read + Write>(s: &mut S, auth: &Auth) -> Result<()> {
         let why = String::from_utf8_lossy(&why);
         bail!("server busy: {} (try again later)", why.trim());
     }
-    if &hello[..6] == HELLO_V1 {
-        bail!("the server runs an older xfer (protocol 1): use the same xfer version on both ends");
+    for (old, v) in [(HELLO_V1, 1), (HELLO_V2, 2)] {
+        if &hello[..6] == old {
+            bail!("the server runs an older xfer (protocol {v}): use the same xfer version on both ends");
+        }
     }
     if &hello[..6] != HELLO_MAGIC {
         bail!("peer is not an xfer server (bad greeting)");
     }
     s.read_exact(&mut hello[6..])
         .context("reading server hello (is this an xfer server?)")?;
-    let server_wants_key = hello[6] == 1;
+    let server_wants_key = hello[6] & 1 == 1;
+    let Some(server_stance) = Stance::from_code(hello[6] >> 1) else {
+        bail!("peer is not an xfer server (bad greeting)");
+    };
     let nonce_s = &hello[7..39];
     let nonce_c: [u8; 32] = crate::util::random_bytes()?;
-    let mut out = Vec::with_capacity(64);
-    out.extend_from_slice(&nonce_c);
-    match (auth, server_wants_key) {
-        (Auth::Key(k), true) => out.extend_from_slice(
-            &mac(k, b"xfer-v1 client", nonce_s, &nonce_c)
-                .finalize()
-                .into_bytes(),
-        ),
+    let encrypt = match (auth, server_wants_key) {
+        (Auth::Key(_), true) => crate::crypt::agree(mode, stance, server_stance)?,
         (Auth::Key(_), false) => {
             bail!("server runs without a key (--insecure) but we have one; refusing to downgrade")
         }
         (Auth::Insecure, true) => bail!("server requires a shared key: pass --key-file"),
-        (Auth::Insecure, false) => out.extend_from_slice(&[0u8; 32]),
+        (Auth::Insecure, false) => false,
+    };
+    let mut out = Vec::with_capacity(65);
+    out.extend_from_slice(&nonce_c);
+    out.push(encrypt as u8);
+    match auth {
+        Auth::Key(k) => out.extend_from_slice(
+            &mac(k, b"xfer-v3 client", nonce_s, &nonce_c, encrypt)
+                .finalize()
+                .into_bytes(),
+        ),
+        Auth::Insecure => out.extend_from_slice(&[0u8; 32]),
     }
     s.write_all(&out)?;
     let mut resp = [0u8; 33];
     match s.read_exact(&mut resp[..1]) {
-        Ok(()) if resp[0] == 1 => {}
+        Ok(()) if resp[0] == AUTH_OK => {}
+        Ok(()) if resp[0] == AUTH_WRONG_MODE => bail!(
+            "the server refused this connection's encryption mode ({}): use the same \
+             --encrypt/--plaintext choice on both ends",
+            if encrypt { "encrypted" } else { "plaintext" }
+        ),
         _ => bail!("server rejected authentication (wrong key?)"),
     }
     s.read_exact(&mut resp[1..])
         .context("reading server proof")?;
     if let Auth::Key(k) = auth {
-        mac(k, b"xfer-v1 server", &nonce_c, nonce_s)
+        mac(k, b"xfer-v3 server", &nonce_c, nonce_s, encrypt)
             .verify_slice(&resp[1..])
             .map_err(|_| anyhow::anyhow!("server failed to prove it holds the key"))?;
     }
-    Ok(())
+    Ok(Agreed::new(encrypt, nonce_s, &nonce_c))
 }
 
 pub fn send_msg<W: Write, T: Serialize>(w: &mut W, msg: &T) -> Result<()> {
@@ -454,11 +526,47 @@ mod tests {
     use std::os::unix::net::UnixStream;
 
     fn pair(server: Auth, client: Auth) -> (Result<()>, Result<()>) {
+        let (s, c) = pair_in(server, Stance::Either, client, Stance::Either);
+        (s.map(|_| ()), c.map(|_| ()))
+    }
+
+    fn pair_in(
+        server: Auth,
+        ss: Stance,
+        client: Auth,
+        cs: Stance,
+    ) -> (Result<Agreed>, Result<Agreed>) {
         let (mut a, mut b) = UnixStream::pair().unwrap();
-        let t = std::thread::spawn(move || server_handshake(&mut a, &server));
-        let c = client_handshake(&mut b, &client);
+        let t = std::thread::spawn(move || server_handshake(&mut a, &server, ss));
+        let mode = match cs {
+            Stance::Encrypt => Crypto::On,
+            Stance::Plain => Crypto::Off,
+            Stance::Either => Crypto::Auto,
+        };
+        let c = client_handshake(&mut b, &client, mode, cs);
         drop(b);
         (t.join().unwrap(), c)
+    }
+
+    #[test]
+    fn both_ends_agree_on_encryption_or_refuse() {
+        let k = || Auth::Key(b"k1k1k1k1k1k1k1k1".to_vec());
+        let (s, c) = pair_in(k(), Stance::Either, k(), Stance::Either);
+        assert!(!s.unwrap().encrypt && !c.unwrap().encrypt);
+        let (s, c) = pair_in(k(), Stance::Either, k(), Stance::Encrypt);
+        let (s, c) = (s.unwrap(), c.unwrap());
+        assert!(s.encrypt && c.encrypt && s.binding == c.binding);
+        let (s, c) = pair_in(k(), Stance::Encrypt, k(), Stance::Either);
+        assert!(s.unwrap().encrypt && c.unwrap().encrypt);
+        for (ss, cs) in [
+            (Stance::Encrypt, Stance::Plain),
+            (Stance::Plain, Stance::Encrypt),
+        ] {
+            let (s, c) = pair_in(k(), ss, k(), cs);
+            let e = c.err().unwrap().to_string();
+            assert!(e.contains("encryption mode mismatch"), "{e}");
+            assert!(s.is_err());
+        }
     }
 
     #[test]
@@ -537,7 +645,7 @@ mod tests {
         let (mut a, mut b) = UnixStream::pair().unwrap();
         send_busy(&mut a, "too many connections (1024)");
         drop(a);
-        let e = client_handshake(&mut b, &Auth::Insecure).unwrap_err();
+        let e = client_handshake(&mut b, &Auth::Insecure, Crypto::Auto, Stance::Plain).unwrap_err();
         assert!(
             e.to_string().contains("server busy: too many connections"),
             "{e}"
@@ -548,7 +656,7 @@ mod tests {
     fn an_older_server_is_named() {
         let (mut a, mut b) = UnixStream::pair().unwrap();
         a.write_all(b"XFER1\n").unwrap();
-        let e = client_handshake(&mut b, &Auth::Insecure).unwrap_err();
+        let e = client_handshake(&mut b, &Auth::Insecure, Crypto::Auto, Stance::Plain).unwrap_err();
         assert!(e.to_string().contains("older xfer"), "{e}");
     }
 

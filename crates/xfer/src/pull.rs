@@ -4,6 +4,7 @@
 //! end-to-end hash, and only then renames the temporary file into place.
 
 use crate::chunkset::ChunkSet;
+use crate::conn::Conn;
 use crate::fsinfo;
 use crate::monitor::{progress_bar, sample_tcp};
 use crate::proto::*;
@@ -14,7 +15,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{Read, Write};
-use std::net::{Shutdown, SocketAddr, TcpStream};
+use std::net::{Shutdown, SocketAddr};
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -108,6 +109,7 @@ pub(crate) fn pull_once(
     let session = hex(&random_bytes::<16>()?);
     let (mut ctrl, size) = open_session(o, addr, &session, mode, remote)?;
     let conns = join_streams(o, addr, &session)?;
+    let encrypted = ctrl.encrypted() && conns.iter().all(|c| c.encrypted());
     let data_start = Instant::now();
     if let Some(r) = o.rate_bps {
         crate::eta::announce(Some(size), r, o.chunk, o.quiet)?;
@@ -155,6 +157,7 @@ pub(crate) fn pull_once(
         plan: None,
         changes: Vec::new(),
         end_unix: crate::util::unix_now(),
+        encrypted,
     })
 }
 
@@ -165,7 +168,7 @@ fn open_session(
     session: &str,
     mode: Mode,
     remote: &str,
-) -> Result<(TcpStream, u64)> {
+) -> Result<(Conn, u64)> {
     let req = Request {
         session: session.to_string(),
         streams: o.streams,
@@ -193,7 +196,7 @@ fn open_session(
 }
 
 /// The data connections, each joined to the session.
-fn join_streams(o: &SendOpts, addr: SocketAddr, session: &str) -> Result<Vec<Arc<TcpStream>>> {
+fn join_streams(o: &SendOpts, addr: SocketAddr, session: &str) -> Result<Vec<Arc<Conn>>> {
     let mut conns = Vec::new();
     for i in 0..o.streams {
         let mut c = connect(o, addr, true)?;
@@ -241,7 +244,7 @@ fn new_ctx(o: &SendOpts, mode: Mode, size: u64, part: Option<Arc<Part>>) -> Resu
 
 /// One thread per stream; a failing stream stops the others. Returns the error that
 /// explains the most (a lost connection is usually the consequence of another failure).
-fn receive_all(conns: Vec<Arc<TcpStream>>, ctx: &Arc<Ctx>) -> Option<anyhow::Error> {
+fn receive_all(conns: Vec<Arc<Conn>>, ctx: &Arc<Ctx>) -> Option<anyhow::Error> {
     let weak: Vec<_> = conns.iter().map(Arc::downgrade).collect();
     let handles: Vec<_> = conns
         .into_iter()
@@ -398,12 +401,13 @@ fn open_tmp(tmp: &std::path::Path) -> Result<File> {
 }
 
 /// Reads one data stream until its END frame, verifying every chunk.
-fn receive(c: &TcpStream, x: &Ctx) -> Result<()> {
+fn receive(c: &Conn, x: &Ctx) -> Result<()> {
     let mut r = c;
     let mut hdr = [0u8; FRAME_HDR_LEN];
     let mut buf = vec![0u8; x.chunk as usize];
     loop {
-        r.read_exact(&mut hdr).context("connection lost")?;
+        r.read_exact(&mut hdr)
+            .map_err(|e| crate::conn::lost(e, "connection lost"))?;
         let h = FrameHdr::decode(&hdr)?;
         if x.abort.load(Ordering::Relaxed) {
             return Ok(());
@@ -426,7 +430,8 @@ fn receive(c: &TcpStream, x: &Ctx) -> Result<()> {
             bail!("bad frame length {}", h.len);
         }
         let b = &mut buf[..h.len as usize];
-        r.read_exact(b).context("connection lost mid-chunk")?;
+        r.read_exact(b)
+            .map_err(|e| crate::conn::lost(e, "connection lost mid-chunk"))?;
         if x.hash && chunk_hash(b) != h.hash {
             bail!("chunk {} failed its integrity check", h.index);
         }

@@ -2,6 +2,8 @@
 //! authenticated connection to the server (handshake), and what an attempt
 //! comes to (its outcome, or an error that may be retried).
 
+use crate::conn::Conn;
+use crate::crypt::Crypto;
 use crate::limiter::{Limiter, RateChange, RatePlan};
 use crate::monitor::TcpRow;
 use crate::profile::Profile;
@@ -29,6 +31,8 @@ pub struct SendOpts {
     pub resume: Option<bool>,
     pub retries: u32,
     pub auth: Auth,
+    /// `--encrypt`, `--plaintext` or the default.
+    pub crypto: Crypto,
     pub json: Option<std::path::PathBuf>,
     pub interval: Duration,
     pub progress: bool,
@@ -86,6 +90,8 @@ pub(crate) struct Outcome {
     pub changes: Vec<RateChange>,
     /// Unix time the receiver's verdict arrived.
     pub end_unix: f64,
+    /// Every connection of the attempt was encrypted.
+    pub encrypted: bool,
 }
 
 #[derive(Debug)]
@@ -109,7 +115,7 @@ pub(crate) fn failing(retriable: bool) -> impl Fn(anyhow::Error) -> AttemptError
     move |err| AttemptError { err, retriable }
 }
 
-pub(crate) fn connect(o: &SendOpts, addr: SocketAddr, data: bool) -> Result<TcpStream> {
+pub(crate) fn connect(o: &SendOpts, addr: SocketAddr, data: bool) -> Result<Conn> {
     let s = socket2::Socket::new(
         socket2::Domain::for_address(addr),
         socket2::Type::STREAM,
@@ -136,9 +142,9 @@ pub(crate) fn connect(o: &SendOpts, addr: SocketAddr, data: bool) -> Result<TcpS
             .with_interval(Duration::from_secs(10))
             .with_retries(6),
     )?;
-    let mut t: TcpStream = s.into();
+    let t: TcpStream = s.into();
     t.set_read_timeout(Some(Duration::from_secs(30)))?;
-    client_handshake(&mut t, &o.auth)?;
-    t.set_read_timeout(None)?;
-    Ok(t)
+    let c = Conn::client(t, &o.auth, o.crypto)?;
+    c.set_read_timeout(None)?;
+    Ok(c)
 }

@@ -43,6 +43,8 @@ pub struct Run {
     pub hash: Option<&'static str>,
     pub e2e_hash: Option<String>,
     pub interval: f64,
+    /// Whether the connections were encrypted (Noise, see docs/xfer.md).
+    pub encrypted: bool,
     /// How the rate was enforced: pacing, sleep or cwnd (null: unlimited).
     pub limiter: Option<&'static str>,
     /// The sleep limiter's timer frequency.
@@ -142,6 +144,7 @@ pub fn build(
                 .then_some("xxh3-64 per chunk, sum of xxh3-128 end to end"),
             e2e_hash: out.e2e.clone(),
             interval: o.interval.as_secs_f64(),
+            encrypted: out.encrypted,
             limiter: plan.map(|p| p.limiter.name()),
             timer_hz: plan
                 .filter(|p| p.limiter == Limiter::Sleep)

@@ -102,6 +102,15 @@ impl std::fmt::Display for UsageError {
 
 impl std::error::Error for UsageError {}
 
+/// How a log line names a transfer's connections.
+pub fn sealed(encrypted: bool) -> &'static str {
+    if encrypted {
+        "encrypted"
+    } else {
+        "plaintext"
+    }
+}
+
 /// A usage error as an `anyhow::Error` (exit status 2).
 pub fn usage(msg: impl Into<String>) -> anyhow::Error {
     anyhow::Error::new(UsageError(msg.into()))

@@ -438,7 +438,7 @@ fn one_case(rng: &mut Rng, addr: &str, seen: &mut Reached) {
             let Some(mut s) = connect(addr) else { return };
             let mut hello = [0u8; 39];
             if s.read_exact(&mut hello).is_ok() {
-                let _ = s.write_all(&rng.bytes(64));
+                let _ = s.write_all(&rng.bytes(65));
                 let _ = s.read(&mut [0u8; 33]);
             }
         }

@@ -2,10 +2,10 @@
 
 use super::frame::{stall_if_due, write_frame};
 use super::source::StreamSrc;
+use crate::conn::Conn;
 use crate::limiter::Gate;
 use crate::proto::*;
 use anyhow::{Context, Result};
-use std::net::TcpStream;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -13,7 +13,7 @@ use std::sync::Arc;
 /// END frame with the chunk count; returns this stream's share of the
 /// end-to-end digest (chunks the receiver already has are hashed, not sent).
 pub(crate) fn stream_sender(
-    c: Arc<TcpStream>,
+    c: Arc<Conn>,
     src: Arc<StreamSrc>,
     sent: Arc<AtomicU64>,
     stall_after: Option<u64>,

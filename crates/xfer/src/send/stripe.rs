@@ -2,11 +2,11 @@
 //! offset.
 
 use super::frame::{stall_if_due, write_frame};
+use crate::conn::Conn;
 use crate::limiter::Gate;
 use crate::proto::*;
 use anyhow::{Context, Result};
 use std::fs::File;
-use std::net::TcpStream;
 use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -30,7 +30,7 @@ pub(crate) struct StripeCtx {
 /// Sends the chunks of `ranges` in order, then an END frame; returns this
 /// stream's share of the end-to-end digest.
 pub(crate) fn stripe_sender(
-    c: Arc<TcpStream>,
+    c: Arc<Conn>,
     ranges: Vec<(u64, u64)>,
     mut x: StripeCtx,
 ) -> Result<E2e> {

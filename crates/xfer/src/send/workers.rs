@@ -5,11 +5,11 @@ use super::source::StreamSrc;
 use super::stream::stream_sender;
 use super::stripe::{hash_skipped, stripe_sender, StripeCtx};
 use crate::chunkset;
+use crate::conn::Conn;
 use crate::limiter::{Gate, RateControl};
 use crate::proto::E2e;
 use anyhow::Result;
 use std::fs::File;
-use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::Arc;
 
@@ -44,7 +44,7 @@ impl Workers<'_> {
         file: Option<Arc<File>>,
         size: u64,
         have: &[(u64, u64)],
-        conns: Vec<Arc<TcpStream>>,
+        conns: Vec<Arc<Conn>>,
     ) -> (Vec<Worker>, Vec<Worker>) {
         let chunk = self.chunk as u64;
         let n = size.div_ceil(chunk);
@@ -84,11 +84,7 @@ impl Workers<'_> {
     }
 
     /// Stream mode: every stream takes the next chunk of the shared source.
-    pub(crate) fn spawn_stream(
-        &self,
-        src: Arc<StreamSrc>,
-        conns: Vec<Arc<TcpStream>>,
-    ) -> Vec<Worker> {
+    pub(crate) fn spawn_stream(&self, src: Arc<StreamSrc>, conns: Vec<Arc<Conn>>) -> Vec<Worker> {
         conns
             .into_iter()
             .map(|c| {

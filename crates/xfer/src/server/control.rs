@@ -5,17 +5,18 @@ use super::prepare::prepare;
 use super::pull::handle_pull;
 use super::receive::sample_goodput;
 use super::state::{admit, reject_on_err, BusyGuard, Server, Session, SessionGuard};
+use crate::conn::Conn;
 use crate::proto::*;
 use crate::safepath;
 use anyhow::{anyhow, bail, Result};
 use std::io::Read;
-use std::net::{Shutdown, TcpStream};
+use std::net::Shutdown;
 use std::process::Child;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-pub(super) fn handle_control(srv: &Arc<Server>, mut conn: TcpStream, req: Request) -> Result<()> {
+pub(super) fn handle_control(srv: &Arc<Server>, mut conn: Conn, req: Request) -> Result<()> {
     admit(srv, &mut conn, &req)?;
     if req.pull {
         return handle_pull(srv, conn, req);
@@ -57,7 +58,7 @@ pub(super) fn handle_control(srv: &Arc<Server>, mut conn: TcpStream, req: Reques
     session.output.lock().unwrap().take();
     close_session(&session, &result);
     let goodput = sampler.join().unwrap_or_default();
-    let done = report(&session, result, resumed_bytes, goodput);
+    let done = report(&session, result, resumed_bytes, goodput, conn.encrypted());
     let _ = send_msg(&mut conn, &done);
     let _ = conn.shutdown(Shutdown::Both);
     let _ = watcher.join();
@@ -86,7 +87,7 @@ pub(super) fn close_session(session: &Session, result: &Result<()>) {
 /// (the cwnd limiter), then its end-to-end digest once all data is sent.
 /// Nothing is committed before the digest arrives and matches. The session
 /// fails if the client leaves.
-pub(super) fn watch_control(s: &Arc<Session>, mut c: TcpStream) {
+pub(super) fn watch_control(s: &Arc<Session>, mut c: Conn) {
     loop {
         match recv_request::<_, ClientCtl>(&mut c) {
             Ok(ClientCtl::Clamp(w)) => clamp_windows(s, &w.window_clamp),
@@ -303,6 +304,7 @@ pub(super) fn report(
     result: Result<()>,
     resumed_bytes: u64,
     goodput: Vec<GoodputSample>,
+    encrypted: bool,
 ) -> Done {
     let req = &session.req;
     let elapsed = session.now();
@@ -341,13 +343,14 @@ pub(super) fn report(
     let id = &req.session[..8];
     match &done.error {
         None => eprintln!(
-            "xfer: session {id}: {} -> {} in {:.3} s ({:.3} Gbit/s, {} streams, {})",
+            "xfer: session {id}: {} -> {} in {:.3} s ({:.3} Gbit/s, {} streams, {}, {})",
             crate::util::human_bytes(bytes),
             sink,
             elapsed,
             bytes as f64 * 8.0 / elapsed.max(1e-9) / 1e9,
             req.streams,
-            req.mode.name()
+            req.mode.name(),
+            crate::util::sealed(encrypted)
         ),
         Some(e) => eprintln!("xfer: session {id} to {sink} failed: {e}"),
     }

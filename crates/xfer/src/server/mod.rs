@@ -13,6 +13,7 @@ mod state;
 
 pub use state::ServeOpts;
 
+use crate::conn::Conn;
 use crate::proto::*;
 use crate::safepath;
 use anyhow::{anyhow, bail, Context, Result};
@@ -153,11 +154,11 @@ fn accept_loop(srv: &Arc<Server>, listener: TcpListener) {
     }
 }
 
-fn handle_conn(srv: &Arc<Server>, mut conn: TcpStream) -> Result<()> {
+fn handle_conn(srv: &Arc<Server>, conn: TcpStream) -> Result<()> {
     // Unauthenticated peers get a short leash.
     conn.set_read_timeout(Some(Duration::from_secs(10)))?;
     conn.set_nodelay(true)?;
-    server_handshake(&mut conn, &srv.opts.auth)?;
+    let mut conn = Conn::server(conn, &srv.opts.auth, srv.opts.crypto)?;
     let open: Open = match recv_request(&mut conn) {
         Ok(o) => o,
         Err(e) => {

@@ -2,13 +2,14 @@
 //! runs, on the data connections the client opens.
 
 use super::state::{reject_on_err, Server};
+use crate::conn::Conn;
 use crate::proto::*;
 use crate::safepath;
 use crate::send::source::{SharedFile, StreamSrc};
 use crate::send::workers::{Worker, Workers};
 use anyhow::{anyhow, bail, Result};
 use std::io::Read;
-use std::net::{Shutdown, TcpStream};
+use std::net::Shutdown;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
@@ -21,7 +22,7 @@ impl Drop for PullGuard<'_> {
 }
 
 /// True once the peer closed (or broke) the connection; never blocks.
-pub(super) fn peer_closed(c: &TcpStream) -> bool {
+pub(super) fn peer_closed(c: &Conn) -> bool {
     use std::os::fd::AsRawFd;
     let mut b = [0u8; 1];
     // SAFETY: one-byte buffer we own; MSG_PEEK leaves any data in place.
@@ -39,7 +40,7 @@ pub(super) fn peer_closed(c: &TcpStream) -> bool {
 /// A pull: the server is the sender. It opens the file under the same
 /// confinement as writes, waits for the client's data connections and its
 /// `Start`, then runs the client's stripe or stream senders on them.
-pub(super) fn handle_pull(srv: &Arc<Server>, mut conn: TcpStream, req: Request) -> Result<()> {
+pub(super) fn handle_pull(srv: &Arc<Server>, mut conn: Conn, req: Request) -> Result<()> {
     let opened = (|| {
         let Sink::Path(p) = &req.sink else {
             bail!("a pull needs a file path");
@@ -96,7 +97,7 @@ pub(super) fn handle_pull(srv: &Arc<Server>, mut conn: TcpStream, req: Request) 
         error = Some("client went away".into());
     }
     let (bytes, elapsed) = (sent.load(Ordering::Relaxed), t0.elapsed().as_secs_f64());
-    log_pull(&req, &error, bytes, elapsed);
+    log_pull(&req, &error, bytes, elapsed, conn.encrypted());
     let done = Done {
         error,
         e2e: req.hash.then(|| e2e.hex()),
@@ -118,8 +119,8 @@ pub(super) fn handle_pull(srv: &Arc<Server>, mut conn: TcpStream, req: Request) 
 /// The client only closes the control connection when it gives up (or after our
 /// verdict): the pull's senders stop then.
 pub(super) fn watch_pull_client(
-    conn: &TcpStream,
-    conns: &[Arc<TcpStream>],
+    conn: &Conn,
+    conns: &[Arc<Conn>],
     abort: &Arc<AtomicBool>,
 ) -> Result<std::thread::JoinHandle<()>> {
     let (mut c, abort) = (conn.try_clone()?, abort.clone());
@@ -140,7 +141,7 @@ pub(super) fn watch_pull_client(
 /// by the sockets).
 pub(super) fn start_pull_senders(
     req: &Request,
-    conns: Vec<Arc<TcpStream>>,
+    conns: Vec<Arc<Conn>>,
     file: Arc<std::fs::File>,
     size: u64,
     sent: &Arc<AtomicU64>,
@@ -170,7 +171,13 @@ pub(super) fn start_pull_senders(
     }
 }
 
-pub(super) fn log_pull(req: &Request, error: &Option<String>, bytes: u64, elapsed: f64) {
+pub(super) fn log_pull(
+    req: &Request,
+    error: &Option<String>,
+    bytes: u64,
+    elapsed: f64,
+    encrypted: bool,
+) {
     let id = &req.session[..8];
     let p = match &req.sink {
         Sink::Path(p) => p.as_str(),
@@ -178,10 +185,11 @@ pub(super) fn log_pull(req: &Request, error: &Option<String>, bytes: u64, elapse
     };
     match error {
         None => eprintln!(
-            "xfer: session {id}: {} <- {p} in {elapsed:.3} s ({} streams, {}, pull)",
+            "xfer: session {id}: {} <- {p} in {elapsed:.3} s ({} streams, {}, pull, {})",
             crate::util::human_bytes(bytes),
             req.streams,
-            req.mode.name()
+            req.mode.name(),
+            crate::util::sealed(encrypted)
         ),
         Some(e) => eprintln!("xfer: pull {id} of {p} failed: {e}"),
     }
@@ -191,12 +199,12 @@ pub(super) fn log_pull(req: &Request, error: &Option<String>, bytes: u64, elapse
 /// as the client closes its control connection, so a client that goes away
 /// does not hold a session slot.
 pub(super) fn pull_connections(
-    ctrl: &TcpStream,
-    rx: &mpsc::Receiver<(u32, TcpStream)>,
+    ctrl: &Conn,
+    rx: &mpsc::Receiver<(u32, Conn)>,
     req: &Request,
-) -> Result<Vec<Arc<TcpStream>>> {
+) -> Result<Vec<Arc<Conn>>> {
     let id = &req.session[..8];
-    let mut slots: Vec<Option<TcpStream>> = (0..req.streams).map(|_| None).collect();
+    let mut slots: Vec<Option<Conn>> = (0..req.streams).map(|_| None).collect();
     let deadline = Instant::now() + Duration::from_secs(30);
     while slots.iter().any(|c| c.is_none()) {
         if Instant::now() >= deadline {

@@ -2,15 +2,15 @@
 //! offset; stream: in order, through a reorder window), and goodput samples.
 
 use super::state::{Output, Session, Slot, State};
+use crate::conn::Conn;
 use crate::proto::*;
 use anyhow::{bail, Context, Result};
 use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-pub(super) fn handle_data(s: &Arc<Session>, mut conn: TcpStream, stream: u32) -> Result<()> {
+pub(super) fn handle_data(s: &Arc<Session>, mut conn: Conn, stream: u32) -> Result<()> {
     {
         let mut st = s.state.lock().unwrap();
         if stream >= s.req.streams
@@ -33,12 +33,13 @@ pub(super) fn handle_data(s: &Arc<Session>, mut conn: TcpStream, stream: u32) ->
     Ok(())
 }
 
-pub(super) fn receive_stream(s: &Session, conn: &mut TcpStream, stream: u32) -> Result<()> {
+pub(super) fn receive_stream(s: &Session, conn: &mut Conn, stream: u32) -> Result<()> {
     let slot = &s.slots[stream as usize];
     let mut buf = Vec::new();
     let mut hdr = [0u8; FRAME_HDR_LEN];
     loop {
-        conn.read_exact(&mut hdr).context("connection lost")?;
+        conn.read_exact(&mut hdr)
+            .map_err(|e| crate::conn::lost(e, "connection lost"))?;
         let h = FrameHdr::decode(&hdr)?;
         if s.failed() {
             return Ok(());
@@ -86,7 +87,7 @@ pub(super) fn end_of_stream(s: &Session, slot: &Slot, h: &FrameHdr) -> Result<()
 pub(super) fn stripe_chunk(
     s: &Session,
     slot: &Slot,
-    conn: &mut TcpStream,
+    conn: &mut Conn,
     h: &FrameHdr,
     buf: &mut Vec<u8>,
 ) -> Result<()> {
@@ -122,7 +123,7 @@ pub(super) fn stripe_chunk(
 pub(super) fn stream_chunk(
     s: &Session,
     slot: &Slot,
-    conn: &mut TcpStream,
+    conn: &mut Conn,
     h: &FrameHdr,
 ) -> Result<bool> {
     let mut b = s.pool.lock().unwrap().pop().unwrap_or_default();
@@ -161,7 +162,7 @@ pub(super) fn stream_chunk(
 /// bytes arrive, so a stated length costs nothing until the data is sent.
 /// Returns the XXH3-64 of the payload (0 if not hashing).
 pub(super) fn read_payload(
-    conn: &mut TcpStream,
+    conn: &mut Conn,
     buf: &mut Vec<u8>,
     len: usize,
     counter: &AtomicU64,
@@ -176,7 +177,7 @@ pub(super) fn read_payload(
         let n = (&mut *conn)
             .take(piece)
             .read_to_end(buf)
-            .context("connection lost mid-chunk")?;
+            .map_err(|e| crate::conn::lost(e, "connection lost mid-chunk"))?;
         if n == 0 {
             bail!("connection lost mid-chunk");
         }

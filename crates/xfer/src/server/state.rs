@@ -2,6 +2,7 @@
 //! holds, and the checks a request passes before it becomes one.
 
 use crate::chunkset::ChunkSet;
+use crate::conn::Conn;
 use crate::fsinfo;
 use crate::journal::Journal;
 use crate::proto::*;
@@ -9,7 +10,7 @@ use crate::safepath;
 use anyhow::{anyhow, bail, Result};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::File;
-use std::net::{Shutdown, TcpStream};
+use std::net::Shutdown;
 use std::os::fd::OwnedFd;
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
@@ -22,6 +23,8 @@ pub struct ServeOpts {
     pub listen: std::net::SocketAddr,
     pub root: PathBuf,
     pub auth: Auth,
+    /// `--encrypt`, `--plaintext` or the default.
+    pub crypto: crate::crypt::Crypto,
     pub allow_cmd: bool,
     pub max_chunk: u32,
     pub max_sessions: usize,
@@ -42,7 +45,7 @@ pub(super) struct Server {
 }
 
 /// Hands a pull's data connections (stream index, socket) to its control thread.
-pub(super) type DataTx = mpsc::Sender<(u32, TcpStream)>;
+pub(super) type DataTx = mpsc::Sender<(u32, Conn)>;
 
 pub(super) enum Output {
     Discard,
@@ -130,7 +133,7 @@ pub(super) struct State {
     /// Threads blocked on the reorder window; waking nobody is cheaper.
     pub(super) window_waiters: u32,
     pub(super) writer_done: bool,
-    pub(super) conns: Vec<TcpStream>,
+    pub(super) conns: Vec<Conn>,
     pub(super) joined: Vec<bool>,
 }
 
@@ -139,7 +142,7 @@ pub(super) struct Slot {
     pub(super) first: Mutex<Option<f64>>,
     pub(super) end: Mutex<Option<f64>>,
     /// The stream's socket, for window clamps.
-    pub(super) sock: Mutex<Option<TcpStream>>,
+    pub(super) sock: Mutex<Option<Conn>>,
     /// The window clamp the client asked for (bytes; 0: none).
     pub(super) clamp: AtomicU32,
 }
@@ -273,7 +276,7 @@ pub(super) fn validate(srv: &Server, req: &Request) -> Result<()> {
 }
 
 /// Tells the client why, when `r` is an error; returns `r`.
-pub(super) fn reject_on_err<T>(conn: &mut TcpStream, r: Result<T>) -> Result<T> {
+pub(super) fn reject_on_err<T>(conn: &mut Conn, r: Result<T>) -> Result<T> {
     if let Err(e) = &r {
         send_msg(conn, &Reply::Reject(format!("{e:#}")))?;
     }
@@ -281,7 +284,7 @@ pub(super) fn reject_on_err<T>(conn: &mut TcpStream, r: Result<T>) -> Result<T> 
 }
 
 /// A valid request, and room for one more session.
-pub(super) fn admit(srv: &Arc<Server>, conn: &mut TcpStream, req: &Request) -> Result<()> {
+pub(super) fn admit(srv: &Arc<Server>, conn: &mut Conn, req: &Request) -> Result<()> {
     reject_on_err(conn, validate(srv, req))?;
     let active = srv.sessions.lock().unwrap().len() + srv.pulls.lock().unwrap().len();
     if active >= srv.opts.max_sessions {

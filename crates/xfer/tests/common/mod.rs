@@ -283,20 +283,23 @@ pub fn raw_connect(addr: &str) -> std::net::TcpStream {
 }
 
 /// The client side of the handshake (docs/xfer.md, Security), written from
-/// the description rather than shared with the binary. Err if the server
-/// refused or did not prove the key.
+/// the description rather than shared with the binary, asking for a
+/// plaintext connection (which a server on loopback accepts by default).
+/// Err if the server refused or did not prove the key.
 pub fn raw_handshake(s: &mut std::net::TcpStream, key: &[u8]) -> std::io::Result<()> {
     use hmac::Mac;
     use std::io::Read;
     let mut hello = [0u8; 39];
     s.read_exact(&mut hello)?;
-    assert_eq!(&hello[..6], b"XFER2\n", "server hello");
+    assert_eq!(&hello[..6], b"XFER3\n", "server hello");
     let nonce_c = data(32, COUNTER.fetch_add(1, Ordering::SeqCst) as u64 + 77);
     let mut m = HmacSha256::new_from_slice(key).unwrap();
-    m.update(b"xfer-v1 client");
+    m.update(b"xfer-v3 client");
     m.update(&hello[7..39]);
     m.update(&nonce_c);
+    m.update(&[0]);
     let mut out = nonce_c.clone();
+    out.push(0);
     out.extend_from_slice(&m.finalize().into_bytes());
     s.write_all(&out)?;
     let mut resp = [0u8; 33];

@@ -40,16 +40,14 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
+from xferlab.backends import sim as sim_backend
+from xferlab.fidelity import simulator, store
+from xferlab.fidelity.kernel import run_scenario
+from xferlab.fidelity.matrix import DURATION_S, Case, matrix, select
+from xferlab.fidelity.settings import OPTIONS, READS_MODELS
+from xferlab.netns import sched_waits, tcp_probes
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "python"))
-
-from xferlab.backends import sim as sim_backend  # noqa: E402
-from xferlab.fidelity import simulator, store  # noqa: E402
-from xferlab.fidelity.kernel import run_scenario  # noqa: E402
-from xferlab.fidelity.matrix import DURATION_S, Case, matrix, select  # noqa: E402
-from xferlab.fidelity.settings import OPTIONS, READS_MODELS  # noqa: E402
-from xferlab.netns import sched_waits, tcp_probes  # noqa: E402
 
 QUANTILES = (0.1, 0.25, 0.5, 0.75, 0.9, 0.99)
 

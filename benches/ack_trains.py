@@ -25,11 +25,10 @@ import threading
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "python"))
+from xferlab.fidelity import kernel
+from xferlab.fidelity.matrix import Case
 
-from xferlab.fidelity import kernel  # noqa: E402
-from xferlab.fidelity.matrix import Case  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 ETH_IPV4, ETH_LEN = b"\x08\x00", 14
 PCAP_NS_MAGIC = 0xA1B23C4D

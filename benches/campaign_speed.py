@@ -20,10 +20,9 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "benches"))
+from benchlib import machine
 
-from benchlib import machine  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 CAMPAIGN = {
     "name": "campaign-speed",

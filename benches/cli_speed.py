@@ -18,10 +18,9 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "python"))
+from benchlib import machine, write_section
 
-from benchlib import machine, write_section  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 HEADING = "## The command line's own cost"
 XFERLAB = [sys.executable, "-m", "xferlab.cli"]

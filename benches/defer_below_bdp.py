@@ -20,21 +20,19 @@ from __future__ import annotations
 import argparse
 import copy
 import signal
-import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "python"))
+import ns3_compare
+import numpy as np
+import pandas as pd
+from xferlab import backends, metrics, scenario
+from xferlab.backends import sim
+from xferlab.fidelity import emulation, figures
+from xferlab.fidelity.kernel import start_sampler
+from xferlab.fidelity.settings import OPTIONS
 
-import ns3_compare  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-from xferlab import backends, metrics, scenario  # noqa: E402
-from xferlab.backends import sim  # noqa: E402
-from xferlab.fidelity import emulation, figures  # noqa: E402
-from xferlab.fidelity.kernel import start_sampler  # noqa: E402
-from xferlab.fidelity.settings import OPTIONS  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 #: Samples before this are left out (slow start and the first loss).
 SKIP_S = 3.0

@@ -28,10 +28,9 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "python"))
+from xferlab.netns import host
 
-from xferlab.netns import host  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 BIN = ROOT / os.environ.get("CARGO_TARGET_DIR", "target") / "release" / "xferlab-delay"
 SND, LEFT, RIGHT, RCV = (f"{host.PREFIX}dlb-{n}" for n in ("snd", "left", "right", "rcv"))

@@ -16,17 +16,14 @@ import json
 import statistics
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from builds import load_build  # noqa: E402
-from xferlab import scenario  # noqa: E402
-from xferlab.backends import extension  # noqa: E402
-from xferlab.backends import sim as sim_backend  # noqa: E402
-from xferlab.fidelity import emulation  # noqa: E402
-from xferlab.fidelity.matrix import Case, matrix  # noqa: E402
-from xferlab.fidelity.settings import OPTIONS  # noqa: E402
+from builds import load_build
+from xferlab import scenario
+from xferlab.backends import extension
+from xferlab.backends import sim as sim_backend
+from xferlab.fidelity import emulation
+from xferlab.fidelity.matrix import Case, matrix
+from xferlab.fidelity.settings import OPTIONS
 
 CASES = ["reno:50:1.0bdp:1", "cubic:200:0.2bdp:1", "highspeed:200:0.2bdp:4", "bbr:50:0.2bdp:4"]
 

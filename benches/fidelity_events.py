@@ -32,23 +32,21 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "python"))
+import numpy as np
+import pandas as pd
+from xferlab import metrics
+from xferlab.backends.base import BackendError
+from xferlab.fidelity import judge, runs, simulator
+from xferlab.fidelity.figures import broken_window
+from xferlab.fidelity.kernel import run_netns_once
+from xferlab.fidelity.matrix import Case, matrix, select
+from xferlab.fidelity.settings import OPTIONS, READS_MODELS
+from xferlab.netns.bpfcc import SSTHRESH_INFINITE
+from xferlab.trace import Trace
 
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-from xferlab import metrics  # noqa: E402
-from xferlab.backends.base import BackendError  # noqa: E402
-from xferlab.fidelity import judge, runs, simulator  # noqa: E402
-from xferlab.fidelity.figures import broken_window  # noqa: E402
-from xferlab.fidelity.kernel import run_netns_once  # noqa: E402
-from xferlab.fidelity.matrix import Case, matrix, select  # noqa: E402
-from xferlab.fidelity.settings import OPTIONS, READS_MODELS  # noqa: E402
-from xferlab.netns.bpfcc import SSTHRESH_INFINITE  # noqa: E402
-from xferlab.trace import Trace  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 #: When the first of the flows given inferred starts starts (the matrix's flows start within
 #: the scenario's 1 ms jitter).

@@ -16,12 +16,11 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "python"))
+from benchlib import machine
+from xferlab import scenario
+from xferlab.backends import sim
 
-from benchlib import machine  # noqa: E402
-from xferlab import scenario  # noqa: E402
-from xferlab.backends import sim  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def one(n: int, duration: str) -> dict:

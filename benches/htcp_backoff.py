@@ -20,16 +20,14 @@ with the host's timer frequency ``--hz`` (the sim's ``tcp.hz``, 250 by default).
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "python"))
+import numpy as np
+from xferlab import metrics, scenario
+from xferlab.backends import sim
 
-import numpy as np  # noqa: E402
-from xferlab import metrics, scenario  # noqa: E402
-from xferlab.backends import sim  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 #: Bins of the backoff factor for the printed histogram.
 BETA_BINS = (0.0, 0.45, 0.55, 0.65, 0.75, 0.85, 1.01)

@@ -19,12 +19,10 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "python"))
-sys.path.insert(0, str(ROOT / "benches"))
+from benchlib import machine
+from xferlab import backends, metrics, scenario
 
-from benchlib import machine  # noqa: E402
-from xferlab import backends, metrics, scenario  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 SECTION = "## netns backend: capacity at 100 ms"
 

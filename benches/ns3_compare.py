@@ -40,16 +40,15 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "python"))
+import yaml
+from benchlib import machine
+from xferlab import backends, metrics, models, scenario
+from xferlab.fidelity import validation_md
+from xferlab.runinfo import Provenance
+from xferlab.trace import Trace
+from xferlab.trace import table as trace_table
 
-import yaml  # noqa: E402
-from benchlib import machine  # noqa: E402
-from xferlab import backends, metrics, models, scenario  # noqa: E402
-from xferlab.fidelity import validation_md  # noqa: E402
-from xferlab.runinfo import Provenance  # noqa: E402
-from xferlab.trace import Trace  # noqa: E402
-from xferlab.trace import table as trace_table  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 NS3_DIR = ROOT / "benches" / "ns3"
 BUILD = NS3_DIR / "build.sh"

@@ -20,12 +20,11 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "python"))
+from benchlib import machine, write_section
+from xferlab import scenario
+from xferlab.backends import sim
 
-from benchlib import machine, write_section  # noqa: E402
-from xferlab import scenario  # noqa: E402
-from xferlab.backends import sim  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 BUILD = ROOT / "benches" / "ns3" / "build.sh"
 HEADING = "## Against ns-3, per delivered packet"

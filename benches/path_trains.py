@@ -43,19 +43,16 @@ import shutil
 import sys
 from pathlib import Path
 
+import ack_trains
 import numpy as np
+from xferlab import constants, scenario
+from xferlab.backends import sim as sim_backend
+from xferlab.fidelity import emulation, simulator
+from xferlab.fidelity.matrix import BOTTLENECK, Case
+from xferlab.fidelity.settings import OPTIONS
+from xferlab.netns import topology
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "python"))
-sys.path.insert(0, str(ROOT / "benches"))
-
-import ack_trains  # noqa: E402
-from xferlab import constants, scenario  # noqa: E402
-from xferlab.backends import sim as sim_backend  # noqa: E402
-from xferlab.fidelity import emulation, simulator  # noqa: E402
-from xferlab.fidelity.matrix import BOTTLENECK, Case  # noqa: E402
-from xferlab.fidelity.settings import OPTIONS  # noqa: E402
-from xferlab.netns import topology  # noqa: E402
 
 MSS = constants.LINUX_MSS
 DEFAULT_PCAP = "/tmp/xferlab-path-trains.pcap"

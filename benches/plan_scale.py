@@ -11,14 +11,12 @@ from __future__ import annotations
 import argparse
 import os
 import random
-import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "python"))
+from xferlab import schedule
 
-from xferlab import schedule  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 #: r_TP of the link planned on (bit/s).
 CAPACITY = 1e9

@@ -30,16 +30,14 @@ import re
 import socket
 import statistics
 import subprocess
-import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "python"))
+from benchlib import machine
+from xferlab.netns import host
+from xferlab.netns import topology as topo
 
-from benchlib import machine  # noqa: E402
-from xferlab.netns import host  # noqa: E402
-from xferlab.netns import topology as topo  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 SECTION = "## netns: qdisc sampling and dumbbell build"
 TICK_S = 0.020

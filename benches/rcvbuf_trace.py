@@ -39,12 +39,10 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from xferlab.fidelity import kernel
+from xferlab.fidelity.matrix import Case
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "python"))
-
-from xferlab.fidelity import kernel  # noqa: E402
-from xferlab.fidelity.matrix import Case  # noqa: E402
 
 TRACEFS = Path("/sys/kernel/tracing")
 EVENT = "events/tcp/tcp_rcvbuf_grow"

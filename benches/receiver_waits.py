@@ -44,14 +44,12 @@ import sys
 from pathlib import Path
 
 import numpy as np
+from xferlab import engine
+from xferlab.fidelity import emulation, kernel
+from xferlab.fidelity.matrix import Case, matrix, select
+from xferlab.netns import sched_waits
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "python"))
-
-from xferlab import engine  # noqa: E402
-from xferlab.fidelity import emulation, kernel  # noqa: E402
-from xferlab.fidelity.matrix import Case, matrix, select  # noqa: E402
-from xferlab.netns import sched_waits  # noqa: E402
 
 #: The cases measured by default: a lone flow at 10 ms with a small buffer (the busiest
 #: receiver), four flows at 50 ms with a BDP, a lone flow at 200 ms.

@@ -21,13 +21,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "python"))
+from benchlib import machine, write_section
+from builds import load_build, reference_build, run_on_build
+from xferlab import scenario
+from xferlab.backends import extension, sim
 
-from benchlib import machine, write_section  # noqa: E402
-from builds import load_build, reference_build, run_on_build  # noqa: E402
-from xferlab import scenario  # noqa: E402
-from xferlab.backends import extension, sim  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 #: The fixed reference: main on 2026-12-07, the simulator of VALIDATION.md's fidelity tables
 #: (Linux 6 sender, host noise, TSO deferral, receive window, ACK rules).

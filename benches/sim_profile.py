@@ -19,12 +19,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "python"))
+from benchlib import write_section
+from xferlab import scenario
+from xferlab.backends import sim
 
-from benchlib import write_section  # noqa: E402
-from xferlab import scenario  # noqa: E402
-from xferlab.backends import sim  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 HEADING = "## Where the simulator's time goes"
 RUNJSON = ROOT / "target" / "release" / "examples" / "runjson"

@@ -26,13 +26,12 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "python"))
+from benchlib import machine
+from builds import load_build, run_on_build
+from xferlab import scenario
+from xferlab.backends import extension, sim
 
-from benchlib import machine  # noqa: E402
-from builds import load_build, run_on_build  # noqa: E402
-from xferlab import scenario  # noqa: E402
-from xferlab.backends import extension, sim  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 CASES = [
     ("seed004 NS-2 scenario, B = 170, 250 s", ROOT / "scenarios/seed004-ns2.yaml", ["topology.buffer=170"]),

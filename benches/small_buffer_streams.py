@@ -29,13 +29,11 @@ import tempfile
 import threading
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import ack_trains  # noqa: E402
-from xferlab import backends, constants, metrics, scenario  # noqa: E402
-from xferlab.backends import sim as sim_backend  # noqa: E402
-from xferlab.fidelity import emulation  # noqa: E402
-from xferlab.fidelity.matrix import ACCESS, BOTTLENECK  # noqa: E402
+import ack_trains
+from xferlab import backends, constants, metrics, scenario
+from xferlab.backends import sim as sim_backend
+from xferlab.fidelity import emulation
+from xferlab.fidelity.matrix import ACCESS, BOTTLENECK
 
 RTT = "11.5ms"
 BUFFER_PACKETS = 10

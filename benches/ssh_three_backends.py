@@ -23,7 +23,6 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
-sys.path.insert(0, str(ROOT / "python"))
 import sshbed  # noqa: E402 - the testbed lives with the tests
 from xferlab.fidelity import validation_md  # noqa: E402
 

@@ -22,11 +22,10 @@ import threading
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "python"))
+from benchlib import machine
+from xferlab.netns import host, tcpdiag
 
-from benchlib import machine  # noqa: E402
-from xferlab.netns import host, tcpdiag  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 NS = f"{host.PREFIX}diagcost"
 PORT = 5990

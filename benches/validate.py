@@ -18,18 +18,17 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "python"))
+import yaml
+from xferlab import backends, metrics, models, scenario
+from xferlab.campaign import load as load_campaign
+from xferlab.campaign import report as creport
+from xferlab.campaign import runner
+from xferlab.demo import TABLE2_VARIANTS
+from xferlab.fidelity import dispersion, runs, validation_md
+from xferlab.fidelity.matrix import Case, matrix, select
+from xferlab.fidelity.table import table as fidelity_table
 
-import yaml  # noqa: E402
-from xferlab import backends, metrics, models, scenario  # noqa: E402
-from xferlab.campaign import load as load_campaign  # noqa: E402
-from xferlab.campaign import report as creport  # noqa: E402
-from xferlab.campaign import runner  # noqa: E402
-from xferlab.demo import TABLE2_VARIANTS  # noqa: E402
-from xferlab.fidelity import dispersion, runs, validation_md  # noqa: E402
-from xferlab.fidelity.matrix import Case, matrix, select  # noqa: E402
-from xferlab.fidelity.table import table as fidelity_table  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 PAPER = yaml.safe_load((ROOT / "python/xferlab/data/seed_results.yaml").read_text())
 

@@ -140,6 +140,12 @@ def test_one_scenario_on_sim_netns_and_ssh(cli, bed, clean, tmp_path):
     assert journals(bed) == []
     cli("run", path, "--backend", "netns", "--out", tmp_path / "netns", "-q", check=True)
     cli("run", path, "--out", tmp_path / "sim", "-q", check=True)
+    # One Trace contract: the same tables, the same columns of the same types, on every backend.
+    tables = sorted(p.name for p in (tmp_path / "ssh" / "trace").glob("*.parquet"))
+    assert tables == sorted(p.name for p in (tmp_path / "netns" / "trace").glob("*.parquet")) and "flows.parquet" in tables
+    for name in tables:
+        layouts = {b: [(f.name, f.type) for f in pq.read_schema(tmp_path / b / "trace" / name)] for b in ("ssh", "netns", "sim")}
+        assert layouts["ssh"] == layouts["netns"] == layouts["sim"], name
     for other in ("sim", "netns"):
         cli("compare", tmp_path / other, tmp_path / "ssh", check=True)
         html = (tmp_path / other / "compare-ssh.html").read_text()

@@ -153,26 +153,40 @@ impl Link {
         }
     }
 
-    /// Offers an IP packet of `ip_bytes` at `now`; `uniform` is a draw in [0, 1) used for
-    /// random loss (pass anything when the link has none).
+    /// `offer`, with a host's own interface (nothing to count, nothing to drop) handled
+    /// inline in the caller: no call for most packets of a run.
     #[inline]
-    pub fn offer(&mut self, now: Time, ip_bytes: u32, uniform: f64) -> Offer {
-        if self.limit.is_none() && self.samples.is_none() && self.loss_rate == 0.0 {
-            // A host's own interface: nothing to count, nothing to drop.
-            let now_ps = now.saturating_mul(1000);
-            let start = self.busy_until_ps.max(now_ps);
-            let wire = (ip_bytes + self.frame_overhead) as u64;
-            self.busy_until_ps = start + (wire * self.fs_per_byte + 500) / 1000;
-            self.total_bytes += ip_bytes as u64;
-            return Offer::Departs(self.busy_until_ps.div_ceil(1000));
+    pub fn send(&mut self, now: Time, ip_bytes: u32, uniform: f64) -> Offer {
+        if self.is_plain() {
+            return self.pass(now, ip_bytes);
         }
-        self.offer_queued(now, ip_bytes, uniform)
+        self.offer(now, ip_bytes, uniform)
     }
 
-    /// `offer` at a link with a queue, samples or losses: out of line, so that the host's
-    /// own interface (the test above, inlined into its caller) pays no call.
+    /// A host's own interface: no queue limit, no samples, no loss.
+    #[inline]
+    fn is_plain(&self) -> bool {
+        self.limit.is_none() && self.samples.is_none() && self.loss_rate == 0.0
+    }
+
+    /// A packet on a plain link: serialised after the previous one.
+    #[inline]
+    fn pass(&mut self, now: Time, ip_bytes: u32) -> Offer {
+        let now_ps = now.saturating_mul(1000);
+        let start = self.busy_until_ps.max(now_ps);
+        let wire = (ip_bytes + self.frame_overhead) as u64;
+        self.busy_until_ps = start + (wire * self.fs_per_byte + 500) / 1000;
+        self.total_bytes += ip_bytes as u64;
+        Offer::Departs(self.busy_until_ps.div_ceil(1000))
+    }
+
+    /// Offers an IP packet of `ip_bytes` at `now`; `uniform` is a draw in [0, 1) used for
+    /// random loss (pass anything when the link has none). Out of line (see `send`).
     #[inline(never)]
-    fn offer_queued(&mut self, now: Time, ip_bytes: u32, uniform: f64) -> Offer {
+    pub fn offer(&mut self, now: Time, ip_bytes: u32, uniform: f64) -> Offer {
+        if self.is_plain() {
+            return self.pass(now, ip_bytes);
+        }
         self.advance(now);
         if self.loss_rate > 0.0 && uniform < self.loss_rate {
             self.total_losses += 1;

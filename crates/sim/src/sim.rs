@@ -634,7 +634,7 @@ impl Simulation {
         let t = self.now + self.noise.processing();
         let (h, nic) = (self.flows[i].src_host, self.flows[i].nic);
         let t = self.hosts[h].tx_handoff(&mut self.noise, t);
-        let Offer::Departs(d) = self.links[nic].offer(t, bytes, 1.0) else {
+        let Offer::Departs(d) = self.links[nic].send(t, bytes, 1.0) else {
             unreachable!("host interfaces never drop")
         };
         self.hosts[h].tx_departs(&self.noise, d);
@@ -944,7 +944,7 @@ impl Simulation {
                 let ack_bytes = self.cfg.header_bytes;
                 let lossy = self.links[l].loss_rate() > 0.0;
                 let draw = if lossy { uniform(&mut self.rng) } else { 1.0 };
-                match self.links[l].offer(now, ack_bytes, draw) {
+                match self.links[l].send(now, ack_bytes, draw) {
                     Offer::Departs(d) => d,
                     _ => return,
                 }

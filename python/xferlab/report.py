@@ -23,7 +23,7 @@ import pandas as pd  # noqa: E402
 import yaml  # noqa: E402
 
 from . import registry, runfolder, schedule  # noqa: E402
-from .runinfo import PlanInfo
+from .runinfo import PlanInfo, RunInfo
 from .trace import Trace  # noqa: E402
 from .units import format_duration, format_rate, format_size  # noqa: E402
 
@@ -62,11 +62,11 @@ def _goodput_units(gp: pd.DataFrame, flows: pd.DataFrame):
     return gp.rename(columns={"flow_id": "unit"}), "flow"
 
 
-def fig_goodput(trace: Trace, resolved: dict, m: dict) -> bytes:
+def fig_goodput(trace: Trace, info: RunInfo, m: dict) -> bytes:
     gp, flows, link = trace.df("goodput"), trace.df("flows"), trace.df("link")
     fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(8, 5.6), sharex=True)
     agg = gp.groupby("t")["goodput_mbps"].sum()
-    iv = resolved["goodput_interval_s"]
+    iv = info.goodput_interval_s
     ax1.plot(agg.index + iv / 2, agg.values, color="C0", lw=1.2, label="aggregate goodput G(t)")
     bott = link[link["link"] == "bottleneck"]
     if len(bott):
@@ -75,8 +75,8 @@ def fig_goodput(trace: Trace, resolved: dict, m: dict) -> bytes:
         cell = (bott["t"] // iv) * iv
         x = bott.groupby(cell)["throughput_mbps"].mean()
         ax1.plot(x.index + iv / 2, x.values, color="C1", lw=1.0, label=f"bottleneck throughput X(t), mean per {iv:g} s")
-    if resolved.get("ideal_goodput_mbps") is not None:  # unknown for an import without --capacity
-        ax1.axhline(resolved["ideal_goodput_mbps"], color="k", ls="--", lw=0.8, label="ideal goodput r_TP")
+    if info.ideal_goodput_mbps is not None:  # unknown for an import without --capacity
+        ax1.axhline(info.ideal_goodput_mbps, color="k", ls="--", lw=0.8, label="ideal goodput r_TP")
     w = m["window"]
     if w["kind"] != "all":
         for a in (ax1, ax2):
@@ -84,7 +84,7 @@ def fig_goodput(trace: Trace, resolved: dict, m: dict) -> bytes:
     ax1.set_ylabel("Mbit/s")
     ax1.set_ylim(bottom=0)
     ax1.legend(loc="lower right")
-    ax1.set_title(f"{resolved['name']}: goodput over time")
+    ax1.set_title(f"{info.name}: goodput over time")
     units, kind = _goodput_units(gp, flows)
     series = _series_by(units, "unit", "goodput_mbps")
     keys = list(series)
@@ -125,7 +125,7 @@ def fig_distribution(m: dict) -> bytes:
     return png(fig)
 
 
-def fig_cwnd(trace: Trace, resolved: dict) -> bytes:
+def fig_cwnd(trace: Trace, info: RunInfo) -> bytes:
     tcp = trace.df("tcp")
     if tcp.empty:  # an import without sender-side samples
         return None
@@ -135,8 +135,8 @@ def fig_cwnd(trace: Trace, resolved: dict) -> bytes:
     for fid in shown:
         s = tcp[tcp["flow_id"] == fid]
         ax.plot(s["t"], s["cwnd"], lw=0.8, label=f"flow {fid}")
-    if resolved.get("bdp_packets"):
-        ax.axhline(resolved["bdp_packets"] / max(1, len(ids)), color="k", ls=":", lw=0.8, label="fair share of the BDP")
+    if info.bdp_packets:
+        ax.axhline(info.bdp_packets / max(1, len(ids)), color="k", ls=":", lw=0.8, label="fair share of the BDP")
     ax.set_xlabel("time (s)")
     ax.set_ylabel("cwnd (segments)")
     ax.set_title("congestion window per flow" + ("" if len(ids) <= MAX_LINES else f" ({len(shown)} of {len(ids)})"))
@@ -161,19 +161,19 @@ def _drops_binned(b: pd.DataFrame, interval: float) -> tuple[np.ndarray, np.ndar
     return counts, edges, per
 
 
-def fig_queue(trace: Trace, resolved: dict) -> bytes:
+def fig_queue(trace: Trace, info: RunInfo) -> bytes:
     link = trace.df("link")
     b = link[link["link"] == "bottleneck"]
     if b.empty:  # imported runs have no bottleneck counters
         return None
     fig, ax = plt.subplots(figsize=(8, 2.8))
     ax.plot(b["t"], b["queue_max_pkts"], lw=0.6, color="C0", label="queue (max per interval)")
-    if resolved.get("buffer_packets") is not None:  # unknown to a producer that does not set the queue
-        ax.axhline(resolved["buffer_packets"], color="k", ls="--", lw=0.8, label=f"buffer B = {resolved['buffer_packets']}")
+    if info.buffer_packets is not None:  # unknown to a producer that does not set the queue
+        ax.axhline(info.buffer_packets, color="k", ls="--", lw=0.8, label=f"buffer B = {info.buffer_packets}")
     ax.set_ylabel("packets")
     ax.set_xlabel("time (s)")
     ax2 = ax.twinx()
-    counts, edges, per = _drops_binned(b, resolved.get("link_interval_s") or resolved["goodput_interval_s"])  # as metrics
+    counts, edges, per = _drops_binned(b, info.link_interval_s or info.goodput_interval_s)  # as metrics
     ax2.stairs(counts, edges, fill=True, color="C3", alpha=0.6, label="drops")  # one artist, not a bar per sample
     ax2.set_ylabel(f"drops per {format_duration(per)}")
     ax.set_title("bottleneck queue and drops")
@@ -508,12 +508,13 @@ def render(folder: Path, trace: Trace, metrics: dict) -> Path:
     """Writes ``figures/*.png`` and a self-contained ``report.html`` into ``folder``, from the
     Trace and its metrics alone."""
     folder = Path(folder)
-    r, prov, m = trace.info.dump(), trace.provenance, metrics
+    info, prov, m = trace.info, trace.provenance, metrics
+    r = info.dump()
     figs = [
-        ("goodput", fig_goodput(trace, r, m), "goodput over time"),
+        ("goodput", fig_goodput(trace, info, m), "goodput over time"),
         ("distribution", fig_distribution(m), "goodput distribution"),
-        ("cwnd", fig_cwnd(trace, r), "congestion window"),
-        ("queue", fig_queue(trace, r), "bottleneck queue"),
+        ("cwnd", fig_cwnd(trace, info), "congestion window"),
+        ("queue", fig_queue(trace, info), "bottleneck queue"),
         ("completion", fig_completion(m), "completion times"),
         ("plan", fig_plan(trace), "the plan and what each transfer got"),
     ]

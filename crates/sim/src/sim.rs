@@ -877,6 +877,7 @@ impl Simulation {
     }
 
     /// An event for flow `i`'s pending read, if it must happen at its own time.
+    #[inline]
     fn read_event(&mut self, i: usize) {
         let r = &mut self.flows[i].receiver;
         if r.read_needs_event(self.cfg.mss) {
@@ -987,6 +988,7 @@ impl Simulation {
     }
 
     /// Makes host `h`'s pending transmit-completion interrupt an event (a sender waits).
+    #[inline]
     fn queue_tx_irq(&mut self, h: usize) {
         let host = &mut self.hosts[h];
         if let (Some(time), false) = (host.tx_irq, host.tx_irq_queued) {
@@ -1000,6 +1002,7 @@ impl Simulation {
     }
 
     /// Applies host `h`'s transmit-completion interrupt if it has happened by now.
+    #[inline]
     fn settle_tx(&mut self, h: usize) {
         let host = &self.hosts[h];
         if let (Some(at), false) = (host.tx_irq, host.tx_irq_queued) {
@@ -1086,6 +1089,7 @@ impl Simulation {
         self.arm_timer(i);
     }
 
+    #[inline]
     fn arm_timer(&mut self, i: usize) {
         let f = &mut self.flows[i];
         if let Some(d) = f.sender.timer_deadline() {
@@ -1096,6 +1100,7 @@ impl Simulation {
         }
     }
 
+    #[inline]
     fn arm_delack(&mut self, i: usize) {
         let f = &mut self.flows[i];
         if let Some(d) = f.receiver.timer_deadline() {

@@ -61,6 +61,10 @@ def test_a_volume_bound_transfer_runs_on_xfer_and_ipv6_goes_in_brackets(small_sc
     assert ch.server_args(f, 0.1, XFER) == [
         "/opt/xfer", "serve", "--listen", "[fd00::2]:5201", "--root", "/w/xfer-root", "--key-file", "/w/xfer.key",
     ]  # fmt: skip
+    clear = ch.XferFiles("/opt/xfer", "/w/xfer-root", "/w/xfer.key", plaintext=True)  # netns: private namespaces
+    assert ch.server_args(f, 0.1, clear)[-1] == "--plaintext"
+    assert "--plaintext" in ch.client_args(f, "reno", 0.1, 10.0, ch.payload_ratio(info), clear, "/w/flow0.json")[0]
+    assert "--plaintext" not in args  # real hosts: xfer's default, encrypted off loopback
 
 
 def test_what_a_user_wrote_stays_one_argument_never_a_shell_string(small_scenario):

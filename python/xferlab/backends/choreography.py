@@ -107,6 +107,13 @@ class XferFiles:
     binary: str
     root: str  # the server's root (the transfers are discarded: --discard)
     key: str  # the shared key file
+    #: Transfers in clear (``--plaintext`` on both ends): for a host's own private namespaces,
+    #: where nobody else sees them and encryption would only take CPU from the emulation.
+    #: Off (xfer's default: encrypted off loopback) on real hosts.
+    plaintext: bool = False
+
+    def mode(self) -> list[str]:
+        return ["--plaintext"] if self.plaintext else []
 
 
 def report_interval(info: RunInfo) -> float:
@@ -148,7 +155,8 @@ def host_port(addr: str, port: int) -> str:
 def server_args(f: FlowPlan, interval: float, xfer: XferFiles | None) -> list[str]:
     """The command of ``f``'s server."""
     if f.tool == "xfer":
-        return [xfer.binary, "serve", "--listen", host_port(f.dst_addr, f.port), "--root", xfer.root, "--key-file", xfer.key]
+        listen = ["--listen", host_port(f.dst_addr, f.port)]
+        return [xfer.binary, "serve", *listen, "--root", xfer.root, "--key-file", xfer.key, *xfer.mode()]
     # -J and -i on the server: --get-server-output then carries the receiver's intervals.
     return ["iperf3", "-s", "-1", "-J", "-i", f"{interval:g}", "-p", str(f.port), "-B", f.dst_addr]
 
@@ -164,7 +172,7 @@ def client_args(
     pace = int(lim["rate_bps"] * ratio) if lim and lim["kind"] == "pacer" and lim["rate_bps"] else None
     if f.tool == "xfer":
         args = [xfer.binary, "send", "-P", "1", "--cc", cc, "--no-hash", "--retries", "0", "--no-progress", "-q"]
-        args += ["--json", trace, "--interval", f"{interval:g}s", "--key-file", xfer.key]
+        args += ["--json", trace, "--interval", f"{interval:g}s", "--key-file", xfer.key, *xfer.mode()]
         args += xfer_plan.limiter_args(lim, s["start_s"], ratio)
         return args + [f"mem:{int(s['volume_bytes'])}", host_port(f.dst_addr, f.port), "--discard"], warnings
     duration = s["duration_s"] if s.get("duration_s") is not None else end_s - s["start_s"]

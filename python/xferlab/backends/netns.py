@@ -531,7 +531,7 @@ class _Tools:
             key = workdir / "xfer.key"
             key.write_text(uuid.uuid4().hex + uuid.uuid4().hex)
             key.chmod(0o600)
-            self.xfer = choreography.XferFiles(xfer, str(workdir / "xfer-root"), str(key))
+            self.xfer = choreography.XferFiles(xfer, str(workdir / "xfer-root"), str(key), plaintext=True)
 
     def output(self, fl: _Flow) -> Path:
         return self.workdir / f"{fl.name}.json"

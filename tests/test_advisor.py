@@ -259,3 +259,13 @@ def test_reverse_traffic_is_not_a_competitor_and_the_background_takes_its_share(
     assert q.ideal_time_s == pytest.approx(2e9 * 8 / (0.5 * q.goodput_bps) + 0.02)
     out = simulate.run(_task(q, _plans(q, 1)[0], c, 0))
     assert 0 < np.mean(out["job_bps"]) <= 0.5 * q.goodput_bps
+
+
+def test_the_cost_of_xfers_encryption_is_said_where_the_rate_needs_cores():
+    """At 10 Gbit/s one encrypted stream needs more than a core on each end (BENCHMARKS.md:
+    about 8.6 Gbit/s a core a side): said, with the way out; at 1 Gbit/s nothing is said."""
+    fast = ask("100ms", "10Gbps", "2TB")
+    note = apply.encryption_note(fast, Config("cubic", 1, None))
+    assert note is not None and "1.1 core(s)" in note and "CPU-bound" in note
+    assert "CPU-bound" not in apply.encryption_note(fast, Config("cubic", 4, None))
+    assert apply.encryption_note(ask("20ms", "1Gbps", "1GB"), DEFAULT) is None

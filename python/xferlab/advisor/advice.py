@@ -50,6 +50,8 @@ class Advice:
             out.append("no configuration tried meets the deadline with 99 % confidence within the harm allowed")
         if self.left_out:
             out.append(f"{self.left_out} runs did not fit the budget: some configurations have fewer seeds or none")
+        if cpu := apply.encryption_note(self.question, self.recommended.config):
+            out.append(cpu)
         return out
 
     def as_dict(self) -> dict:

@@ -17,6 +17,12 @@ LINUX_WMEM_MAX = 4 << 20
 SYSCTL_INT_MAX = 2**31 - 1
 #: Variants built into every distribution's kernel (the others are modules: tcp_<name>).
 BUILT_IN = ("reno", "cubic")
+#: Goodput one core of each end carries when xfer encrypts (its default off loopback): both
+#: ends together get 4.3 Gbit/s per core of CPU time, each doing half the work, one core per
+#: connection at most (BENCHMARKS.md, "xfer: the cost of encryption", an AMD EPYC core).
+ENCRYPTED_BPS_PER_CORE = 8.6e9
+#: From this many cores on each end, the advice says what encryption costs.
+ENCRYPTION_NOTE_CORES = 0.25
 
 
 def rate_text(bps: float) -> str:
@@ -78,5 +84,27 @@ def shell_lines(q: Question, c: Config) -> list[str]:
         if name == "modprobe":
             lines.append(f"modprobe {value}")
         elif not name.startswith("("):
-            lines.append(f"sysctl -w {name}={shlex.quote(value)}" if " " in value else f"sysctl -w {name}={value}")
+            lines.append(sysctl_line(name, value))
     return lines
+
+
+def sysctl_line(name: str, value: str) -> str:
+    """The command that sets sysctl ``name`` to ``value``."""
+    return f"sysctl -w {name}={shlex.quote(value)}" if " " in value else f"sysctl -w {name}={value}"
+
+
+def encryption_note(q: Question, c: Config) -> str | None:
+    """What xfer's encryption costs the hosts at this path's rate, when it matters."""
+    cores = q.available_bps / ENCRYPTED_BPS_PER_CORE
+    if cores < ENCRYPTION_NOTE_CORES:
+        return None
+    note = (
+        f"xfer encrypts off loopback: at {q.available_bps / 1e9:.3g} Gbit/s that is about {cores:.1f} core(s) on "
+        f"each end (about {ENCRYPTED_BPS_PER_CORE / 1e9:g} Gbit/s a core, BENCHMARKS.md)"
+    )
+    if q.available_bps / c.streams > 0.8 * ENCRYPTED_BPS_PER_CORE:
+        note += (
+            f"; each stream is one core on each end: {c.streams} stream(s) may be CPU-bound, "
+            "use more or --plaintext on a trusted network"
+        )
+    return note

@@ -400,8 +400,6 @@ impl Receiver {
     }
 
     /// A data segment arrives at `now`.
-    // Out of line: benches/sim_profile.py counts it (fat LTO would inline it).
-    #[inline(never)]
     pub fn on_segment(&mut self, now: Time, seg: &Segment) -> Received {
         let before = self.rcv_nxt;
         if self.holds(seg.seq) {

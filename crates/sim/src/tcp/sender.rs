@@ -456,8 +456,6 @@ impl Sender {
 
     /// The next thing to do at `now`, with `host_queued` of this flow's segments still in
     /// its host (Linux `tcp_xmit_retransmit_queue`, then `tcp_write_xmit`).
-    // Out of line: benches/sim_profile.py counts it (fat LTO would inline it).
-    #[inline(never)]
     pub fn poll_transmit(&mut self, now: Time, host_queued: usize) -> Poll {
         if !self.active || self.is_complete() {
             return Poll::Idle;
@@ -784,8 +782,6 @@ impl Sender {
     }
 
     /// Processes an ACK at `now` (Linux `tcp_ack`).
-    // Out of line: benches/sim_profile.py counts it (fat LTO would inline it).
-    #[inline(never)]
     pub fn on_ack(&mut self, now: Time, ack: &AckSegment) {
         self.stats.acks_in += 1;
         if !self.active || ack.cum > self.board.nxt() {

@@ -170,6 +170,7 @@ HOST_MODULES = {
     "test_schedule_run",
     "test_ssh",
     "test_ssh_hostile",
+    "test_ssh_probe",
     "test_ssh_units",
     "test_validation",
 }

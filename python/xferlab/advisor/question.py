@@ -13,6 +13,15 @@ from .. import constants, limits, variants
 from ..models import ideal_rates
 from ..units import format_duration, format_rate, parse_duration, parse_rate, parse_size
 
+#: IP + TCP headers with timestamps (Linux's default), as the scenario counts them.
+HEADER_BYTES = constants.IP_TCP_HEADERS + constants.TCP_TIMESTAMPS
+
+
+def rate_for_goodput(goodput_bps: float, mtu: int = constants.DEFAULT_MTU) -> float:
+    """The link rate whose r_TP is ``goodput_bps``: :attr:`Question.goodput_bps` inverted (r_TP
+    is the rate times the payload's share of a frame on the wire)."""
+    return goodput_bps * 1e9 / (ideal_rates(1e9, mtu, HEADER_BYTES).r_tp_mbps * 1e6)
+
 
 class AdviceError(ValueError):
     """A question the advisor cannot answer as asked: the message says why."""
@@ -35,7 +44,7 @@ class Question:
     @property
     def header_bytes(self) -> int:
         """IP + TCP headers with timestamps (Linux's default), as the scenario counts them."""
-        return constants.IP_TCP_HEADERS + constants.TCP_TIMESTAMPS
+        return HEADER_BYTES
 
     @property
     def goodput_bps(self) -> float:

@@ -46,7 +46,7 @@ from ..netns import topology
 from ..remote import clock, facts, hosts, launch, plan
 from ..remote.inventory import Inventory, InventoryError
 from ..remote.inventory import load as load_inventory
-from ..remote.shell import RemoteError, cmd
+from ..remote.shell import Host, RemoteError, cmd
 from ..runinfo import Provenance, RunInfo
 from ..trace import Trace
 from . import choreography, linktable, xfer_plan
@@ -434,11 +434,9 @@ class _Run:
         async def one(name: str) -> None:
             await self.bed.configure(name, self.changes[name], ["xfer-root"] if name in xfer_hosts else [])
             if name in xfer_hosts:
-                h, w = self.bed.hosts[name], self.bed.workdir(name)
-                if self.xfer[name] == f"{w}/xfer":
-                    binary, self.xfer_static = choreography.deployable_xfer()
-                    await h.write(f"{w}/xfer", Path(binary).read_bytes(), mode="755")
-                await h.write(f"{w}/xfer.key", key)
+                w = self.bed.workdir(name)
+                static = await deploy_xfer(self.bed.hosts[name], w, key, self.xfer[name] == f"{w}/xfer")
+                self.xfer_static = self.xfer_static or static
 
         key = uuid.uuid4().hex + uuid.uuid4().hex
         await hosts.together(*(one(n) for n in self.bed.names))
@@ -504,13 +502,7 @@ class _Run:
         }
 
     async def _ping(self, host: str, src: str, dst: str) -> float | None:
-        """The path's RTT, idle: the smallest of a few pings (None: no ping on the host)."""
-        if "ping" not in self.facts[host].tools:
-            return None
-        ping = cmd("ping", "-n", "-q", "-c", PINGS, "-i", "0.2", "-W", "2", "-I", src, dst)
-        text = await self.bed.hosts[host].run(ping, check=False, timeout=30)
-        m = re.search(r"= ([\d.]+)/", text)
-        return float(m.group(1)) / 1e3 if m else None
+        return await ping_rtt(self.bed.hosts[host], "ping" in self.facts[host].tools, src, dst)
 
     def _pair_rtt(self, k: int) -> float:
         return self.info.pair_paths[k].rtt_s if self.info.pair_paths else self.info.rtt_s
@@ -548,21 +540,7 @@ class _Run:
     # ------------------------------------------------------------------ run
 
     async def _wait_listening(self, want: dict[str, set[int]], timeout: float = 15.0) -> None:
-        """Until something listens on each host's ports (``ss``), or a server gave up."""
-        want = {h: set(p) for h, p in want.items()}
-        deadline = time.monotonic() + timeout
-        while want:
-            for name in list(want):
-                want[name] -= launch.parse_ports(await self.bed.hosts[name].run(launch.LISTENING))
-                if not want[name]:
-                    del want[name]
-            if want and time.monotonic() > deadline:
-                raise RemoteError(
-                    f"servers not listening after {timeout:.0f} s: "
-                    + ", ".join(f"{h} port(s) {sorted(p)}" for h, p in want.items())
-                )
-            if want:
-                await asyncio.sleep(0.05)
+        await wait_listening(self.bed.hosts, want, timeout)
 
     def _xfer_files(self, h: str) -> choreography.XferFiles:
         w = self.bed.workdir(h)
@@ -939,6 +917,46 @@ class _Run:
             unknown["bottleneck_max_queue_pkts"] = "the router's queue is sampled, not its largest value"
             unknown["queueing_delay_max_ms"] = "the router's queue is sampled, not its largest value"
         return unknown
+
+
+async def deploy_xfer(h: Host, workdir: str, key: str, binary: bool) -> bool:
+    """Writes the run's transfer key to ``workdir/xfer.key`` on ``h`` and, with ``binary``,
+    this build's xfer to ``workdir/xfer`` (:func:`choreography.deployable_xfer`); whether the
+    xfer written is the static build."""
+    static = False
+    if binary:
+        path, static = choreography.deployable_xfer()
+        await h.write(f"{workdir}/xfer", Path(path).read_bytes(), mode="755")
+    await h.write(f"{workdir}/xfer.key", key)
+    return static
+
+
+async def ping_rtt(h: Host, has_ping: bool, src: str, dst: str) -> float | None:
+    """The path's RTT, idle: the smallest of a few pings from ``src`` to ``dst`` on ``h``
+    (None: no ping on the host, or no answer)."""
+    if not has_ping:
+        return None
+    ping = cmd("ping", "-n", "-q", "-c", PINGS, "-i", "0.2", "-W", "2", "-I", src, dst)
+    text = await h.run(ping, check=False, timeout=30)
+    m = re.search(r"= ([\d.]+)/", text)
+    return float(m.group(1)) / 1e3 if m else None
+
+
+async def wait_listening(on: dict[str, Host], want: dict[str, set[int]], timeout: float = 15.0) -> None:
+    """Until something listens on each host's ports (``ss``; ``on``: the hosts by name), or a server gave up."""
+    want = {h: set(p) for h, p in want.items()}
+    deadline = time.monotonic() + timeout
+    while want:
+        for name in list(want):
+            want[name] -= launch.parse_ports(await on[name].run(launch.LISTENING))
+            if not want[name]:
+                del want[name]
+        if want and time.monotonic() > deadline:
+            raise RemoteError(
+                f"servers not listening after {timeout:.0f} s: " + ", ".join(f"{h} port(s) {sorted(p)}" for h, p in want.items())
+            )
+        if want:
+            await asyncio.sleep(0.05)
 
 
 def buffer_warnings(host: str, changes: list[plan.Change]) -> list[str]:

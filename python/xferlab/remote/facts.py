@@ -25,6 +25,11 @@ SYSCTLS = (
     "net.ipv4.tcp_no_metrics_save",
     "net.ipv4.tcp_congestion_control",
     "net.ipv4.tcp_available_congestion_control",
+    "net.ipv4.tcp_allowed_congestion_control",
+    "net.ipv4.tcp_mtu_probing",
+    "net.core.rmem_max",
+    "net.core.wmem_max",
+    "net.core.default_qdisc",
 )
 #: ethtool's long feature names → the short ones ``ethtool -K`` takes.
 OFFLOADS = {"tcp-segmentation-offload": "tso", "generic-segmentation-offload": "gso", "generic-receive-offload": "gro"}
@@ -44,6 +49,8 @@ class Facts:
     offloads: dict[str, dict[str, bool]] = field(default_factory=dict)  # device → {tso: on?, …}
     hooks: dict[str, int] = field(default_factory=dict)  # a peer's device → its clsact/ingress qdiscs
     ifbs: set[str] = field(default_factory=set)  # the host's ifb devices
+    mtus: dict[str, int] = field(default_factory=dict)  # peer → the MTU of the device its route leaves by
+    route_qdiscs: dict[str, str] = field(default_factory=dict)  # peer → that device's root qdisc line
 
     @property
     def available_cc(self) -> list[str]:
@@ -84,6 +91,10 @@ def script(peers: list[str], devices: list[str], modules: list[str]) -> str:
         lines.append('d=$(echo "$r" | sed -n \'s/.* dev \\([^ ]*\\).*/\\1/p\'); [ -n "$d" ] && offl "$d"')
         hooks = "tc qdisc show dev \"$d\" 2>/dev/null | grep -cE '^qdisc (clsact|ingress) '"
         lines.append(f'[ -n "$d" ] && echo "hooks.$d=$({hooks})"')
+        lines.append(
+            f'[ -n "$d" ] && echo "mtu.{i}=$(ip -o link show dev "$d" 2>/dev/null | sed -n \'s/.* mtu \\([0-9]*\\).*/\\1/p\')"'
+        )
+        lines.append(f'[ -n "$d" ] && echo "rqdisc.{i}=$(tc qdisc show dev "$d" root 2>/dev/null | head -n 1)"')
     for j, d in enumerate(devices):
         q = shlex.quote(d)
         lines.append(f'echo "qdisc.{j}=$(tc qdisc show dev {q} root 2>/dev/null | head -n 1)"')
@@ -124,6 +135,10 @@ def parse(host: str, text: str, peers: list[str] = (), devices: list[str] = ()) 
             f.hooks[key[6:]] = int(value) if value.isdigit() else 0
         elif key == "ifb":
             f.ifbs.add(value)
+        elif key.startswith("mtu.") and (peer := _nth(peers, key[4:])) and value.isdigit():
+            f.mtus[peer] = int(value)
+        elif key.startswith("rqdisc.") and (peer := _nth(peers, key[7:])):
+            f.route_qdiscs[peer] = value
     return f
 
 

@@ -20,10 +20,12 @@ finishes alone, and is counted apart). Rewrites the table ``advise_netns``
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 from xferlab import backends, scenario
 from xferlab.advisor import simulate
@@ -40,6 +42,8 @@ PATH = {"bottleneck": "100Mbps", "access": "1Gbps", "buffer": "0.2bdp", "volume"
 #: The competing flow lasts this many times the predicted p99 of the job.
 COMPETITOR_SPAN = 1.5
 TABLE = "advise_netns"
+#: Every measurement, for --render.
+RESULTS = Path("results/advise_netns/results.json")
 
 
 @dataclass
@@ -94,23 +98,8 @@ def row_of(a: Advice, c: Config) -> Row:
     return next(r for r in (a.finalists or a.table) if r.config == c)
 
 
-def inside(m: Measured, r: Row) -> int:
-    return sum(r.prediction.p1_s <= t <= r.prediction.p99_s for t in m.times)
-
-
-def cells(rtt: str, q: Question, a: Advice, c: Config, m: Measured, tag: str) -> str:
-    r = row_of(a, c)
-    p = r.prediction
-    med = statistics.median(m.times) if m.times else float("nan")
-    lo, hi = (min(m.times), max(m.times)) if m.times else (float("nan"),) * 2
-    extra = f" ({m.alone} alone, {m.failed} failed)" if m.alone or m.failed else ""
-    return (
-        f"| {rtt} | {q.competing} | {c.label}{tag} | {p.p50_s:.2f} [{p.p1_s:.2f}, {p.p99_s:.2f}] | "
-        f"{med:.2f} ({lo:.2f}–{hi:.2f}) | {len(m.times)}{extra} | {inside(m, r)} | {100 * (med / p.p50_s - 1):+.1f} % |"
-    )
-
-
-def case(rtt: str, competing: int, args) -> tuple[list[str], dict]:
+def case(rtt: str, competing: int, args) -> dict:
+    """One path: the advice, then its recommended configuration and the default measured."""
     q = ask(rtt, PATH["bottleneck"], PATH["volume"], access=PATH["access"], buffer=PATH["buffer"], competing=competing)
     t0 = time.monotonic()
     a = advise(q, args.budget, workers_default())
@@ -118,54 +107,68 @@ def case(rtt: str, competing: int, args) -> tuple[list[str], dict]:
     rec = a.recommended.config
     configs = [rec] + ([DEFAULT] if rec != DEFAULT else [])
     span = COMPETITOR_SPAN * max(row_of(a, c).prediction.p99_s for c in configs)
-    measured = {c: measure(q, c, args.reps, span, args.backend) for c in configs}
-    lines = [cells(rtt, q, a, c, measured[c], " (recommended)" if c == rec else " (default)") for c in configs]
-    summary = {
-        "budget_s": spent,
-        "scale": a.scale,
-        "held": _held(a, measured, rec),
-        "beats": _beats(measured, rec),
-    }
-    return lines, summary
+    out = []
+    for c in configs:
+        m = measure(q, c, args.reps, span, args.backend)
+        p = row_of(a, c).prediction
+        out.append({"label": c.label, "recommended": c == rec, "prediction": p.as_dict(), **m.__dict__})
+    return {"rtt": rtt, "competing": competing, "budget_s": spent, "scale": a.scale, "configs": out}
 
 
-def _held(a: Advice, measured: dict, rec: Config) -> bool:
-    """The recommended configuration's measured median within its predicted [p1, p99]."""
-    m, p = measured[rec], row_of(a, rec).prediction
-    return bool(m.times) and p.p1_s <= statistics.median(m.times) <= p.p99_s
+def _within(times: list[float], lo: float, hi: float) -> int:
+    return sum(lo <= t <= hi for t in times)
 
 
-def _beats(measured: dict, rec: Config) -> str:
-    if rec == DEFAULT:
-        return "the default is recommended"
-    r, d = measured[rec].times, measured[DEFAULT].times
-    if not r or not d:
-        return "—"
-    return "yes" if statistics.median(r) < statistics.median(d) else "no"
+def _median(times: list[float]) -> float:
+    return statistics.median(times) if times else float("nan")
 
 
-def table(args) -> str:
-    head = [
-        "| RTT | competing | configuration | predicted p50 [p1, p99] (s) | measured median (min–max) (s) | runs | "
-        "runs within [p1, p99] | median vs predicted p50 |",
-        "|---|---:|---|---|---|---:|---:|---:|",
+def _line(rec: dict, c: dict) -> str:
+    p, t = c["prediction"], c["times"]
+    med = _median(t)
+    lo, hi = (min(t), max(t)) if t else (float("nan"),) * 2
+    extra = f" ({c['alone']} alone, {c['failed']} failed)" if c["alone"] or c["failed"] else ""
+    tag = " (recommended)" if c["recommended"] else " (default)"
+    return (
+        f"| {rec['rtt']} | {rec['competing']} | {c['label']}{tag} | {p['p50_s']:.2f} [{p['p1_s']:.2f}, {p['p99_s']:.2f}] | "
+        f"{p['linux_lo_s']:.2f}–{p['linux_hi_s']:.2f} | {med:.2f} ({lo:.2f}–{hi:.2f}) | {len(t)}{extra} | "
+        f"{_within(t, p['p1_s'], p['p99_s'])} | {_within(t, p['linux_lo_s'], p['linux_hi_s'])} | "
+        f"{100 * (med / p['p50_s'] - 1):+.1f} % |"
+    )
+
+
+def _summary(rec: dict) -> str:
+    r = next(c for c in rec["configs"] if c["recommended"])
+    p, med = r["prediction"], _median(r["times"])
+    held = "yes" if p["p1_s"] <= med <= p["p99_s"] else "no"
+    band = "yes" if p["linux_lo_s"] <= med <= p["linux_hi_s"] else "no"
+    d = next((c for c in rec["configs"] if not c["recommended"]), None)
+    beats = "the default is recommended" if d is None else "yes" if med < _median(d["times"]) else "no"
+    return f"| {rec['rtt']} | {rec['competing']} | {rec['budget_s']:.0f} s | {rec['scale']:g} | {held} | {band} | {beats} |"
+
+
+def render(records: list[dict], backend: str, reps: int) -> str:
+    rows = [
+        "| RTT | competing | configuration | predicted p50 [p1, p99] (s) | on Linux (90 %) (s) | measured median (min–max) (s) | "
+        "runs | within [p1, p99] | within the band on Linux | median vs predicted p50 |",
+        "|---|---:|---|---|---|---|---:|---:|---:|---:|",
     ]
-    rows, sums = list(head), []
+    rows += [_line(rec, c) for rec in records for c in rec["configs"]]
+    head = "| RTT | competing | advice's time | scale | recommended: median in [p1, p99] | in the Linux band | beats default |"
+    rows += ["", head, "|---|---:|---:|---:|---|---|---|"] + [_summary(rec) for rec in records]
+    held = sum(_summary(rec).split("|")[6].strip() == "yes" for rec in records)
+    said = f"the recommended configuration's median in the band on Linux in {held} of {len(records)} cases"
+    rows += ["", f"Backend {backend}, {reps} runs each: {said}."]
+    return "\n".join(rows)
+
+
+def run_all(args) -> list[dict]:
+    records = []
     for competing in (0, 1):
         for rtt in RTTS[:1] if args.quick else RTTS:
-            lines, s = case(rtt, competing, args)
-            rows += lines
-            sums.append((rtt, competing, s))
-            print("\n".join(lines), flush=True)
-    rows += ["", "| RTT | competing | advice's budget used | scale | median within [p1, p99] | recommended beats the default |"]
-    rows += ["|---|---:|---:|---:|---|---|"]
-    rows += [
-        f"| {rtt} | {c} | {s['budget_s']:.0f} s | {s['scale']:g} | {'yes' if s['held'] else 'no'} | {s['beats']} |"
-        for rtt, c, s in sums
-    ]
-    held = sum(s["held"] for _, _, s in sums)
-    rows += ["", f"Backend {args.backend}, {args.reps} runs each: the median within [p1, p99] in {held} of {len(sums)} cases."]
-    return "\n".join(rows)
+            records.append(case(rtt, competing, args))
+            print(render(records[-1:], args.backend, args.reps), flush=True)
+    return records
 
 
 def main() -> int:
@@ -175,11 +178,19 @@ def main() -> int:
     ap.add_argument("--backend", default="netns", choices=("netns", "sim"), help="where the jobs run (default netns)")
     ap.add_argument("--quick", action="store_true", help="one path, 2 runs each; nothing written")
     ap.add_argument("--no-write", action="store_true", help="print the table only")
+    ap.add_argument("--render", type=Path, help="the table again from a stored results file, nothing run")
     args = ap.parse_args()
     args.budget = parse_duration(args.budget, require_unit=True)
     if args.quick:
         args.reps = min(args.reps, 2)
-    text = table(args)
+    if args.render:
+        stored = json.loads(args.render.read_text())
+        records, args.backend, args.reps = stored["records"], stored["backend"], stored["reps"]
+    else:
+        records = run_all(args)
+        RESULTS.parent.mkdir(parents=True, exist_ok=True)
+        RESULTS.write_text(json.dumps({"backend": args.backend, "reps": args.reps, "records": records}, indent=1))
+    text = render(records, args.backend, args.reps)
     print(text)
     if not (args.quick or args.no_write or args.backend != "netns"):
         validation_md.write(TABLE, text)

@@ -14,11 +14,12 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 from xferlab import cli
-from xferlab.advisor import apply, runs, simulate
+from xferlab.advisor import apply, error, runs, simulate
 from xferlab.advisor.advice import advise
 from xferlab.advisor.candidates import DEFAULT, Config, Plan, candidates, run_cost_s, run_length
 from xferlab.advisor.predict import harm, predict, startup
 from xferlab.advisor.question import AdviceError, ask
+from xferlab.fidelity import validation_md
 
 ROOT = Path(__file__).resolve().parent.parent
 XFER = ROOT / "target" / "release" / "xfer"
@@ -269,3 +270,15 @@ def test_the_cost_of_xfers_encryption_is_said_where_the_rate_needs_cores():
     assert note is not None and "1.1 core(s)" in note and "CPU-bound" in note
     assert "CPU-bound" not in apply.encryption_note(fast, Config("cubic", 4, None))
     assert apply.encryption_note(ask("20ms", "1Gbps", "1GB"), DEFAULT) is None
+
+
+def test_the_band_on_linux_is_the_simulators_spread_widened_by_its_error_on_the_matrix():
+    """The stored ratios are the fidelity table's (benches/advise_error.py made them from it),
+    and the band takes their 5th and 95th percentiles: below 1 and above 1 on this matrix."""
+    stored = json.loads(Path(error.DATA).read_text())
+    assert stored["ratios"] == error.ratios_of(validation_md.read("fidelity")) and stored["cases"] >= 80
+    lo, hi = error.bounds()
+    assert 0.5 < lo < 1 < hi < 2
+    assert error.band(100.0, 110.0) == pytest.approx((100 * lo, 110 * hi))
+    table = "| case | completion (s) |\n|---|---:|\n| a | 10.0 / 12.0 |\n| b | 5.0 / 4.0 |\n| c | — |"
+    assert error.ratios_of(table) == [0.8, 1.2]

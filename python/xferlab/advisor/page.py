@@ -21,7 +21,7 @@ from ..runfolder import write_text
 from . import apply
 from .advice import Advice
 from .candidates import DEFAULT, Config
-from .present import goodput_text, headline, label, method_line, path_line, pct_text, time_text
+from .present import goodput_text, headline, label, linux_text, method_line, path_line, pct_text, time_text
 from .recommend import HARM_SLACK, Row
 
 PAGE_FILE = "index.html"
@@ -113,13 +113,14 @@ def _key(r: Row) -> tuple:
 
 def _table(a: Advice, rows: list[Row]) -> str:
     q = a.question
-    head = ["configuration", "seeds", "goodput", "p50", "p99"]
+    head = ["configuration", "seeds", "goodput", "p50", "p99", "on Linux (90 %)"]
     head += [f"P(≤ {time_text(q.deadline_s)})"] if q.deadline_s is not None else []
     head += ["harm"] if q.competing else []
     body = []
     for r in sorted(rows, key=lambda r: r.prediction.p99_s):
         p = r.prediction
         cells = [label(r, a), str(r.repetitions), goodput_text(p.goodput_bps), time_text(p.p50_s), time_text(p.p99_s)]
+        cells.append(linux_text(p))
         cells += [pct_text(p.p_deadline)] if q.deadline_s is not None else []
         cells += [pct_text(r.harm)] if q.competing else []
         style = ' style="font-weight:bold;background:#eef8ee"' if r.config == a.recommended.config else ""

@@ -18,6 +18,11 @@ each with the start-up of a seed drawn at random. So a long job's spread shrinks
 epochs: the host noise averages out; what the simulator does not model (path changes,
 other traffic than the competitors declared) is not in it.
 
+**On Linux.** [p1, p99] is the simulator's own spread; what it does not model of Linux is
+not in it. The band on Linux widens it by the simulator's error against this host's kernel
+on whole transfers over the fidelity matrix (``error.py``): [p1 × q05, p99 × q95] of the
+kernel ÷ simulator completion-time ratios of its cases.
+
 When the job is short enough to be simulated whole (``runs`` decides), its completion times
 are used as they are (p50, p99 of the seeds, linear interpolation).
 
@@ -35,6 +40,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import error
 from .candidates import Plan
 from .question import Question
 
@@ -61,6 +67,8 @@ class Prediction:
     goodput_bps: float  # the mean steady goodput
     p_deadline: float | None  # P(T ≤ deadline), with a deadline
     method: str  # "steady state" or "whole job"
+    linux_lo_s: float = math.inf  # the band on Linux: [p1, p99] widened by the simulator's error (error.py)
+    linux_hi_s: float = math.inf
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)
@@ -118,7 +126,7 @@ def whole(completions: list[float], q: Question) -> Prediction:
 def _summary(t: np.ndarray, goodput: float, q: Question, method: str) -> Prediction:
     p1, p50, p99 = (float(x) for x in np.quantile(t, [0.01, 0.5, 0.99]))
     meet = float(np.mean(t <= q.deadline_s)) if q.deadline_s is not None else None
-    return Prediction(p1, p50, p99, goodput, meet, method)
+    return Prediction(p1, p50, p99, goodput, meet, method, *error.band(p1, p99))
 
 
 def harm(job_runs: list[dict], baseline: dict[int, dict], q: Question, p: Plan) -> float | None:

@@ -66,10 +66,16 @@ def label(r: Row, a: Advice) -> str:
     return r.config.label + (f"  ({', '.join(marks)})" if marks else "")
 
 
+def linux_text(p) -> str:
+    """The band on Linux (predict.py): where the simulator's error against Linux may put it."""
+    return f"{time_text(p.linux_lo_s)} to {time_text(p.linux_hi_s)}"
+
+
 def headline(r: Row, a: Advice) -> str:
     """A row's figures in one line of plain text."""
     p, q = r.prediction, a.question
     line = f"{r.config.label}: p50 {time_text(p.p50_s)}, p99 {time_text(p.p99_s)}"
+    line += f" (on Linux, {linux_text(p)})"
     if q.deadline_s is not None:
         line += f", P(done within {time_text(q.deadline_s)}) {pct_text(p.p_deadline)}"
     if q.competing:

@@ -2,15 +2,18 @@
 //! attempts of either: retries, the start schedule, the `--json` trace. The
 //! data itself moves through the send engine (send/).
 
+use crate::autorun::{AutoRun, Driver};
+use crate::autotune::AutoStep;
 use crate::conn::Conn;
 use crate::limiter::{Controller, Limiter, RateChange, RateControl, RatePlan, Targets};
 use crate::monitor::{progress_bar, sample_tcp, tcp_rows, TcpRow};
 use crate::profile::Profile;
 use crate::proto::*;
 use crate::send::pacing::target_rate;
+use crate::send::share::Shared;
 use crate::send::source::{open_source, Source, StreamSrc};
-use crate::send::workers::Workers;
-use crate::session::{connect, failing, AttemptError, Outcome, SendOpts, SrcSpec};
+use crate::send::workers::{Spawner, Worker, Workers};
+use crate::session::{connect, failing, join_data, AttemptError, Outcome, SendOpts, SrcSpec};
 use crate::signal;
 use crate::srcfile::{FileId, Watched};
 use crate::start::Schedule;
@@ -71,11 +74,15 @@ pub fn send(o: SendOpts) -> Result<()> {
     let d = &out.done;
     if !o.quiet {
         eprintln!(
-            "xfer: {} in {:.3} s, {:.3} Gbit/s goodput, {} streams ({}){}{}",
+            "xfer: {} in {:.3} s, {:.3} Gbit/s goodput, {} streams{} ({}){}{}",
             human_bytes(d.bytes),
             out.elapsed,
             d.bytes as f64 * 8.0 / out.elapsed.max(1e-9) / 1e9,
-            o.streams,
+            out.streams,
+            match o.auto {
+                Some(_) => " (auto)",
+                None => "",
+            },
             out.mode.name(),
             if out.resumed > 0 {
                 format!(", resumed after {}", human_bytes(out.resumed))
@@ -173,6 +180,9 @@ struct Ready {
     resumed: u64,
     /// What the server understands (`FEATURE_*`).
     features: Vec<String>,
+    /// Where late data connections join (`--streams auto`).
+    addr: SocketAddr,
+    session: String,
 }
 
 fn attempt_once(
@@ -214,6 +224,8 @@ fn attempt_once(
         changes: changes.rate,
         end_unix: unix_now(),
         encrypted,
+        auto_steps: changes.steps,
+        streams: changes.streams,
     })
 }
 
@@ -246,6 +258,12 @@ fn plan_request(
         (None, Source::Pipe { .. }) => Mode::Stream,
         (None, _) => Mode::Stripe,
     };
+    if o.auto.is_some() && mode == Mode::Stream {
+        return Err(usage(
+            "--streams auto needs stripe mode (a file or mem:); give a pipe or --to-cmd a number of streams",
+        )
+        .into());
+    }
     if let (Some(rate), 0) = (o.rate_bps, attempt.n) {
         crate::eta::announce(known_size, rate, o.chunk, o.quiet)?;
     }
@@ -310,19 +328,19 @@ fn open_session(
     };
     let retriable = resume && is_file;
     let fail = failing(retriable);
-    let mut conns = Vec::new();
-    for i in 0..o.streams {
-        let mut c = connect(o, addr, true).map_err(fail)?;
-        let join = Open::Data {
-            session: session.clone(),
-            stream: i,
-        };
-        send_msg(&mut c, &join).map_err(fail)?;
-        match recv_msg::<_, Reply>(&mut c).map_err(fail)? {
-            Reply::Joined => {}
-            Reply::Reject(m) => return Err(fail(anyhow!("server refused data stream: {m}"))),
-            _ => return Err(fail(anyhow!("protocol error"))),
+    let opened = match o.auto {
+        Some(_) if !features.iter().any(|f| f == FEATURE_LATE_JOIN) => {
+            return Err(
+                anyhow!("the server's xfer is too old for --streams auto: update it").into(),
+            )
         }
+        Some(a) => a.start,
+        None => o.streams,
+    };
+    let mut conns = Vec::new();
+    let dial = o.dial();
+    for i in 0..opened {
+        let c = join_data(&dial, addr, &session, i).map_err(fail)?;
         conns.push(Arc::new(c));
     }
     Ok(Ready {
@@ -335,6 +353,8 @@ fn open_session(
         have,
         resumed,
         features,
+        addr,
+        session,
     })
 }
 
@@ -361,6 +381,9 @@ fn rate_plan(
 struct Measured {
     tcp: Vec<TcpRow>,
     rate: Vec<RateChange>,
+    /// `--streams auto`: the search's ticks; the streams opened.
+    steps: Vec<AutoStep>,
+    streams: u32,
 }
 
 /// The data phase of an attempt: senders, the rate controller, the TCP
@@ -384,12 +407,14 @@ struct DataRun {
     senders: Vec<std::thread::JoinHandle<Result<E2e>>>,
     /// A file's identity when opened, to catch one that changes while sent.
     watched: Option<Watched>,
+    /// `--streams auto`: the search, adding and parking streams.
+    auto: Option<AutoRun>,
 }
 
 impl DataRun {
     fn start(
         o: &SendOpts,
-        r: Ready,
+        mut r: Ready,
         plan: Option<RatePlan>,
         origin: Instant,
         data_start: Instant,
@@ -435,22 +460,21 @@ impl DataRun {
             abort: &abort,
             gates: gates.as_ref(),
         };
-        let (readers, senders) = match (r.mode, r.src) {
-            (Mode::Stripe, src) => {
-                let file = match src {
-                    Source::File(w) => Some(w.file),
-                    _ => None,
-                };
-                w.spawn_stripe(file, r.known_size.unwrap(), &r.have, r.conns)
-            }
-            (Mode::Stream, src) => {
-                let skip = r.have.first().filter(|r| r.0 == 0).map(|r| r.1);
-                let (chunk, abort) = (o.chunk as usize, abort.clone());
-                let src =
-                    StreamSrc::new(src, skip.unwrap_or(0), chunk, o.hash, abort, o.expect_size);
-                (Vec::new(), w.spawn_stream(Arc::new(src), r.conns))
-            }
-        };
+        let first = r.conns.clone();
+        let (readers, senders, shared) = spawn_senders(o, &w, &mut r, abort.clone());
+        let auto = shared.map(|(shared, spawn)| {
+            AutoRun::start(Driver {
+                dial: o.dial(),
+                addr: r.addr,
+                session: r.session.clone(),
+                opts: o.auto.unwrap(),
+                shared,
+                spawn,
+                first,
+                data_start,
+                quiet: o.quiet,
+            })
+        });
         Ok(DataRun {
             ctrl: r.ctrl,
             retriable: r.retriable,
@@ -464,6 +488,7 @@ impl DataRun {
             readers,
             senders,
             watched,
+            auto,
         })
     }
 
@@ -473,7 +498,19 @@ impl DataRun {
         mut self,
         o: &SendOpts,
     ) -> std::result::Result<(Done, Option<String>, Measured), AttemptError> {
-        let (mut first_err, e2e_sum) = self.join_workers();
+        let (mut first_err, mut e2e_sum) = self.join_workers();
+        // The streams the search added: joined once it stopped adding.
+        let (steps, streams_used) = match self.auto.take().map(AutoRun::stop) {
+            Some(g) => {
+                self.conns.extend(g.conns);
+                self.senders = g.workers;
+                let (err, part) = self.join_workers();
+                e2e_sum.merge(part);
+                first_err = first_err.or(err);
+                (g.steps, Some(self.conns.len() as u32))
+            }
+            None => (Vec::new(), None),
+        };
         let rate = self
             .controller
             .take()
@@ -492,6 +529,7 @@ impl DataRun {
             let fin = Finish {
                 e2e: o.hash.then(|| e2e_sum.hex()),
                 data_start_ago: Some(self.data_start.elapsed().as_secs_f64()),
+                streams_used,
             };
             if let Err(e) = send_msg(&mut self.ctrl, &fin) {
                 first_err = Some(e.context("sending end-to-end hash"));
@@ -522,7 +560,17 @@ impl DataRun {
         }
         let done = verdict(done, first_err, fail)?;
         let e2e = check_digest(o, &done, &e2e_sum)?;
-        Ok((done, e2e, Measured { tcp, rate }))
+        let streams = streams_used.unwrap_or(o.streams);
+        Ok((
+            done,
+            e2e,
+            Measured {
+                tcp,
+                rate,
+                steps,
+                streams,
+            },
+        ))
     }
 
     /// Joins every worker; returns the most telling error (aborting the
@@ -557,6 +605,40 @@ impl DataRun {
             }
         }
         (first_err, e2e_sum)
+    }
+}
+
+/// Readers, senders, and for `--streams auto` the shared queue and what
+/// starts a later stream's sender.
+type Senders = (Vec<Worker>, Vec<Worker>, Option<(Arc<Shared>, Spawner)>);
+
+/// The senders: stripe (one range per stream, or with `--streams auto` a
+/// shared queue, returned with what starts a later stream's sender) or
+/// stream mode. Returns the readers, the senders, and that queue.
+fn spawn_senders(o: &SendOpts, w: &Workers, r: &mut Ready, abort: Arc<AtomicBool>) -> Senders {
+    let src = std::mem::replace(&mut r.src, Source::Mem { size: 0 });
+    let conns = std::mem::take(&mut r.conns);
+    let file = match (&src, r.mode) {
+        (Source::File(w), Mode::Stripe) => Some(w.file.clone()),
+        _ => None,
+    };
+    match (r.mode, o.auto) {
+        (Mode::Stripe, Some(a)) => {
+            let size = r.known_size.unwrap();
+            let (readers, shared, spawn) = w.spawn_shared(file, size, &r.have, a.start);
+            let senders = (0..).zip(conns).map(|(i, c)| spawn(i, c)).collect();
+            (readers, senders, Some((shared, spawn)))
+        }
+        (Mode::Stripe, None) => {
+            let (readers, senders) = w.spawn_stripe(file, r.known_size.unwrap(), &r.have, conns);
+            (readers, senders, None)
+        }
+        (Mode::Stream, _) => {
+            let skip = r.have.first().filter(|r| r.0 == 0).map(|r| r.1);
+            let chunk = o.chunk as usize;
+            let src = StreamSrc::new(src, skip.unwrap_or(0), chunk, o.hash, abort, o.expect_size);
+            (Vec::new(), w.spawn_stream(Arc::new(src), conns), None)
+        }
     }
 }
 

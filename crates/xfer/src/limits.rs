@@ -170,6 +170,11 @@ pub fn rate(flag: &str, text: &str) -> Result<u64> {
     rate_value(flag, text, v)
 }
 
+/// An optional rate option, as `rate`.
+pub fn rate_opt(flag: &str, text: Option<&str>) -> Result<Option<u64>> {
+    text.map(|t| rate(flag, t)).transpose()
+}
+
 /// A rate already parsed, held to the same bounds as `rate`.
 pub fn rate_value(flag: &str, given: &str, bps: u64) -> Result<u64> {
     if bps < RATE_MIN_BPS.value {

@@ -1,6 +1,8 @@
 //! xfer: parallel-stream transfer of files and pipes, paced to a rate or a
 //! deadline. See docs/xfer.md.
 
+mod autorun;
+mod autotune;
 mod chunkset;
 mod client;
 mod conn;
@@ -162,9 +164,21 @@ struct SendArgs {
     /// [SRC] DEST
     #[arg(required = true, num_args = 1..=2)]
     args: Vec<String>,
-    /// Number of parallel data connections.
-    #[arg(short = 'P', long = "parallel", default_value_t = 4)]
-    parallel: u32,
+    /// Number of parallel data connections, or `auto` (a search during
+    /// the transfer, stripe mode: see --start-streams, --max-streams).
+    #[arg(
+        short = 'P',
+        long = "parallel",
+        visible_alias = "streams",
+        default_value = "4"
+    )]
+    parallel: String,
+    /// --streams auto: the count the search starts from [default: 1].
+    #[arg(long)]
+    start_streams: Option<u32>,
+    /// --streams auto: the most streams it may open [default: 16].
+    #[arg(long)]
+    max_streams: Option<u32>,
     /// stripe (file in N contiguous ranges) or stream (sequenced chunks);
     /// default: stripe for files, stream for pipes and --to-cmd.
     #[arg(long, value_enum)]
@@ -248,6 +262,10 @@ struct SendArgs {
     /// changes the source between two attempts.
     #[arg(long, hide = true)]
     fault_before_retry: Option<String>,
+    /// Test hook: pace each data socket to this rate (bit/s), so that more
+    /// streams carry more even on loopback.
+    #[arg(long, hide = true)]
+    test_stream_rate: Option<String>,
     #[command(flatten)]
     plan: PlanArgs,
 }
@@ -506,7 +524,7 @@ fn send(a: SendArgs) -> Result<()> {
         )));
     };
     let (sink, parent_must_exist) = sink_of(&a, &src, &dest, path)?;
-    let streams = limits::count("-P", a.parallel.into(), 1, limits::STREAMS_MAX)? as u32;
+    let (streams, auto) = autotune::parse_streams(&a.parallel, a.start_streams, a.max_streams)?;
     let chunk = limits::size("--chunk", &a.chunk, limits::CHUNK_MIN, limits::CHUNK_MAX)?;
     limits::streams_by_chunk(streams.into(), chunk)?;
     let interval = limits::duration(
@@ -516,11 +534,7 @@ fn send(a: SendArgs) -> Result<()> {
         limits::INTERVAL_MAX_S,
     )?;
     let retries = limits::count("--retries", a.retries.into(), 0, limits::RETRIES_MAX)? as u32;
-    let rate_bps = a
-        .rate
-        .as_deref()
-        .map(|r| limits::rate("--rate", r))
-        .transpose()?;
+    let rate_bps = limits::rate_opt("--rate", a.rate.as_deref())?;
     let deadline = a
         .deadline
         .as_deref()
@@ -531,15 +545,17 @@ fn send(a: SendArgs) -> Result<()> {
         inputfile::check_result_path("--json", j)?;
     }
     let auth = load_auth(&a.key_file, a.insecure)?;
-    let plan = a
-        .plan
-        .parse(rate_bps.is_some() || deadline.is_some(), &auth)?;
+    let paced = rate_bps.is_some() || deadline.is_some();
+    let plan = a.plan.parse(paced, &auth)?;
+    let pull = matches!(src, session::SrcSpec::Pull(_));
+    autotune::refuse(auto, paced || plan.profile.is_some(), pull)?;
     client::send(session::SendOpts {
         src,
         host,
         port,
         sink,
         streams,
+        auto,
         mode,
         chunk: chunk as u32,
         rate_bps,
@@ -566,6 +582,7 @@ fn send(a: SendArgs) -> Result<()> {
         fault_reset_after: volume_opt("--fault-reset-after", &a.fault_reset_after)?,
         fault_stall_after: volume_opt("--fault-stall-after", &a.fault_stall_after)?,
         fault_before_retry: a.fault_before_retry,
+        test_stream_rate: limits::rate_opt("--test-stream-rate", a.test_stream_rate.as_deref())?,
         args: std::env::args().collect(),
         profile: plan.profile,
         limiter: plan.limiter,

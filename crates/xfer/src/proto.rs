@@ -394,6 +394,10 @@ pub const FEATURE_WINDOW_CLAMP: &str = "window_clamp";
 /// The server reports where the sender's data start falls on its clock
 /// (`Finish::data_start_ago`, `Done::data_start`).
 pub const FEATURE_DATA_START: &str = "data_start";
+/// The client may open fewer data streams than its request announced, some
+/// of them late, and says in `Finish::streams_used` how many it opened
+/// (`--streams auto`); a stream beyond the announced count is still refused.
+pub const FEATURE_LATE_JOIN: &str = "late_join";
 
 /// Sent by the client on the control connection after all data.
 #[derive(Serialize, Deserialize, Debug)]
@@ -405,6 +409,10 @@ pub struct Finish {
     /// start would arrive: the origin the profile's steps are measured from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub data_start_ago: Option<f64>,
+    /// The data streams opened, when fewer than announced (`FEATURE_LATE_JOIN`):
+    /// the receiver waits for the END frames of these only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub streams_used: Option<u32>,
 }
 
 /// The cwnd limiter: the window each data stream's receiving socket may

@@ -158,6 +158,8 @@ pub(crate) fn pull_once(
         changes: Vec::new(),
         end_unix: crate::util::unix_now(),
         encrypted,
+        auto_steps: Vec::new(),
+        streams: o.streams,
     })
 }
 

@@ -2,6 +2,7 @@
 //! authenticated connection to the server (handshake), and what an attempt
 //! comes to (its outcome, or an error that may be retried).
 
+use crate::autotune::AutoOpts;
 use crate::conn::Conn;
 use crate::crypt::Crypto;
 use crate::limiter::{Limiter, RateChange, RatePlan};
@@ -18,7 +19,11 @@ pub struct SendOpts {
     pub host: String,
     pub port: u16,
     pub sink: Sink,
+    /// Data connections; with `--streams auto`, the most the search may
+    /// open (announced to the receiver).
     pub streams: u32,
+    /// `--streams auto`: the search's start and ceiling.
+    pub auto: Option<AutoOpts>,
     pub mode: Option<Mode>,
     pub chunk: u32,
     pub rate_bps: Option<u64>,
@@ -49,6 +54,9 @@ pub struct SendOpts {
     pub fault_stall_after: Option<u64>,
     /// Test hook: a command run (sh -c) before each retry.
     pub fault_before_retry: Option<String>,
+    /// Test hook: each data socket paced to this many bit/s, so that more
+    /// streams carry more even on loopback (`--streams auto` tests).
+    pub test_stream_rate: Option<u64>,
     pub args: Vec<String>,
     /// `--rate-profile` (else `--rate`/`--deadline` make a one-step plan).
     pub profile: Option<Profile>,
@@ -92,6 +100,10 @@ pub(crate) struct Outcome {
     pub end_unix: f64,
     /// Every connection of the attempt was encrypted.
     pub encrypted: bool,
+    /// `--streams auto`: the search's measured ticks (empty otherwise).
+    pub auto_steps: Vec<crate::autotune::AutoStep>,
+    /// The data connections opened.
+    pub streams: u32,
 }
 
 #[derive(Debug)]
@@ -115,7 +127,36 @@ pub(crate) fn failing(retriable: bool) -> impl Fn(anyhow::Error) -> AttemptError
     move |err| AttemptError { err, retriable }
 }
 
+/// What opening a connection takes, apart from the options (a data
+/// connection opened by the `--streams auto` driver, on its own thread).
+#[derive(Clone)]
+pub(crate) struct Dial {
+    sndbuf: Option<usize>,
+    rcvbuf: Option<usize>,
+    cc: Option<String>,
+    auth: Auth,
+    crypto: Crypto,
+    test_stream_rate: Option<u64>,
+}
+
+impl SendOpts {
+    pub(crate) fn dial(&self) -> Dial {
+        Dial {
+            sndbuf: self.sndbuf,
+            rcvbuf: self.rcvbuf,
+            cc: self.cc.clone(),
+            auth: self.auth.clone(),
+            crypto: self.crypto,
+            test_stream_rate: self.test_stream_rate,
+        }
+    }
+}
+
 pub(crate) fn connect(o: &SendOpts, addr: SocketAddr, data: bool) -> Result<Conn> {
+    dial(&o.dial(), addr, data)
+}
+
+fn dial(o: &Dial, addr: SocketAddr, data: bool) -> Result<Conn> {
     let s = socket2::Socket::new(
         socket2::Domain::for_address(addr),
         socket2::Type::STREAM,
@@ -146,5 +187,23 @@ pub(crate) fn connect(o: &SendOpts, addr: SocketAddr, data: bool) -> Result<Conn
     t.set_read_timeout(Some(Duration::from_secs(30)))?;
     let c = Conn::client(t, &o.auth, o.crypto)?;
     c.set_read_timeout(None)?;
+    if let (true, Some(bps)) = (data, o.test_stream_rate) {
+        sock::set_pacing(&c, (bps / 8).max(1))?;
+    }
     Ok(c)
+}
+
+/// Opens data connection `stream` and joins it to `session`.
+pub(crate) fn join_data(o: &Dial, addr: SocketAddr, session: &str, stream: u32) -> Result<Conn> {
+    let mut c = dial(o, addr, true)?;
+    let join = Open::Data {
+        session: session.to_string(),
+        stream,
+    };
+    send_msg(&mut c, &join)?;
+    match recv_msg::<_, Reply>(&mut c)? {
+        Reply::Joined => Ok(c),
+        Reply::Reject(m) => anyhow::bail!("server refused data stream: {m}"),
+        _ => anyhow::bail!("protocol error"),
+    }
 }

@@ -172,6 +172,10 @@ pub struct TcpSample {
     /// Smallest RTT seen (tcpi_min_rtt), in µs; 0 if unknown.
     pub min_rtt_us: u32,
     pub snd_mss: u32,
+    /// Bytes the peer acknowledged, and segments sent (retransmissions
+    /// included), since the connection opened.
+    pub bytes_acked: u64,
+    pub segs_out: u32,
 }
 
 pub fn tcp_info<S: AsRawFd>(s: &S) -> Option<TcpSample> {
@@ -194,6 +198,8 @@ pub fn tcp_info<S: AsRawFd>(s: &S) -> Option<TcpSample> {
             ssthresh: ti.tcpi_snd_ssthresh,
             srtt_ms: ti.tcpi_rtt as f64 / 1000.0,
             retrans: ti.tcpi_total_retrans,
+            bytes_acked: ti.tcpi_bytes_acked,
+            segs_out: ti.tcpi_segs_out,
             min_rtt_us: if ti.tcpi_min_rtt != u32::MAX {
                 ti.tcpi_min_rtt
             } else {

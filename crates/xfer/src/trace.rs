@@ -22,6 +22,10 @@ pub struct Trace {
     pub rate_changes: Vec<RateChange>,
     /// The goodput achieved during each step of the plan.
     pub segments: Vec<SegmentRow>,
+    /// `--streams auto`: each tick the search measured (time, streams,
+    /// goodput, loss, utility) and the count it ran next.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub streams_auto: Vec<crate::autotune::AutoStep>,
 }
 
 #[derive(Serialize)]
@@ -132,7 +136,7 @@ pub fn build(
             args: o.args.clone(),
             start_time: start_unix,
             mode: out.mode.name(),
-            streams: o.streams,
+            streams: out.streams,
             rate: out.rate_bps,
             bytes: d.bytes,
             total_size: d.total_size,
@@ -164,11 +168,16 @@ pub fn build(
             data_start_receiver: d.data_start,
             signal_done: signal_done.cloned(),
         },
-        flows: flow_rows(o, d, out.mode),
+        // Streams announced but never opened (`--streams auto`) carried nothing.
+        flows: flow_rows(o, d, out.mode)
+            .into_iter()
+            .take(out.streams as usize)
+            .collect(),
         goodput,
         tcp: out.tcp.clone(),
         rate_changes: out.changes.clone(),
         segments,
+        streams_auto: out.auto_steps.clone(),
     }
 }
 

@@ -17,6 +17,7 @@
 
 pub(crate) mod frame;
 pub(crate) mod pacing;
+pub(crate) mod share;
 pub(crate) mod source;
 pub(crate) mod stream;
 pub(crate) mod stripe;

@@ -27,16 +27,16 @@ pub(crate) struct StripeCtx {
     pub gate: Option<Gate>,
 }
 
-/// Sends the chunks of `ranges` in order, then an END frame; returns this
-/// stream's share of the end-to-end digest.
+/// Sends the chunks `chunks` yields, in order, then an END frame; returns
+/// this stream's share of the end-to-end digest.
 pub(crate) fn stripe_sender(
     c: Arc<Conn>,
-    ranges: Vec<(u64, u64)>,
+    chunks: impl Iterator<Item = u64>,
     mut x: StripeCtx,
 ) -> Result<E2e> {
     let mut buf = vec![0u8; x.chunk as usize];
     let mut e2e = E2e::default();
-    for i in ranges.into_iter().flat_map(|(a, b)| a..b) {
+    for i in chunks {
         if x.abort.load(Ordering::Relaxed) {
             return Ok(e2e);
         }

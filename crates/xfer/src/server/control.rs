@@ -35,7 +35,11 @@ pub(super) fn handle_control(srv: &Arc<Server>, mut conn: Conn, req: Request) ->
             have,
             resumed_bytes,
             size: None,
-            features: vec![FEATURE_WINDOW_CLAMP.into(), FEATURE_DATA_START.into()],
+            features: vec![
+                FEATURE_WINDOW_CLAMP.into(),
+                FEATURE_DATA_START.into(),
+                FEATURE_LATE_JOIN.into(),
+            ],
         },
     ) {
         session.fail(format!("{e:#}"));
@@ -95,6 +99,7 @@ pub(super) fn watch_control(s: &Arc<Session>, mut c: Conn) {
                 let arrived = s.now();
                 let mut st = s.state.lock().unwrap();
                 st.finish = Some(f.e2e);
+                st.streams_used = f.streams_used.filter(|&n| n <= s.req.streams);
                 st.data_start = f
                     .data_start_ago
                     .filter(|a| a.is_finite() && *a >= 0.0)
@@ -182,7 +187,10 @@ pub(super) fn wait_for_data(session: &Session) {
         if st.failed.is_some() {
             return;
         }
-        let data_done = st.ended == req.streams && (req.mode == Mode::Stripe || st.writer_done);
+        // Every announced stream ended, or as many as the client says it
+        // opened (`--streams auto`; known once its digest arrived).
+        let streams = st.streams_used.unwrap_or(req.streams);
+        let data_done = st.ended == streams && (req.mode == Mode::Stripe || st.writer_done);
         if data_done && req.mode == Mode::Stripe && st.have.count() < session.nchunks {
             let missing = session.nchunks - st.have.count();
             drop(st);

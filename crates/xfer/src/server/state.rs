@@ -135,6 +135,8 @@ pub(super) struct State {
     pub(super) writer_done: bool,
     pub(super) conns: Vec<Conn>,
     pub(super) joined: Vec<bool>,
+    /// The data streams the client opened, if fewer than it announced.
+    pub(super) streams_used: Option<u32>,
 }
 
 pub(super) struct Slot {

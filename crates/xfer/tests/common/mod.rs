@@ -340,3 +340,28 @@ pub fn request(session: &str, sink: serde_json::Value) -> serde_json::Value {
         "resume": false, "interval_ms": 500
     }})
 }
+
+/// The end-to-end digest as docs/xfer.md defines it: the sum mod 2^128 of
+/// XXH3-128(index ‖ chunk hash), both little-endian u64.
+pub fn e2e_of(chunks: &[(u64, u64)]) -> String {
+    let mut sum = 0u128;
+    for (i, h) in chunks {
+        let mut b = [0u8; 16];
+        b[..8].copy_from_slice(&i.to_le_bytes());
+        b[8..].copy_from_slice(&h.to_le_bytes());
+        sum = sum.wrapping_add(xxhash_rust::xxh3::xxh3_128(&b));
+    }
+    format!("{sum:032x}")
+}
+
+/// A data frame: the 32-byte header (docs/xfer.md, Frames) and the payload.
+pub fn frame(kind: u8, index: u64, payload: &[u8], hash: u64) -> Vec<u8> {
+    let mut f = vec![0u8; 32];
+    f[0..4].copy_from_slice(&0x5846_5231u32.to_be_bytes());
+    f[4] = kind;
+    f[8..16].copy_from_slice(&index.to_le_bytes());
+    f[16..20].copy_from_slice(&(payload.len() as u32).to_le_bytes());
+    f[24..32].copy_from_slice(&hash.to_le_bytes());
+    f.extend_from_slice(payload);
+    f
+}

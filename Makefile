@@ -70,3 +70,5 @@ validation: build
 	benches/ns3/build.sh
 	$(PY) benches/ns3_compare.py dumbbell --jobs 2 --reuse --kernel
 	$(PY) benches/fidelity.py --kernel-runs $(KERNEL_RUNS) --seeds 1 2 3 4 5 --jobs 2 --controls
+	$(PY) benches/advise_error.py   # the advisor's band on Linux, from the matrix's table
+	$(PY) benches/advise_netns.py   # the advisor against Linux (about 50 minutes)

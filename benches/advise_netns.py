@@ -42,8 +42,8 @@ PATH = {"bottleneck": "100Mbps", "access": "1Gbps", "buffer": "0.2bdp", "volume"
 #: The competing flow lasts this many times the predicted p99 of the job.
 COMPETITOR_SPAN = 1.5
 TABLE = "advise_netns"
-#: Every measurement, for --render.
-RESULTS = Path("results/advise_netns/results.json")
+#: Every measurement of the last full run (kept in the repository: the table's data), for --render.
+RESULTS = Path(__file__).resolve().parent / "advise-runs" / "results.json"
 
 
 @dataclass

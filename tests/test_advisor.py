@@ -84,9 +84,11 @@ def test_advise_end_to_end_recommends_prints_the_table_and_an_xfer_command_that_
     argv = shlex.split(line)
     assert argv[:2] == ["xfer", "send"] and "-P" in argv and "--cc" in argv
     assert "sysctl -w net.ipv4.tcp_rmem=" in r.output
+    auto = next((shlex.split(x.split(":", 1)[1]) for x in r.output.splitlines() if "searched during" in x), None)
+    assert auto is None or (auto[:4] == ["xfer", "send", "-P", "auto"] and "--start-streams" in auto)
     if XFER.exists():
         help_text = subprocess.run([str(XFER), "send", "--help"], capture_output=True, text=True, timeout=30).stdout
-        for option in (a for a in argv[2:] if a.startswith("-")):
+        for option in (a for a in argv[2:] + (auto or [])[2:] if a.startswith("-")):
             assert option in help_text, f"xfer send has no {option}"
 
 
@@ -282,3 +284,11 @@ def test_the_band_on_linux_is_the_simulators_spread_widened_by_its_error_on_the_
     assert error.band(100.0, 110.0) == pytest.approx((100 * lo, 110 * hi))
     table = "| case | completion (s) |\n|---|---:|\n| a | 10.0 / 12.0 |\n| b | 5.0 / 4.0 |\n| c | — |"
     assert error.ratios_of(table) == [0.8, 1.2]
+
+
+def test_an_unpaced_recommendation_also_gets_its_streams_auto_line():
+    q = ask("100ms", "10Gbps", "2TB")
+    auto = apply.xfer_auto_argv(q, Config("htcp", 4, None))
+    assert auto[:9] == ["xfer", "send", "-P", "auto", "--start-streams", "4", "--max-streams", "16", "--cc"]
+    assert apply.xfer_auto_argv(q, Config("cubic", 1, None))[7] == "4"
+    assert apply.xfer_auto_argv(q, Config("cubic", 8, 0.9)) is None  # a rate fixes the count

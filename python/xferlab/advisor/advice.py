@@ -67,6 +67,7 @@ class Advice:
                 "finalists": [r.as_dict() for r in self.finalists],
                 "finalists_method": self.final_plan.as_dict() if self.final_plan else None,
                 "xfer": apply.xfer_argv(self.question, c),
+                "xfer_auto": apply.xfer_auto_argv(self.question, c),
                 "sysctls": [{"setting": n, "value": v, "why": w} for n, v, w in apply.sysctls(self.question, c)],
                 "notes": self.notes(),
                 "campaign": {

@@ -15,6 +15,8 @@ LINUX_RMEM_MAX = 6 << 20
 LINUX_WMEM_MAX = 4 << 20
 #: The largest value tcp_rmem and tcp_wmem take (a C int): more streams share a bigger BDP.
 SYSCTL_INT_MAX = 2**31 - 1
+#: The most streams the advice lets ``xfer --streams auto`` open (xfer's own default).
+AUTO_MAX_STREAMS = 16
 #: Variants built into every distribution's kernel (the others are modules: tcp_<name>).
 BUILT_IN = ("reno", "cubic")
 #: Goodput one core of each end carries when xfer encrypts (its default off loopback): both
@@ -41,6 +43,17 @@ def xfer_argv(q: Question, c: Config, source: str = "FILE", dest: str = "RECEIVE
 
 def xfer_line(q: Question, c: Config) -> str:
     return shlex.join(xfer_argv(q, c))
+
+
+def xfer_auto_argv(q: Question, c: Config, source: str = "FILE", dest: str = "RECEIVER:7447:/FILE") -> list[str] | None:
+    """The same transfer with xfer searching the stream count during it (``--streams auto``,
+    docs/xfer.md), from the recommended count up to four times it; None for a paced
+    configuration (the search is for the fastest count, a rate fixes it)."""
+    if c.pacing:
+        return None
+    top = min(4 * c.streams, AUTO_MAX_STREAMS)
+    argv = ["xfer", "send", "-P", "auto", "--start-streams", str(c.streams), "--max-streams", str(max(top, 2))]
+    return argv + ["--cc", c.variant, "--key-file", "xfer.key", source, dest]
 
 
 def socket_buffer_bytes(q: Question, c: Config) -> int:

@@ -12,6 +12,7 @@ allows as a line. Alone on the path: p99 against parallel streams, a line per va
 from __future__ import annotations
 
 import html
+import shlex
 from pathlib import Path
 
 import numpy as np
@@ -131,6 +132,8 @@ def _table(a: Advice, rows: list[Row]) -> str:
 
 def _apply(a: Advice, c: Config) -> str:
     lines = [*apply.shell_lines(a.question, c), apply.xfer_line(a.question, c)]
+    if auto := apply.xfer_auto_argv(a.question, c):
+        lines += ["# or, the streams searched during the transfer (xfer --streams auto):", shlex.join(auto)]
     left = ' style="text-align:left"'
     why = "".join(
         f"<tr><td>{html.escape(n)}</td><td{left}>{html.escape(v)}</td><td{left}>{html.escape(w)}</td></tr>"

@@ -3,6 +3,8 @@ beside it, the commands that apply it, and how the prediction was made."""
 
 from __future__ import annotations
 
+import shlex
+
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -111,6 +113,8 @@ def show(a: Advice, out: Console) -> None:
     for line in apply.shell_lines(q, c):
         out.print(f"  {escape(line)}", highlight=False)
     out.print(f"  {escape(apply.xfer_line(q, c))}", highlight=False)
+    if auto := apply.xfer_auto_argv(q, c):
+        out.print(f"  [dim]or, the streams searched during the transfer:[/] {escape(shlex.join(auto))}", highlight=False)
     out.print(f"\n[dim]{escape(method_line(a))}[/]", highlight=False)
     for line in a.notes():
         out.print(f"[yellow]note:[/] {escape(line)}", highlight=False)

@@ -4,6 +4,7 @@ journal's undo script, facts and link-log parsing, the plan's refusals."""
 import asyncio
 import json
 import os
+import platform
 import shutil
 import signal
 import subprocess
@@ -449,3 +450,20 @@ def test_a_failed_collect_leaves_no_logs_folder_on_the_controller(tmp_path, smal
     with pytest.raises(RemoteError):
         asyncio.run(run.collect(ssh._Measured()))
     assert not list(tmp_path.glob("xferlab-ssh-logs-*")) and run.logs is None
+
+
+def test_every_host_runs_the_same_xfer_its_own_only_where_all_have_one(tmp_path, small_scenario):
+    """Two builds may speak different protocols (3 since encryption): where one host of a
+    volume transfer lacks xfer, this build goes to both, not only to the one lacking it."""
+    s, _ = sc.load(small_scenario(topology={"pairs": 1}, workload={"duration": None, "volume": "1MB"}), [])
+    tools = {t: f"/usr/bin/{t}" for t in (*facts.TOOLS, "iperf3")}
+    arch = platform.machine()
+    for r0_has, want in ((True, "/usr/local/bin/xfer"), (False, None)):
+        run = ssh._Run(load(_inventory(tmp_path, 1)), "hosts.yaml", sc.resolve(s), None)
+        run.facts = {
+            "s0": facts.Facts("s0", arch=arch, tools={**tools, "xfer": "/usr/local/bin/xfer"}),
+            "r0": facts.Facts("r0", arch=arch, tools={**tools, **({"xfer": "/usr/local/bin/xfer"} if r0_has else {})}),
+        }
+        run._check_tools()
+        for h in ("s0", "r0"):
+            assert run.xfer[h] == (want or f"{run.bed.workdir(h)}/xfer"), (r0_has, h, run.xfer)

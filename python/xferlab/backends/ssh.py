@@ -407,6 +407,10 @@ class _Run:
         for h in self._xfer_hosts():
             runs[h].add("xfer")
         ours = self._own_xfer_hosts()
+        # One xfer for all: the hosts' own where every host that runs it has one, else this
+        # build everywhere (two builds may speak different protocols: 3 since encryption).
+        users = [n for n in self.bed.names if "xfer" in runs[n] and n not in ours]
+        own_everywhere = all("xfer" in self.facts[n].tools for n in users)
         for name, f in self.facts.items():
             need = set(facts.TOOLS) | ({"tc"} if name == router else set()) | ({"iperf3"} if name != router else set())
             missing = sorted(t for t in need if t not in f.tools)
@@ -415,11 +419,12 @@ class _Run:
                     f"{name}: {', '.join(missing)} not installed (Debian: apt-get install iproute2 iperf3 util-linux)"
                 )
             if "xfer" in runs[name]:
-                if "xfer" in f.tools and name not in ours:  # a source or the sampler needs this build's xfer
+                if "xfer" in f.tools and name not in ours and own_everywhere:  # a source or the sampler needs this build's
                     self.xfer[name] = f.tools["xfer"]
                 elif f.arch != platform.machine():
                     problems.append(
-                        f"{name}: xfer is not installed and this machine's build is {platform.machine()}, not {f.arch}"
+                        f"{name}: this machine's xfer is needed there (the host has none, or another host has none and "
+                        f"every host must run the same build) and it is {platform.machine()}, not {f.arch}"
                     )
                 else:
                     self.xfer[name] = f"{self.bed.workdir(name)}/xfer"  # deployed at configure
